@@ -1,0 +1,161 @@
+"""The RL-ready policy interface every policy family implements.
+
+A policy turns the shared observation schema (see ``simulators.base``; policies do not import it)
+into a chunk of actions, and can score the same chunk again with gradients, which is all PPO and
+GRPO need:
+
+* ``sample(obs)``   -> ``ActionSample``: actions, their log-probabilities, a value (if the policy has a
+  value head) and ``replay``: whatever the family needs to score exactly this sample again (token
+  ids for autoregressive VLAs; the denoising chain for flow/diffusion policies; the actions here).
+* ``evaluate(obs, replay)`` -> ``(logprob, entropy, value)`` with gradients.
+* ``act(obs)``      -> deterministic actions for evaluation and deployment.
+* ``save_pretrained(dir)`` / ``Policy.from_pretrained(dir)``: weights (safetensors), config, env spec
+  and normalization statistics together, so a checkpoint can never meet the wrong stats.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+NORMALIZATION_NAME = "normalization.json"
+CHECKPOINT_FILES = (WEIGHTS_NAME, CONFIG_NAME, NORMALIZATION_NAME)
+
+
+class CheckpointError(FileNotFoundError):
+    """A policy directory that cannot be loaded; the message names the missing piece."""
+
+
+@dataclass
+class PolicySpec:
+    """What a policy must know about the env it acts in (built by vlarl from the env's spec)."""
+
+    state_dim: int
+    action_dim: int
+    action_low: list[float]
+    action_high: list[float]
+    image_keys: list[str] = field(default_factory=list)
+    image_size: list[int] | None = None
+    max_episode_steps: int = 0
+    task: str = ""
+    instruction: str = ""
+
+
+@dataclass
+class ActionSample:
+    """One sampled chunk. B = batch, T = chunk length, A = action dim.
+
+    actions: float32 [B, T, A] (in env units, before the env clips them)
+    logprob: float32 [B, T, A] per-dimension log-probabilities (granularity reduces them later)
+    value:   float32 [B] or None
+    replay:  tensors (each with leading dim B) needed by ``evaluate`` to score this sample again
+    """
+
+    actions: torch.Tensor
+    logprob: torch.Tensor
+    value: torch.Tensor | None
+    replay: dict[str, torch.Tensor]
+
+
+class Policy(nn.Module, abc.ABC):
+    """Base class; subclasses set ``name`` and ``config_class`` and register with ``register_policy``."""
+
+    name: str = "base"
+    config_class: type = object
+
+    def __init__(self, config: Any, spec: PolicySpec):
+        super().__init__()
+        self.config = config
+        self.spec = spec
+
+    @property
+    def chunk_size(self) -> int:
+        return int(getattr(self.config, "chunk_size", 1))
+
+    @abc.abstractmethod
+    def sample(self, obs: dict[str, Any]) -> ActionSample:
+        """Draw a stochastic chunk for rollouts (no gradients)."""
+
+    @abc.abstractmethod
+    def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]):
+        """Score ``replay`` under the current weights.
+
+        Returns ``(logprob [B, T, A], entropy [B, T, A], value [B] or None)`` with gradients.
+        """
+
+    @abc.abstractmethod
+    def act(self, obs: dict[str, Any]) -> torch.Tensor:
+        """Deterministic chunk ``[B, T, A]`` for evaluation and deployment."""
+
+    def value(self, obs: dict[str, Any]) -> torch.Tensor | None:
+        """Value estimate ``[B]`` (for bootstrapping a truncated episode), or None without a value head."""
+        return None
+
+    def normalization_stats(self) -> dict[str, list[float]]:
+        """Statistics the policy normalizes with (saved beside the weights for humans and tools)."""
+        return {}
+
+    def update_normalization(self, obs: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Fold a batch of observations into running normalization statistics (if any)."""
+
+    # -- persistence ----------------------------------------------------------------------------
+    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        """Write weights + config + spec + normalization stats into ``directory``."""
+        from safetensors.torch import save_file
+
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
+        save_file(state, str(d / WEIGHTS_NAME), metadata={"policy": self.name})
+        meta = {"policy": self.name, "config": asdict(self.config), "spec": asdict(self.spec)}
+        (d / CONFIG_NAME).write_text(json.dumps(meta, indent=2))
+        (d / NORMALIZATION_NAME).write_text(json.dumps(self.normalization_stats(), indent=2))
+        return d
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike, map_location: str = "cpu") -> Policy:
+        """Load any registered policy from a directory written by ``save_pretrained``."""
+        from safetensors.torch import load_file
+
+        from policies.registry import policy_class
+
+        d = Path(directory)
+        if not d.is_dir():
+            raise CheckpointError(f"policy checkpoint '{d}' does not exist or is not a directory")
+        missing = [f for f in CHECKPOINT_FILES if not (d / f).is_file()]
+        if missing:
+            raise CheckpointError(
+                f"policy checkpoint '{d}' is missing {missing}; point at a directory written by "
+                f"save_pretrained (e.g. <run_dir>/checkpoints/latest)"
+            )
+        meta = json.loads((d / CONFIG_NAME).read_text())
+        klass = policy_class(meta["policy"])
+        if cls is not Policy and not issubclass(klass, cls):
+            raise CheckpointError(f"'{d}' holds a '{meta['policy']}' policy, not a {cls.__name__}")
+        config = _dataclass_from_dict(klass.config_class, meta["config"])
+        spec = _dataclass_from_dict(PolicySpec, meta["spec"])
+        policy = klass(config, spec)
+        state = load_file(str(d / WEIGHTS_NAME), device=map_location)
+        policy.load_state_dict(state)
+        return policy
+
+
+def _dataclass_from_dict(klass: type, data: dict[str, Any]):
+    names = {f.name for f in fields(klass)}
+    return klass(**{k: v for k, v in data.items() if k in names})
+
+
+def as_float_tensor(x: Any, device: torch.device | str = "cpu") -> torch.Tensor:
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(x)
+    return torch.as_tensor(x, dtype=torch.float32, device=device)

@@ -1,0 +1,1 @@
+"""Value heads and VLM process-reward critics."""

@@ -1,0 +1,140 @@
+"""A small MLP Gaussian chunk policy with a value head, for fast state-based RL on CPU.
+
+The actor maps the (normalized) proprioceptive/privileged state to the mean of a diagonal
+Gaussian over a whole chunk ``[T, A]``; the log standard deviation is a learned, state-independent
+parameter per chunk step and action dimension. The critic is a separate MLP on the same input.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from policies.base import ActionSample, Policy, PolicySpec, as_float_tensor
+from policies.registry import register_policy
+
+
+@dataclass
+class MLPPolicyConfig:
+    name: str = "mlp"
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256, 256])
+    activation: str = "tanh"  # "tanh" | "relu" | "gelu"
+    chunk_size: int = 1  # actions per chunk (T)
+    init_log_std: float = -0.5
+    normalize_obs: bool = True  # running mean/std of the state, saved with the weights
+    obs_clip: float = 10.0
+
+
+_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
+
+
+def _mlp(in_dim: int, hidden: list[int], out_dim: int, act: str, out_gain: float) -> nn.Sequential:
+    if act not in _ACTIVATIONS:
+        raise ValueError(f"policy.activation='{act}' is unknown; choose one of {sorted(_ACTIVATIONS)}")
+    layers: list[nn.Module] = []
+    d = in_dim
+    for h in hidden:
+        lin = nn.Linear(d, h)
+        nn.init.orthogonal_(lin.weight, math.sqrt(2))
+        nn.init.zeros_(lin.bias)
+        layers += [lin, _ACTIVATIONS[act]()]
+        d = h
+    out = nn.Linear(d, out_dim)
+    nn.init.orthogonal_(out.weight, out_gain)
+    nn.init.zeros_(out.bias)
+    layers.append(out)
+    return nn.Sequential(*layers)
+
+
+class RunningNorm(nn.Module):
+    """Running mean/variance (parallel Welford merge); buffers travel with the state dict."""
+
+    def __init__(self, dim: int, clip: float):
+        super().__init__()
+        self.clip = clip
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("var", torch.ones(dim))
+        self.register_buffer("count", torch.tensor(1e-4))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        x = x.reshape(-1, x.shape[-1]).to(self.mean)
+        b_mean, b_var, n = x.mean(0), x.var(0, unbiased=False), x.shape[0]
+        delta = b_mean - self.mean
+        tot = self.count + n
+        self.mean += delta * n / tot
+        self.var = (self.var * self.count + b_var * n + delta.pow(2) * self.count * n / tot) / tot
+        self.count = tot
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ((x - self.mean) / torch.sqrt(self.var + 1e-8)).clamp(-self.clip, self.clip)
+
+
+@register_policy("mlp", MLPPolicyConfig)
+class MLPPolicy(Policy):
+    def __init__(self, config: MLPPolicyConfig, spec: PolicySpec):
+        super().__init__(config, spec)
+        if config.chunk_size < 1:
+            raise ValueError(f"policy.chunk_size must be >= 1, got {config.chunk_size}")
+        T, A = config.chunk_size, spec.action_dim
+        self.norm = RunningNorm(spec.state_dim, config.obs_clip)
+        self.actor = _mlp(spec.state_dim, list(config.hidden_sizes), T * A, config.activation, 0.01)
+        self.critic = _mlp(spec.state_dim, list(config.hidden_sizes), 1, config.activation, 1.0)
+        self.log_std = nn.Parameter(torch.full((T, A), float(config.init_log_std)))
+        self.register_buffer("action_low", torch.tensor(spec.action_low, dtype=torch.float32))
+        self.register_buffer("action_high", torch.tensor(spec.action_high, dtype=torch.float32))
+
+    def _features(self, obs: dict[str, Any]) -> torch.Tensor:
+        state = as_float_tensor(obs["state"], self.log_std.device)
+        if state.ndim != 2 or state.shape[1] != self.spec.state_dim:
+            raise ValueError(
+                f"MLP policy expects obs['state'] of shape [B, {self.spec.state_dim}], got {tuple(state.shape)}"
+            )
+        return self.norm(state) if self.config.normalize_obs else state
+
+    def _dist(self, x: torch.Tensor) -> torch.distributions.Normal:
+        mean = self.actor(x).view(x.shape[0], self.config.chunk_size, self.spec.action_dim)
+        return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean))
+
+    @torch.no_grad()
+    def sample(self, obs: dict[str, Any]) -> ActionSample:
+        x = self._features(obs)
+        dist = self._dist(x)
+        actions = dist.sample()
+        return ActionSample(
+            actions=actions,
+            logprob=dist.log_prob(actions),
+            value=self.critic(x).squeeze(-1),
+            replay={"actions": actions},
+        )
+
+    def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]):
+        x = self._features(obs)
+        dist = self._dist(x)
+        return dist.log_prob(replay["actions"]), dist.entropy(), self.critic(x).squeeze(-1)
+
+    @torch.no_grad()
+    def act(self, obs: dict[str, Any]) -> torch.Tensor:
+        mean = self._dist(self._features(obs)).mean
+        return torch.maximum(torch.minimum(mean, self.action_high), self.action_low)
+
+    @torch.no_grad()
+    def value(self, obs: dict[str, Any]) -> torch.Tensor:
+        return self.critic(self._features(obs)).squeeze(-1)
+
+    def update_normalization(self, obs: dict[str, Any]) -> None:
+        if self.config.normalize_obs:
+            self.norm.update(as_float_tensor(obs["state"], self.log_std.device))
+
+    def normalization_stats(self) -> dict[str, list[float]]:
+        return {
+            "state_mean": self.norm.mean.tolist(),
+            "state_var": self.norm.var.tolist(),
+            "state_count": [float(self.norm.count)],
+            "action_low": self.action_low.tolist(),
+            "action_high": self.action_high.tolist(),
+        }

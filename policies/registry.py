@@ -1,0 +1,49 @@
+"""Policy families registered by short name (``policy=<name>`` on the command line)."""
+
+from __future__ import annotations
+
+import importlib
+
+_REGISTRY: dict[str, tuple[type, str]] = {}
+# Modules that register policies when imported; each family adds itself here.
+BUILTIN_MODULES = ["policies.mlp"]
+
+
+def register_policy(name: str, config_cls: type):
+    """Class decorator: ``@register_policy("mlp", MLPPolicyConfig)``."""
+
+    def deco(cls):
+        cls.name = name
+        cls.config_class = config_cls
+        _REGISTRY[name] = (config_cls, f"{cls.__module__}:{cls.__qualname__}")
+        return cls
+
+    return deco
+
+
+def _load_builtins() -> None:
+    for mod in BUILTIN_MODULES:
+        importlib.import_module(mod)
+
+
+def available_policies() -> list[str]:
+    _load_builtins()
+    return sorted(_REGISTRY)
+
+
+def policy_config_class(name: str) -> type:
+    _load_builtins()
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown policy '{name}'; choose policy=<one of {available_policies()}>")
+    return _REGISTRY[name][0]
+
+
+def policy_class(name: str) -> type:
+    policy_config_class(name)
+    mod, qual = _REGISTRY[name][1].split(":")
+    return getattr(importlib.import_module(mod), qual)
+
+
+def make_policy(config, spec):
+    """Build a fresh policy of family ``config.name`` for ``spec``."""
+    return policy_class(config.name)(config, spec)

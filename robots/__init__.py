@@ -1,0 +1,1 @@
+"""Real-robot bridge: Franka env, safety layer, policy server/client."""

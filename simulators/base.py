@@ -1,0 +1,103 @@
+"""The batched, chunk-aware environment interface every simulator (and the real robot) implements.
+
+One observation schema everywhere, so policies never learn a simulator's quirks:
+
+    obs = {
+        "images":      {camera_name: uint8 [B, H, W, 3]},   # may be empty for state-only tasks
+        "state":       float32 [B, D],
+        "instruction": list[str] of length B,
+    }
+
+Chunk semantics (``chunk_step``): a policy emits a chunk of ``T`` actions per env. The env executes
+them in order. When an episode ends at step ``k < T`` the remaining ``T - k - 1`` actions are
+skipped (``step_mask`` is False for them, their rewards are 0), the observation at the end of the
+episode is kept as ``final_obs`` (for bootstrapping a truncated episode), and the env resets only at
+the chunk boundary, so the returned ``obs`` is always the first observation of what comes next.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+Obs = dict[str, Any]
+
+# Names of the per-episode metrics every env reports in ``ChunkStepResult.episode``.
+EPISODE_METRICS = ("success_once", "success_at_end", "return", "episode_len")
+
+
+@dataclass
+class ChunkStepResult:
+    """What one ``chunk_step`` returns. B = num_envs, T = chunk length.
+
+    obs:        observation after the chunk (after auto-reset for envs whose episode ended).
+    rewards:    float32 [B, T]; 0 where ``step_mask`` is False.
+    terminated: bool [B, T]; True at the step where the task ended (success / failure).
+    truncated:  bool [B, T]; True at the step where the time limit ended the episode.
+    step_mask:  bool [B, T]; which actions were executed (False after an episode end in the chunk).
+    final_obs:  observation at episode end for envs that finished in this chunk, else None.
+                Rows of envs that did not finish hold their current observation.
+    done:       bool [B]; the episode ended somewhere in this chunk (terminated or truncated).
+    episode:    per-episode metrics for envs with ``done``: {name: float32 [B]} (NaN where not done).
+    success:    bool [B, T]; per-step success signal (for dense bookkeeping and critics).
+    """
+
+    obs: Obs
+    rewards: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    step_mask: torch.Tensor
+    final_obs: Obs | None
+    done: torch.Tensor
+    episode: dict[str, torch.Tensor] = field(default_factory=dict)
+    success: torch.Tensor | None = None
+
+
+@dataclass
+class EnvSpec:
+    """Static facts a policy needs to be built for an env."""
+
+    state_dim: int
+    action_dim: int
+    action_low: np.ndarray
+    action_high: np.ndarray
+    image_keys: tuple[str, ...] = ()
+    image_size: tuple[int, int] | None = None
+    max_episode_steps: int = 0
+    task: str = ""
+    instruction: str = ""
+
+
+class BatchedEnv(abc.ABC):
+    """A batch of ``num_envs`` simulator instances, stepped a chunk of actions at a time."""
+
+    num_envs: int
+    spec: EnvSpec
+
+    @abc.abstractmethod
+    def reset(self, seed: int | list[int] | None = None, reset_state_ids: list[int] | None = None) -> Obs:
+        """Reset all envs.
+
+        seed: one int (env i gets ``seed + i``) or one seed per env; None keeps the RNG stream.
+        reset_state_ids: fixed initial-state ids, one per env (GRPO groups share an id; LIBERO
+            uses them to pick a standard init state). Envs with the same id start identically.
+        """
+
+    @abc.abstractmethod
+    def chunk_step(self, actions: torch.Tensor | np.ndarray) -> ChunkStepResult:
+        """Execute ``actions: float32 [B, T, action_dim]`` and auto-reset finished envs."""
+
+    def render(self) -> np.ndarray | None:
+        """uint8 [B, H, W, 3] frames for videos, or None when the env was built without rendering."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release simulator resources."""
+
+
+class EnvError(ValueError):
+    """Bad env configuration: the message names the key and the fix."""

@@ -1,0 +1,298 @@
+"""ManiSkill3 behind the batched chunk-aware env interface.
+
+CPU backend (``sim_backend="cpu"``): ManiSkill simulates one scene per process-local env, so one
+``ManiSkillEnv`` holds ``num_envs`` single-scene envs and steps them in turn; vectorization across
+cores comes from running several env workers. Everything returned is a CPU torch tensor.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from simulators.base import BatchedEnv, ChunkStepResult, EnvError, EnvSpec, Obs
+from simulators.registry import EnvConfig, register_env
+
+# A language instruction for each task, so language-conditioned policies see the same schema
+# everywhere. Tasks not listed fall back to a phrase made from the task id.
+INSTRUCTIONS: dict[str, str] = {
+    "PushCube-v1": "push the cube to the red and white goal region",
+    "PullCube-v1": "pull the cube back to the goal region",
+    "PickCube-v1": "pick up the cube and move it to the goal position",
+    "StackCube-v1": "stack the red cube on top of the green cube",
+    "PegInsertionSide-v1": "insert the peg into the hole on the side of the box",
+    "PlaceSphere-v1": "place the sphere into the bin",
+    "LiftPegUpright-v1": "lift the peg and stand it upright",
+    "PokeCube-v1": "use the peg to poke the cube to the goal",
+    "PushT-v1": "push the T-shaped block onto the T-shaped target",
+    "RollBall-v1": "roll the ball to the goal region",
+    "PlugCharger-v1": "plug the charger into the receptacle",
+    "PullCubeTool-v1": "use the tool to pull the cube closer",
+    "TwoRobotPickCube-v1": "pick up the cube with two robots",
+    "PickSingleYCB-v1": "pick up the object and move it to the goal position",
+}
+
+
+def instruction_for(task: str) -> str:
+    if task in INSTRUCTIONS:
+        return INSTRUCTIONS[task]
+    words = "".join(" " + c.lower() if c.isupper() else c for c in task.split("-")[0]).strip()
+    return f"{words}"
+
+
+@dataclass
+class ManiSkillConfig(EnvConfig):
+    name: str = "maniskill"
+    task: str = "PushCube-v1"
+    control_mode: str = "pd_joint_delta_pos"
+    sim_backend: str = "cpu"  # "cpu" here; "physx_cuda" on GPU machines
+    render_size: int = 256  # video frames (human render camera), pixels
+    ignore_terminations: bool = False  # True: run to the time limit even after success
+
+
+def _import_maniskill():
+    try:
+        import gymnasium as gym
+        import mani_skill.envs  # noqa: F401  (registers the tasks)
+    except ImportError as e:  # pragma: no cover - depends on install
+        raise EnvError(
+            f"ManiSkill3 is not installed ({e}); install it with `pip install -e .[maniskill]` "
+            "and run scripts/setup_system.sh for a Vulkan device"
+        ) from e
+    return gym
+
+
+def check_task(task: str) -> None:
+    """Raise a clear error for a task id ManiSkill does not know."""
+    gym = _import_maniskill()
+    from mani_skill.utils.registration import REGISTERED_ENVS
+
+    if task not in REGISTERED_ENVS:
+        import difflib
+
+        close = difflib.get_close_matches(task, list(REGISTERED_ENVS), n=3)
+        hint = f" Did you mean {close}?" if close else ""
+        raise EnvError(
+            f"unknown ManiSkill task env.task='{task}'.{hint} "
+            f"Known tasks include {sorted(REGISTERED_ENVS)[:8]}... ({len(REGISTERED_ENVS)} in all)"
+        )
+    del gym
+
+
+@register_env("maniskill", ManiSkillConfig)
+class ManiSkillEnv(BatchedEnv):
+    def __init__(self, cfg: ManiSkillConfig, num_envs: int, worker_index: int = 0, render: bool = False):
+        gym = _import_maniskill()
+        check_task(cfg.task)
+        if cfg.obs_mode not in ("state", "rgb"):
+            raise EnvError(f"env.obs_mode='{cfg.obs_mode}' is not supported; use 'state' or 'rgb'")
+        if cfg.sim_backend != "cpu":
+            raise EnvError(
+                f"env.sim_backend='{cfg.sim_backend}' is not available in this adapter yet; use 'cpu'"
+            )
+        self.cfg = cfg
+        self.num_envs = num_envs
+        self.worker_index = worker_index
+        self.instruction = instruction_for(cfg.task)
+        kwargs: dict[str, Any] = dict(
+            obs_mode="state" if cfg.obs_mode == "state" else "rgb",
+            control_mode=cfg.control_mode,
+            sim_backend="cpu",
+            num_envs=1,
+            reward_mode=cfg.reward_mode,
+        )
+        if cfg.obs_mode == "rgb":
+            kwargs["sensor_configs"] = dict(width=cfg.image_size, height=cfg.image_size)
+        if render:
+            kwargs["render_mode"] = "rgb_array"
+            kwargs["human_render_camera_configs"] = dict(width=cfg.render_size, height=cfg.render_size)
+        if cfg.max_episode_steps > 0:
+            kwargs["max_episode_steps"] = cfg.max_episode_steps
+        self._render = render
+        self.envs = []
+        for _ in range(num_envs):
+            env = _make_quietly(gym, cfg.task, kwargs)
+            if cfg.obs_mode == "rgb":
+                from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper
+
+                env = FlattenRGBDObservationWrapper(env, rgb=True, depth=False, state=True)
+            self.envs.append(env)
+        e0 = self.envs[0]
+        space = e0.action_space
+        low = np.asarray(space.low, dtype=np.float32).reshape(-1)
+        high = np.asarray(space.high, dtype=np.float32).reshape(-1)
+        self.max_episode_steps = int(cfg.max_episode_steps or _time_limit(e0))
+        obs, _ = e0.reset(seed=0)
+        first = self._convert(obs)
+        self.spec = EnvSpec(
+            state_dim=int(first["state"].shape[-1]),
+            action_dim=int(low.shape[0]),
+            action_low=low,
+            action_high=high,
+            image_keys=tuple(first["images"].keys()),
+            image_size=(cfg.image_size, cfg.image_size) if cfg.obs_mode == "rgb" else None,
+            max_episode_steps=self.max_episode_steps,
+            task=cfg.task,
+            instruction=self.instruction,
+        )
+        self._low = torch.from_numpy(low)
+        self._high = torch.from_numpy(high)
+        self._reset_state_ids: list[int] | None = None
+        self._obs: list[dict[str, torch.Tensor]] = []
+        self._ret = torch.zeros(num_envs)
+        self._len = torch.zeros(num_envs, dtype=torch.long)
+        self._succ_once = torch.zeros(num_envs, dtype=torch.bool)
+
+    # -- observation conversion -------------------------------------------------------------
+    def _convert(self, obs: Any) -> dict[str, Any]:
+        """ManiSkill obs of one env (batch 1) -> {"state": [1, D], "images": {name: [1,H,W,3]}}."""
+        if isinstance(obs, dict):
+            state = obs["state"].float().reshape(1, -1)
+            images = {"base_camera": obs["rgb"][..., :3].to(torch.uint8).reshape(1, *obs["rgb"].shape[-3:-1], 3)}
+        else:
+            state = obs.float().reshape(1, -1)
+            images = {}
+        return {"state": state, "images": images}
+
+    def _stack(self, per_env: list[dict[str, Any]]) -> Obs:
+        images = {}
+        if per_env and per_env[0]["images"]:
+            for k in per_env[0]["images"]:
+                images[k] = torch.cat([o["images"][k] for o in per_env]).contiguous()
+        return {
+            "state": torch.cat([o["state"] for o in per_env]).contiguous(),
+            "images": images,
+            "instruction": [self.instruction] * len(per_env),
+        }
+
+    # -- interface ------------------------------------------------------------------------------
+    def reset(self, seed: int | list[int] | None = None, reset_state_ids: list[int] | None = None) -> Obs:
+        if reset_state_ids is not None and len(reset_state_ids) != self.num_envs:
+            raise EnvError(f"reset_state_ids has {len(reset_state_ids)} ids for {self.num_envs} envs")
+        self._reset_state_ids = list(reset_state_ids) if reset_state_ids is not None else None
+        if isinstance(seed, int):
+            seeds: list[int | None] = [seed + i for i in range(self.num_envs)]
+        elif seed is None:
+            seeds = [None] * self.num_envs
+        else:
+            if len(seed) != self.num_envs:
+                raise EnvError(f"got {len(seed)} seeds for {self.num_envs} envs")
+            seeds = list(seed)
+        self._obs = []
+        for i, env in enumerate(self.envs):
+            s = self._reset_state_ids[i] if self._reset_state_ids is not None else seeds[i]
+            obs, _ = env.reset(seed=s)
+            self._obs.append(self._convert(obs))
+        self._ret.zero_()
+        self._len.zero_()
+        self._succ_once.zero_()
+        return self._stack(self._obs)
+
+    def chunk_step(self, actions: torch.Tensor | np.ndarray) -> ChunkStepResult:
+        actions = torch.as_tensor(actions, dtype=torch.float32)
+        if actions.ndim != 3 or actions.shape[0] != self.num_envs or actions.shape[2] != self.spec.action_dim:
+            raise EnvError(
+                f"chunk_step expects actions [B={self.num_envs}, chunk, action_dim={self.spec.action_dim}], "
+                f"got {tuple(actions.shape)}"
+            )
+        actions = torch.maximum(torch.minimum(actions, self._high), self._low)
+        B, T, _ = actions.shape
+        rewards = torch.zeros(B, T)
+        terminated = torch.zeros(B, T, dtype=torch.bool)
+        truncated = torch.zeros(B, T, dtype=torch.bool)
+        step_mask = torch.zeros(B, T, dtype=torch.bool)
+        success = torch.zeros(B, T, dtype=torch.bool)
+        done = torch.zeros(B, dtype=torch.bool)
+        nan = torch.full((B,), float("nan"))
+        episode = {k: nan.clone() for k in ("success_once", "success_at_end", "return", "episode_len")}
+        final_obs: list[dict[str, Any]] = list(self._obs)
+        for i, env in enumerate(self.envs):
+            for t in range(T):
+                obs, r, term, trunc, info = env.step(actions[i : i + 1, t])
+                step_mask[i, t] = True
+                rewards[i, t] = float(r.reshape(-1)[0])
+                s = bool(info["success"].reshape(-1)[0]) if "success" in info else False
+                success[i, t] = s
+                self._ret[i] += rewards[i, t]
+                self._len[i] += 1
+                self._succ_once[i] |= s
+                term_b = bool(term.reshape(-1)[0]) and not self.cfg.ignore_terminations
+                trunc_b = bool(trunc.reshape(-1)[0]) or (
+                    self.max_episode_steps > 0 and int(self._len[i]) >= self.max_episode_steps
+                )
+                self._obs[i] = self._convert(obs)
+                if term_b or trunc_b:
+                    terminated[i, t] = term_b
+                    truncated[i, t] = trunc_b and not term_b
+                    done[i] = True
+                    episode["success_once"][i] = float(self._succ_once[i])
+                    episode["success_at_end"][i] = float(s)
+                    episode["return"][i] = float(self._ret[i])
+                    episode["episode_len"][i] = float(self._len[i])
+                    break
+            final_obs[i] = self._obs[i]
+            if done[i]:
+                seed = self._reset_state_ids[i] if self._reset_state_ids is not None else None
+                obs, _ = env.reset(seed=seed)
+                self._obs[i] = self._convert(obs)
+                self._ret[i] = 0.0
+                self._len[i] = 0
+                self._succ_once[i] = False
+        return ChunkStepResult(
+            obs=self._stack(self._obs),
+            rewards=rewards,
+            terminated=terminated,
+            truncated=truncated,
+            step_mask=step_mask,
+            final_obs=self._stack(final_obs) if bool(done.any()) else None,
+            done=done,
+            episode=episode,
+            success=success,
+        )
+
+    def render(self) -> np.ndarray | None:
+        if not self._render:
+            return None
+        frames = []
+        for env in self.envs:
+            f = env.render()
+            f = f.cpu().numpy() if isinstance(f, torch.Tensor) else np.asarray(f)
+            frames.append(f.reshape(-1, *f.shape[-3:])[0])
+        return np.stack(frames).astype(np.uint8)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+        self.envs = []
+
+
+def _time_limit(env: Any) -> int:
+    e = env
+    while e is not None:
+        if hasattr(e, "_max_episode_steps") and e._max_episode_steps:
+            return int(e._max_episode_steps)
+        e = getattr(e, "env", None)
+    return 0
+
+
+def _make_quietly(gym: Any, task: str, kwargs: dict[str, Any]) -> Any:
+    """gym.make with stdin closed: tasks whose assets are missing prompt for a download; turn that
+    prompt into a clear error instead of a hang."""
+    old_stdin = sys.stdin
+    try:
+        sys.stdin = open(os.devnull)
+        return gym.make(task, **kwargs)
+    except (EOFError, OSError, RuntimeError) as e:
+        raise EnvError(
+            f"ManiSkill task '{task}' could not be created ({type(e).__name__}: {e}). If it needs assets "
+            f"(YCB, PartNet, ReplicaCAD), fetch them on a networked machine with "
+            f"`python -m mani_skill.utils.download_asset {task}` and copy ~/.maniskill/data here"
+        ) from e
+    finally:
+        sys.stdin.close()
+        sys.stdin = old_stdin

@@ -1,0 +1,71 @@
+"""Simulators registered by short name (``env=<name>`` on the command line).
+
+Each entry pairs a config dataclass with a ``BatchedEnv`` class. Modules register themselves on
+import; heavy simulator packages are imported inside the env class, so listing or validating configs
+never needs the simulator installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from simulators.base import BatchedEnv, EnvError
+
+
+@dataclass
+class EnvConfig:
+    """Fields every simulator config has. Subclasses add their own."""
+
+    name: str = "???"
+    task: str = "???"
+    num_envs: int = 8  # total envs across all env workers
+    num_workers: int = 1  # env workers (processes) the envs are split across
+    max_episode_steps: int = 0  # 0 = the task's own default
+    obs_mode: str = "state"  # "state" or "rgb" (images + state)
+    image_size: int = 128
+    reward_mode: str = "normalized_dense"
+
+
+_REGISTRY: dict[str, tuple[type, str]] = {}
+# Modules that register simulators when imported; extended as simulators are added.
+BUILTIN_MODULES = ["simulators.maniskill"]
+
+
+def register_env(name: str, config_cls: type):
+    """Class decorator: ``@register_env("maniskill", ManiSkillConfig)``."""
+
+    def deco(cls):
+        _REGISTRY[name] = (config_cls, f"{cls.__module__}:{cls.__qualname__}")
+        return cls
+
+    return deco
+
+
+def _load_builtins() -> None:
+    for mod in BUILTIN_MODULES:
+        importlib.import_module(mod)
+
+
+def available_envs() -> list[str]:
+    _load_builtins()
+    return sorted(_REGISTRY)
+
+
+def env_config_class(name: str) -> type:
+    _load_builtins()
+    if name not in _REGISTRY:
+        raise EnvError(f"unknown simulator '{name}'; choose env=<one of {available_envs()}>")
+    return _REGISTRY[name][0]
+
+
+def env_class(name: str) -> type[BatchedEnv]:
+    env_config_class(name)
+    mod, qual = _REGISTRY[name][1].split(":")
+    return getattr(importlib.import_module(mod), qual)
+
+
+def make_env(cfg: Any, num_envs: int, worker_index: int = 0, render: bool = False) -> BatchedEnv:
+    """Build ``num_envs`` envs of ``cfg`` for one env worker (``worker_index`` offsets its seeds)."""
+    return env_class(cfg.name)(cfg, num_envs=num_envs, worker_index=worker_index, render=render)

@@ -1,0 +1,54 @@
+"""Advantage estimators as plain functions on tensors.
+
+Time runs along dim 0: ``rewards[t]`` is the (chunk) reward received after acting on observation
+``t``; ``dones[t]`` is 1 when the episode ended during step ``t`` by termination. Truncated episodes
+are not "done" for bootstrapping purposes: the caller adds ``gamma * V(final_obs)`` to their last
+reward and marks the step done (see ``bootstrap_truncated``), so GAE never bootstraps across a
+reset.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    dones: torch.Tensor,
+    next_value: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized Advantage Estimation (Schulman et al. 2016).
+
+    rewards, values, dones: [N, B]; next_value: [B] = V(obs after the last step).
+    delta_t = r_t + gamma * V_{t+1} * (1 - done_t) - V_t
+    A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}
+    Returns (advantages [N, B], returns = advantages + values [N, B]).
+    """
+    N = rewards.shape[0]
+    adv = torch.zeros_like(rewards)
+    last = torch.zeros_like(next_value)
+    not_done = 1.0 - dones.float()
+    for t in reversed(range(N)):
+        v_next = next_value if t == N - 1 else values[t + 1]
+        delta = rewards[t] + gamma * v_next * not_done[t] - values[t]
+        last = delta + gamma * gae_lambda * not_done[t] * last
+        adv[t] = last
+    return adv, adv + values
+
+
+def bootstrap_truncated(
+    rewards: torch.Tensor, truncated: torch.Tensor, final_values: torch.Tensor, gamma: float
+) -> torch.Tensor:
+    """r_t + gamma * V(final_obs_t) where the time limit (not the task) ended the episode.
+
+    rewards, truncated, final_values: [N, B]; final_values may hold anything where not truncated.
+    """
+    return rewards + gamma * torch.where(truncated.bool(), final_values, torch.zeros_like(final_values))
+
+
+def normalize_advantages(adv: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Zero-mean, unit-std over the whole batch (global, the same in every placement mode)."""
+    return (adv - adv.mean()) / (adv.std() + eps)
