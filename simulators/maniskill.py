@@ -86,15 +86,20 @@ def check_task(task: str) -> None:
 
 @register_env("maniskill", ManiSkillConfig)
 class ManiSkillEnv(BatchedEnv):
-    def __init__(self, cfg: ManiSkillConfig, num_envs: int, worker_index: int = 0, render: bool = False):
-        gym = _import_maniskill()
-        check_task(cfg.task)
+    @staticmethod
+    def validate_config(cfg: ManiSkillConfig) -> None:
+        """Start-up checks (before a run directory is made): task id, observation mode, backend."""
         if cfg.obs_mode not in ("state", "rgb"):
             raise EnvError(f"env.obs_mode='{cfg.obs_mode}' is not supported; use 'state' or 'rgb'")
         if cfg.sim_backend != "cpu":
-            raise EnvError(
-                f"env.sim_backend='{cfg.sim_backend}' is not available in this adapter yet; use 'cpu'"
-            )
+            raise EnvError(f"env.sim_backend='{cfg.sim_backend}' is not available in this adapter yet; use 'cpu'")
+        if cfg.reward_mode not in ("sparse", "dense", "normalized_dense", "none"):
+            raise EnvError(f"env.reward_mode='{cfg.reward_mode}' is unknown; use sparse, dense or normalized_dense")
+        check_task(cfg.task)
+
+    def __init__(self, cfg: ManiSkillConfig, num_envs: int, worker_index: int = 0, render: bool = False):
+        gym = _import_maniskill()
+        self.validate_config(cfg)
         self.cfg = cfg
         self.num_envs = num_envs
         self.worker_index = worker_index

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Set up vlarl on a fresh machine: a virtual environment in .venv with everything installed,
+# plus the system rendering support the simulators need (scripts/setup_system.sh).
+#
+#   bash scripts/setup.sh            # everything (extras "all")
+#   VLARL_EXTRAS=maniskill,test bash scripts/setup.sh
+#
+# On CPU machines torch is pinned to 2.13.0 in the same pip command as everything else: an
+# unpinned torch would pull several GB of CUDA packages. Set VLARL_TORCH to change the pin
+# (e.g. VLARL_TORCH="torch" on a CUDA machine).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+VENV="${VLARL_VENV:-$ROOT/.venv}"
+EXTRAS="${VLARL_EXTRAS:-all}"
+TORCH_SPEC="${VLARL_TORCH:-torch==2.13.0}"
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[setup] creating $VENV"
+  python3 -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --upgrade pip
+echo "[setup] installing vlarl[$EXTRAS] with $TORCH_SPEC"
+"$VENV/bin/python" -m pip install -q "$TORCH_SPEC" -e ".[$EXTRAS]"
+VLARL_PYTHON="$VENV/bin/python" bash "$ROOT/scripts/setup_system.sh"
+echo "[setup] done: activate with 'source $VENV/bin/activate'"

@@ -1,0 +1,258 @@
+"""The training loop as a dataflow.
+
+    env workers --obs--> rollout worker --actions--> env workers      (num_steps chunk steps)
+         \\______________ trajectory ______________> actor worker       (GAE + PPO)
+                                  rollout worker <-- weights ---/
+
+Each iteration: collect a trajectory, train on it, sync weights, log, maybe checkpoint. At the end:
+a final checkpoint and an evaluation on held-out seeds (JSON + MP4).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+from tqdm import tqdm
+
+from policies.base import PolicySpec
+from simulators.base import EnvSpec
+from vlarl import scheduler
+from vlarl.checkpoint import latest_checkpoint, save_checkpoint
+from vlarl.data.metrics import EpisodeStats
+from vlarl.data.trajectory import Trajectory, cat_obs, stack_obs
+from vlarl.logging import MetricLogger
+from vlarl.workers import ActorWorker, EnvWorker, RolloutWorker
+
+
+def policy_spec_from_env(spec: EnvSpec) -> PolicySpec:
+    return PolicySpec(
+        state_dim=spec.state_dim,
+        action_dim=spec.action_dim,
+        action_low=[float(x) for x in spec.action_low],
+        action_high=[float(x) for x in spec.action_high],
+        image_keys=list(spec.image_keys),
+        image_size=list(spec.image_size) if spec.image_size else None,
+        max_episode_steps=spec.max_episode_steps,
+        task=spec.task,
+        instruction=spec.instruction,
+    )
+
+
+class Runner:
+    def __init__(self, cfg: Any, run_dir: str | Path):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.iteration = 0
+        self.env_steps = 0
+        self.wall_offset = 0.0  # wall seconds spent by earlier (resumed) segments of this run
+        self.stats = EpisodeStats(window=max(32, cfg.env.num_envs * 2))
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def setup(self) -> None:
+        cfg = self.cfg
+        scheduler.start_ray(cfg.placement)
+        W = cfg.env.num_workers
+        per_worker = cfg.env.num_envs // W
+        place = scheduler.plan(cfg.placement, W)
+        device = self._device()
+        EnvActor = scheduler.remote(EnvWorker, place.env_cpus)
+        self.env_workers = [
+            EnvActor.remote(cfg.env, per_worker, i, cfg.torch_threads) for i in range(W)
+        ]
+        self.env_spec: EnvSpec = ray.get(self.env_workers[0].spec.remote())
+        self.policy_spec = policy_spec_from_env(self.env_spec)
+        gpu = 0.5 if device == "cuda" else 0.0
+        self.rollout = scheduler.remote(RolloutWorker, place.rollout_cpus, gpu).remote(
+            cfg.policy, self.policy_spec, cfg.seed + 1, device, cfg.torch_threads)
+        self.actor = scheduler.remote(ActorWorker, place.actor_cpus, gpu).remote(
+            cfg.policy, cfg.algorithm, self.policy_spec, cfg.seed, device, cfg.torch_threads)
+        self.per_worker = per_worker
+
+    def _device(self) -> str:
+        if self.cfg.device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        if self.cfg.device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("device=cuda but no CUDA device is visible; use device=cpu")
+        return self.cfg.device
+
+    def resume(self, checkpoint: Path) -> None:
+        state = ray.get(self.actor.load.remote(str(checkpoint)))
+        self.iteration = int(state["iteration"])
+        self.env_steps = int(state["env_steps"])
+        self.wall_offset = float(state.get("wall_s", 0.0))
+
+    def _reset_envs(self) -> list[dict[str, Any]]:
+        """Training seeds: small integers derived from ``seed`` and the iteration (never eval's)."""
+        base = self.cfg.seed * 100_003 + self.iteration * self.cfg.env.num_envs
+        return ray.get([
+            w.reset.remote([base + i * self.per_worker + j for j in range(self.per_worker)])
+            for i, w in enumerate(self.env_workers)
+        ])
+
+    # -- one rollout ----------------------------------------------------------------------------
+    def collect(self, obs_parts: list[dict[str, Any]]) -> tuple[Trajectory, list[dict[str, Any]], int]:
+        """Step every env ``algorithm.num_steps`` chunks; returns (trajectory, next obs, env steps)."""
+        N = self.cfg.algorithm.num_steps
+        obs_hist, replays, logprobs, values = [], [], [], []
+        rewards, dones, truncs, final_values = [], [], [], []
+        boot_obs, steps = None, 0
+        for t in range(N):
+            obs = cat_obs(obs_parts)
+            sample, boot = ray.get(self.rollout.sample.remote(obs, boot_obs))
+            if t > 0:
+                final_values.append(boot if boot is not None else torch.zeros_like(sample.value))
+            results = ray.get([
+                w.chunk_step.remote(a) for w, a in zip(self.env_workers, sample.actions.chunk(len(self.env_workers)))
+            ])
+            obs_hist.append(obs)
+            replays.append(sample.replay)
+            logprobs.append(sample.logprob)
+            values.append(sample.value if sample.value is not None else torch.zeros(obs["state"].shape[0]))
+            rewards.append(torch.cat([r.rewards.sum(-1) for r in results]))
+            dones.append(torch.cat([r.terminated.any(-1) for r in results]).float())
+            trunc = torch.cat([r.truncated.any(-1) for r in results])
+            truncs.append(trunc.float())
+            steps += int(sum(int(r.step_mask.sum()) for r in results))
+            for r in results:
+                self.stats.add(r.episode)
+            obs_parts = [r.obs for r in results]
+            boot_obs = cat_obs([r.final_obs if r.final_obs is not None else r.obs for r in results]) if trunc.any() else None
+        # values of the last step: V(next obs) for GAE, V(final obs) for truncated episodes
+        next_value = ray.get(self.rollout.value.remote(cat_obs(obs_parts)))
+        last_boot = ray.get(self.rollout.value.remote(boot_obs)) if boot_obs is not None else None
+        final_values.append(last_boot if last_boot is not None else torch.zeros_like(values[-1]))
+        if next_value is None:
+            next_value = torch.zeros_like(values[-1])
+        traj = Trajectory(
+            obs=stack_obs(obs_hist),
+            replay={k: torch.stack([r[k] for r in replays]) for k in replays[0]},
+            logprob=torch.stack(logprobs),
+            values=torch.stack(values),
+            rewards=torch.stack(rewards),
+            dones=torch.stack(dones),
+            truncated=torch.stack(truncs),
+            final_values=torch.stack(final_values),
+            next_value=next_value,
+        )
+        return traj, obs_parts, steps
+
+    # -- the loop -------------------------------------------------------------------------------
+    def train(self) -> dict[str, Any]:
+        cfg = self.cfg
+        logger = MetricLogger(self.run_dir, cfg.logger, config_dict=_as_dict(cfg))
+        ckpt = latest_checkpoint(self.run_dir)
+        if ckpt is not None:
+            self.resume(ckpt)
+            print(f"[vlarl] resumed from {ckpt} at iteration {self.iteration}, {self.env_steps} env steps")
+        ray.get(self.rollout.set_weights.remote(self.actor.get_weights.remote()))
+        obs_parts = self._reset_envs()
+        chunk = int(getattr(cfg.policy, "chunk_size", 1))
+        t_start = time.time()
+        bar = tqdm(total=cfg.total_env_steps, initial=min(self.env_steps, cfg.total_env_steps), unit="step",
+                   desc=cfg.experiment_name, disable=not cfg.logger.progress_bar, dynamic_ncols=True)
+        stop_reason = "total_env_steps"
+        try:
+            while self.env_steps < cfg.total_env_steps:
+                elapsed = self.wall_offset + time.time() - t_start
+                if cfg.time_limit_minutes > 0 and elapsed > cfg.time_limit_minutes * 60:
+                    stop_reason = "time_limit_minutes"
+                    break
+                if cfg.algorithm.anneal_lr:
+                    frac = 1.0 - self.env_steps / cfg.total_env_steps
+                    self.actor.set_lr.remote(cfg.algorithm.lr * frac)
+                t0 = time.time()
+                traj, obs_parts, steps = self.collect(obs_parts)
+                t1 = time.time()
+                train_metrics = ray.get(self.actor.train.remote(traj))
+                ray.get(self.rollout.set_weights.remote(self.actor.get_weights.remote()))
+                t2 = time.time()
+                self.iteration += 1
+                self.env_steps += steps
+                bar.update(min(steps, max(0, cfg.total_env_steps - bar.n)))
+                summ = self.stats.summary()
+                sps = steps / max(t2 - t0, 1e-9)
+                metrics = {
+                    **{f"train/{k}": v for k, v in train_metrics.items()},
+                    **{f"rollout/{k}": v for k, v in summ.items()},
+                    "rollout/chunk_reward": float(traj.rewards.mean()),
+                    "perf/env_steps_per_s": sps,
+                    "perf/collect_s": t1 - t0,
+                    "perf/train_s": t2 - t1,
+                    "perf/wall_s": self.wall_offset + time.time() - t_start,
+                    "iteration": self.iteration,
+                    "env_steps": self.env_steps,
+                }
+                if cfg.eval.every_iterations > 0 and self.iteration % cfg.eval.every_iterations == 0:
+                    metrics.update({f"eval/{k}": v for k, v in self._evaluate(None, videos=0).items()
+                                    if isinstance(v, (int, float))})
+                logger.log(self.env_steps, metrics)
+                bar.set_postfix(sps=f"{sps:.0f}", success=f"{summ['success_once']:.2f}",
+                                ret=f"{summ['return']:.1f}", it=self.iteration)
+                if self.iteration % cfg.checkpoint_every == 0:
+                    self.save(time.time() - t_start)
+        finally:
+            bar.close()
+        self.save(time.time() - t_start)
+        final = self._evaluate(self.run_dir / "eval", videos=cfg.eval.video_episodes)
+        final.update(stop_reason=stop_reason, iterations=self.iteration, env_steps=self.env_steps,
+                     train_wall_s=self.wall_offset + time.time() - t_start)
+        (self.run_dir / "eval" / "eval.json").write_text(json.dumps(
+            {**json.loads((self.run_dir / "eval" / "eval.json").read_text()), **final}, indent=2))
+        logger.log(self.env_steps, {f"final_eval/{k}": v for k, v in final.items() if isinstance(v, (int, float))})
+        logger.close()
+        return final
+
+    def save(self, segment_wall_s: float) -> Path:
+        extra = {"iteration": self.iteration, "env_steps": self.env_steps,
+                 "wall_s": self.wall_offset + segment_wall_s}
+        return save_checkpoint(
+            self.run_dir, self.iteration,
+            lambda d: ray.get(self.actor.save.remote(str(d), extra)),
+            env_cfg=self.cfg.env, keep=self.cfg.keep_checkpoints,
+        )
+
+    def _evaluate(self, out_dir: Path | None, videos: int) -> dict[str, Any]:
+        """Held-out evaluation in this process with the latest weights."""
+        from policies.registry import make_policy
+        from vlarl.evaluation import evaluate
+
+        policy = make_policy(self.cfg.policy, self.policy_spec)
+        policy.load_state_dict(ray.get(self.actor.get_weights.remote()))
+        policy.eval()
+        ev = self.cfg.eval
+        n = ev.num_envs or self.per_worker
+        return evaluate(policy, self.cfg.env, ev.episodes, ev.seed, n, out_dir, videos, ev.deterministic,
+                        progress=self.cfg.logger.progress_bar, extra={"iteration": self.iteration})
+
+    def close(self) -> None:
+        for w in getattr(self, "env_workers", []):
+            try:
+                ray.get(w.close.remote())
+            except Exception:
+                pass
+        scheduler.stop_ray()
+
+
+def _as_dict(cfg: Any) -> dict[str, Any]:
+    try:
+        return json.loads(json.dumps(asdict(cfg), default=str))
+    except Exception:
+        return {}
+
+
+def run_training(cfg: Any, run_dir: str | Path) -> dict[str, Any]:
+    runner = Runner(cfg, run_dir)
+    try:
+        runner.setup()
+        return runner.train()
+    finally:
+        runner.close()
+
+
+__all__ = ["Runner", "policy_spec_from_env", "run_training"]

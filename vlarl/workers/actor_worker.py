@@ -1,0 +1,63 @@
+"""Actor (trainer) worker: owns the trainable policy and its optimizer (a Ray actor in training)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from policies.base import PolicySpec
+from policies.registry import make_policy
+from vlarl.algorithms.ppo import ppo_update
+from vlarl.data.trajectory import Trajectory
+
+TRAINER_STATE = "trainer_state.pt"
+
+
+class ActorWorker:
+    def __init__(self, policy_cfg: Any, alg_cfg: Any, spec: PolicySpec, seed: int, device: str = "cpu",
+                 torch_threads: int = 1):
+        torch.set_num_threads(torch_threads)
+        torch.manual_seed(seed)
+        self.device = torch.device(device)
+        self.alg = alg_cfg
+        self.policy = make_policy(policy_cfg, spec).to(self.device)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=alg_cfg.lr, eps=1e-5)
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
+
+    def set_lr(self, lr: float) -> None:
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+
+    def train(self, traj: Trajectory) -> dict[str, float]:
+        """PPO on one rollout; then fold its observations into the normalizer (so the update used
+        exactly the statistics the rollout was sampled with)."""
+        self.policy.train()
+        metrics = ppo_update(self.policy, self.optimizer, traj, self.alg, self.generator)
+        self.policy.update_normalization(traj.flat_obs())
+        return metrics
+
+    def save(self, directory: str, extra: dict[str, Any]) -> None:
+        """Write the policy (self-describing) and the trainer state into ``directory``."""
+        d = Path(directory)
+        self.policy.save_pretrained(d)
+        torch.save(
+            {"optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
+             "torch_rng": torch.get_rng_state(), **extra},
+            d / TRAINER_STATE,
+        )
+
+    def load(self, directory: str) -> dict[str, Any]:
+        from safetensors.torch import load_file
+
+        d = Path(directory)
+        self.policy.load_state_dict(load_file(str(d / "model.safetensors"), device=str(self.device)))
+        state = torch.load(d / TRAINER_STATE, weights_only=False)
+        self.optimizer.load_state_dict(state.pop("optimizer"))
+        self.generator.set_state(state.pop("generator"))
+        torch.set_rng_state(state.pop("torch_rng"))
+        return state
