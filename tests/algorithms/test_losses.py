@@ -1,0 +1,54 @@
+import math
+
+import pytest
+import torch
+
+from vlarl.algorithms import broadcast_to_level, ppo_policy_loss, reduce_logprob, value_loss
+
+
+def test_ppo_clip_hand_computed():
+    old = torch.zeros(3)
+    # ratios e^0.5 (1.6487), 1.0, e^-0.5 (0.6065)
+    new = torch.tensor([0.5, 0.0, -0.5])
+    adv = torch.tensor([1.0, -2.0, -1.0])
+    loss, info = ppo_policy_loss(new, old, adv, clip_low=0.2, clip_high=0.2)
+    # elementwise min(r*A, clip(r)*A): [min(1.6487, 1.2)=1.2, -2.0, min(-0.6065, -0.8)=-0.8]
+    expected = -(1.2 - 2.0 - 0.8) / 3
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    assert info["clipfrac"].item() == pytest.approx(2 / 3)
+    r = torch.tensor([math.exp(0.5), 1.0, math.exp(-0.5)])
+    assert info["approx_kl"].item() == pytest.approx(((r - 1) - torch.log(r)).mean().item(), rel=1e-5)
+
+
+def test_clip_higher_allows_larger_positive_ratio():
+    old = torch.zeros(1)
+    new = torch.tensor([0.5])  # ratio 1.6487
+    adv = torch.tensor([1.0])
+    sym, _ = ppo_policy_loss(new, old, adv, 0.2, 0.2)
+    hi, _ = ppo_policy_loss(new, old, adv, 0.2, 0.28)
+    assert sym.item() == pytest.approx(-1.2)
+    assert hi.item() == pytest.approx(-1.28)
+
+
+def test_value_loss_plain_and_clipped():
+    v = torch.tensor([2.0])
+    old = torch.tensor([0.0])
+    ret = torch.tensor([1.0])
+    assert value_loss(v, old, ret).item() == pytest.approx(0.5)
+    # clipped prediction = 0 + clamp(2, -0.5, 0.5) = 0.5 -> (0.5-1)^2 = .25; max(1, .25) = 1
+    assert value_loss(v, old, ret, clip=0.5).item() == pytest.approx(0.5)
+    v2 = torch.tensor([1.2])
+    # unclipped (0.2)^2 = .04; clipped 0.5 -> .25; max = .25
+    assert value_loss(v2, old, ret, clip=0.5).item() == pytest.approx(0.125)
+
+
+def test_granularity_levels():
+    lp = torch.arange(2 * 3 * 4, dtype=torch.float32).view(2, 3, 4)
+    assert reduce_logprob(lp, "token").shape == (2, 3, 4)
+    assert reduce_logprob(lp, "action").shape == (2, 3)
+    assert reduce_logprob(lp, "chunk").tolist() == [lp[0].sum().item(), lp[1].sum().item()]
+    adv = torch.tensor([1.0, -1.0])
+    b = broadcast_to_level(adv, reduce_logprob(lp, "token"))
+    assert b.shape == (2, 3, 4) and b[1, 2, 3].item() == -1.0
+    with pytest.raises(ValueError, match="logprob_level"):
+        reduce_logprob(lp, "step")
