@@ -1,0 +1,231 @@
+"""A real Franka (FR3/Panda) as a ``BatchedEnv`` with B = 1, so evaluation and deployment share code with sims.
+
+Observation (the shared schema): ``images = {camera: uint8 [1, H, W, 3]}``, ``state = float32 [1, 15]``
+= joint positions [7] + EE position [3] + EE quaternion xyzw [4] + gripper width [1],
+``instruction = [cfg.instruction]``.
+
+Actions ``[1, T, A]`` (``robot.action_mode``): ``ee_delta`` = base-frame translation [3] + rotation
+vector [3] + gripper [1]; ``ee_abs`` = position [3] + rotation vector [3] + gripper [1]; ``joint`` =
+joint positions [7] + gripper [1]; gripper 1 = close, 0 = open. Each action passes the safety layer,
+becomes the impedance tracker's reference and is held for ``1 / policy_hz`` s (franky tracks it at
+1 kHz). Between chunks a watchdog stops the arm if the next chunk is later than
+``safety.watchdog_timeout``; the next ``chunk_step`` recovers and resumes from where the arm rests.
+No reward exists on the real robot: rewards are 0 and success comes from ``mark_success()`` (operator).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from robots.cameras import CameraConfig, make_camera
+from robots.franky_driver import FrankyConfig, FrankyDriver, RobotLinkError, RobotReading
+from robots.safety import ACTION_MODES, Clamp, OperatorStop, SafetyConfig, SafetyLayer, Target, Watchdog
+from simulators.base import BatchedEnv, ChunkStepResult, EnvError, EnvSpec, Obs
+from simulators.registry import EnvConfig, register_env
+
+log = logging.getLogger(__name__)
+
+STATE_DIM = 15
+
+
+@dataclass
+class FrankaEnvConfig(EnvConfig):
+    name: str = "franka"
+    task: str = "franka_real"
+    num_envs: int = 1
+    instruction: str = ""
+    action_mode: str = "ee_delta"  # "ee_delta" | "ee_abs" | "joint"
+    policy_hz: float = 10.0  # how often a new reference is set (the tracker itself runs at 1 kHz)
+    max_episode_steps: int = 200
+    home_on_reset: bool = True
+    auto_reset: bool = True  # reset (go home) at the chunk boundary after an episode ends
+    recover_on_fault: bool = True  # after a watchdog trip / reflex, recover and resume on the next chunk
+    cameras: list[CameraConfig] = field(default_factory=lambda: [CameraConfig()])
+    franky: FrankyConfig = field(default_factory=FrankyConfig)
+    safety: SafetyConfig = field(default_factory=SafetyConfig)
+
+
+@dataclass
+class StepRecord:
+    """One executed control step (what the recorder stores)."""
+
+    obs: Obs  # observation the action was chosen from (B = 1)
+    policy_action: np.ndarray  # [A] as the policy sent it
+    action: np.ndarray  # [A] as executed after the safety layer (the SFT label)
+    clamps: list[Clamp]
+    t: float
+
+
+@register_env("franka", FrankaEnvConfig)
+class FrankaEnv(BatchedEnv):
+    """B = 1 real-robot env. ``driver`` defaults to franky; ``recorder`` gets every ``StepRecord``."""
+
+    def __init__(self, cfg: FrankaEnvConfig, num_envs: int = 1, worker_index: int = 0, render: bool = False,
+                 driver: Any = None, recorder: Any = None, operator_stop: OperatorStop | None = None):
+        if num_envs != 1:
+            raise EnvError(f"the Franka env drives one arm: env.num_envs must be 1, got {num_envs}")
+        if cfg.action_mode not in ACTION_MODES:
+            raise EnvError(f"env.action_mode='{cfg.action_mode}' is unknown; choose one of {sorted(ACTION_MODES)}")
+        if cfg.policy_hz <= 0:
+            raise EnvError(f"env.policy_hz must be > 0, got {cfg.policy_hz}")
+        self.cfg, self.num_envs, self.dt = cfg, 1, 1.0 / cfg.policy_hz
+        self.safety = SafetyLayer(cfg.safety, cfg.action_mode, self.dt)
+        ws = {"low": cfg.safety.workspace_low, "high": cfg.safety.workspace_high}
+        self.cameras = [make_camera(c, ws) for c in cfg.cameras]
+        a_dim = ACTION_MODES[cfg.action_mode]
+        sizes = {(c.height, c.width) for c in cfg.cameras}
+        self.spec = EnvSpec(
+            state_dim=STATE_DIM, action_dim=a_dim, action_low=np.full(a_dim, -np.inf, np.float32),
+            action_high=np.full(a_dim, np.inf, np.float32), image_keys=tuple(c.name for c in cfg.cameras),
+            image_size=sizes.pop() if len(sizes) == 1 else None, max_episode_steps=cfg.max_episode_steps,
+            task=cfg.task, instruction=cfg.instruction)
+        self.driver = driver if driver is not None else FrankyDriver(cfg.franky)
+        self.recorder, self.operator_stop = recorder, operator_stop
+        self.driver.connect()
+        self.watchdog = Watchdog(cfg.safety.watchdog_timeout, self._on_watchdog, link_ok=self.driver.link_ok)
+        self.elapsed = 0
+        self.recoveries = 0
+        self._reading: RobotReading | None = None
+        self._obs: Obs | None = None
+        self._success = False
+
+    # -- observation --------------------------------------------------------------------------------
+    def _observe(self) -> Obs:
+        r = self.driver.read()
+        self._reading = r
+        state = np.concatenate([r.q, r.pos, r.quat, [r.gripper_width]]).astype(np.float32)[None]
+        images = {cam.name: cam.read(r)[None] for cam in self.cameras}
+        self._obs = {"images": images, "state": state, "instruction": [self.cfg.instruction]}
+        return self._obs
+
+    def _on_watchdog(self, reason: str) -> None:
+        self.driver.stop()
+
+    def _start(self) -> None:
+        r = self.driver.read()
+        self.safety.reset(r.pos, r.quat, r.q, gripper_closed=r.gripper_width < 0.02 and self.elapsed > 0)
+        if not self.cfg.safety.dry_run:
+            self.driver.start_tracking(self.cfg.action_mode)
+        self.watchdog.reset()
+        self.watchdog.arm()
+
+    def reset(self, seed: int | list[int] | None = None, reset_state_ids: list[int] | None = None) -> Obs:
+        self.watchdog.disarm()
+        self.driver.stop()
+        if self.cfg.home_on_reset and not self.cfg.safety.dry_run:
+            self.driver.move_home()
+        self.elapsed, self._success = 0, False
+        if self.operator_stop is not None:
+            self.operator_stop.clear()
+        self._start()
+        return self._observe()
+
+    def mark_success(self) -> None:
+        """Operator (or an external detector) says the task succeeded; ends the episode at the next step."""
+        self._success = True
+
+    def recover(self) -> None:
+        """Clear a fault / watchdog stop and resume tracking from where the arm rests."""
+        log.warning("recovering the arm (%s)", self.watchdog.trip_reason or "link fault")
+        if not self.driver.recover():
+            raise RobotLinkError("the robot refused error recovery; check Desk for the error and unlock the arm")
+        self.recoveries += 1
+        self._start()
+
+    # -- stepping -----------------------------------------------------------------------------------
+    def chunk_step(self, actions: torch.Tensor | np.ndarray) -> ChunkStepResult:
+        acts = actions.detach().cpu().numpy() if isinstance(actions, torch.Tensor) else np.asarray(actions)
+        if acts.ndim != 3 or acts.shape[0] != 1 or acts.shape[2] != self.spec.action_dim:
+            raise EnvError(f"Franka env expects actions [1, T, {self.spec.action_dim}], got {list(acts.shape)}")
+        T = acts.shape[1]
+        if self._obs is None:
+            raise EnvError("call reset() before chunk_step()")
+        if self.watchdog.tripped or (not self.cfg.safety.dry_run and not self.driver.tracking):
+            if not self.cfg.recover_on_fault:
+                raise RobotLinkError(f"arm stopped ({self.watchdog.trip_reason}); set env.recover_on_fault=true")
+            self.recover()
+            self._observe()
+        self.watchdog.kick()
+        rewards, term, trunc, mask, success = (np.zeros((1, T), dt) for dt in (np.float32, bool, bool, bool, bool))
+        fault = None
+        t_next = time.perf_counter()
+        for t in range(T):
+            if self.operator_stop is not None and self.operator_stop.triggered:
+                self.driver.stop()
+                trunc[0, t - 1 if t else 0] = True
+                fault = "operator stop"
+                break
+            obs_before, prev = self._obs, self.safety.last
+            target, clamps = self.safety.filter(acts[0, t])
+            try:
+                if self.cfg.safety.dry_run:
+                    log.info("dry run: would send %s", _describe(target, self.cfg.action_mode))
+                else:
+                    self.driver.track(target, self.cfg.action_mode)
+                t_next += self.dt
+                time.sleep(max(0.0, t_next - time.perf_counter()))
+                self.watchdog.kick()
+                self._observe()
+            except RobotLinkError as exc:
+                log.error("robot fault during step: %s", exc)
+                self.driver.stop()
+                fault = str(exc)
+                trunc[0, t] = True
+                break
+            finally:
+                if self.watchdog.tripped and fault is None:
+                    fault = self.watchdog.trip_reason
+            mask[0, t] = True
+            self.elapsed += 1
+            if self.recorder is not None:
+                self.recorder.add_step(StepRecord(obs_before, acts[0, t].astype(np.float32),
+                                                  self.safety.executed_action(prev, target), clamps, time.time()))
+            success[0, t] = self._success
+            if self._success:
+                term[0, t] = True
+                break
+            if self.elapsed >= self.cfg.max_episode_steps:
+                trunc[0, t] = True
+                break
+            if fault is not None:  # the watchdog stopped the arm mid-chunk (link lost)
+                trunc[0, t] = True
+                break
+        done = bool(term.any() or trunc.any())
+        self.watchdog.kick()  # the deadline for the next chunk starts now
+        final_obs, episode = None, {}
+        if done:
+            final_obs = self._obs
+            episode = {"success_once": torch.tensor([float(success.any())]),
+                       "success_at_end": torch.tensor([float(success[0, mask[0]].any() and success[0, mask[0]][-1])]),
+                       "return": torch.zeros(1), "episode_len": torch.tensor([float(self.elapsed)])}
+            if self.recorder is not None:
+                self.recorder.end_episode({"success": bool(success.any()), "fault": fault or "",
+                                           "episode_len": self.elapsed, "instruction": self.cfg.instruction})
+            self.watchdog.disarm()
+            if self.cfg.auto_reset and fault is None:
+                self.reset()
+        self.last_fault = fault
+        return ChunkStepResult(
+            obs=self._obs, rewards=torch.from_numpy(rewards), terminated=torch.from_numpy(term),
+            truncated=torch.from_numpy(trunc), step_mask=torch.from_numpy(mask), final_obs=final_obs,
+            done=torch.tensor([done]), episode=episode, success=torch.from_numpy(success))
+
+    def close(self) -> None:
+        self.watchdog.close()
+        try:
+            self.driver.close()
+        finally:
+            for cam in self.cameras:
+                cam.close()
+
+
+def _describe(target: Target, mode: str) -> str:
+    if mode == "joint":
+        return f"q={np.round(target.q, 4).tolist()} gripper_closed={target.gripper_closed}"
+    return f"pos={np.round(target.pos, 4).tolist()} quat={np.round(target.quat, 4).tolist()} gripper_closed={target.gripper_closed}"

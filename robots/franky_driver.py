@@ -1,0 +1,189 @@
+"""Franka arm + gripper through franky (libfranka underneath; FR3 or Panda, or franky-sim on loopback).
+
+The policy sets a reference at its own rate; franky's impedance tracker follows it at 1 kHz in its
+realtime thread (``CartesianImpedanceTracker`` for the EE modes, ``JointImpedanceTracker`` for
+``joint``). ``franky`` is imported lazily: this module must never share a process with pylibfranka.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from robots.safety import Target
+
+log = logging.getLogger(__name__)
+
+# A comfortable ready pose of the FR3 (rad): EE ~0.3 m in front of the base, ~0.5 m high, pointing down.
+FR3_HOME = [0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785]
+
+
+class RobotLinkError(RuntimeError):
+    """The connection to the arm (or its controller) failed; the arm has been asked to stop."""
+
+
+@dataclass
+class FrankyConfig:
+    """How to reach and drive the arm (``robot.*`` in configs/robot/)."""
+
+    ip: str = "127.0.0.1"
+    realtime: str = "ignore"  # "enforce" on a PREEMPT_RT PC at the arm; "ignore" for simulators/laptops
+    home_q: list[float] = field(default_factory=lambda: list(FR3_HOME))
+    home_dynamics_factor: float = 0.1  # fraction of Franka's velocity/acceleration limits for homing
+    translational_stiffness: float = 600.0  # N/m, Cartesian impedance tracker
+    rotational_stiffness: float = 40.0  # Nm/rad
+    joint_stiffness: list[float] = field(default_factory=lambda: [400.0, 400.0, 400.0, 400.0, 150.0, 100.0, 50.0])
+    gripper: bool = True
+    gripper_open_width: float = 0.08  # m
+    gripper_speed: float = 0.1  # m/s
+    gripper_force: float = 20.0  # N when grasping
+
+
+@dataclass
+class RobotReading:
+    """One proprioceptive reading. quat is xyzw (franky/Eigen order)."""
+
+    q: np.ndarray  # [7]
+    dq: np.ndarray  # [7]
+    pos: np.ndarray  # [3] EE position in the base frame (m)
+    quat: np.ndarray  # [4]
+    gripper_width: float
+
+
+class FrankyDriver:
+    """connect / read / start_tracking / track / stop / recover / move_home / close."""
+
+    def __init__(self, config: FrankyConfig):
+        self.cfg = config
+        self.robot: Any = None
+        self.gripper: Any = None
+        self._franky: Any = None
+        self._tracker: Any = None
+        self._gripper_closed: bool | None = None
+        self._lock = threading.RLock()
+
+    def connect(self) -> None:
+        try:
+            import franky
+        except ImportError as exc:
+            raise ImportError("franky is not installed; `pip install 'vlarl[robot]'` (package franky-control)") from exc
+        self._franky = franky
+        rt = {"ignore": franky.RealtimeConfig.Ignore, "enforce": franky.RealtimeConfig.Enforce}
+        if self.cfg.realtime not in rt:
+            raise ValueError(f"robot.franky.realtime='{self.cfg.realtime}' is unknown; choose 'ignore' or 'enforce'")
+        try:
+            self.robot = franky.Robot(self.cfg.ip, realtime_config=rt[self.cfg.realtime])
+            self.robot.recover_from_errors()
+            if self.cfg.gripper:
+                self.gripper = franky.Gripper(self.cfg.ip)
+        except Exception as exc:
+            raise RobotLinkError(
+                f"cannot connect to the Franka at {self.cfg.ip} ({type(exc).__name__}: {exc}); check robot.franky.ip, "
+                "that FCI is enabled in Desk, and that the brakes are open"
+            ) from exc
+
+    # -- state ------------------------------------------------------------------------------------
+    def read(self) -> RobotReading:
+        with self._lock:
+            try:
+                s = self.robot.state
+                pose = s.O_T_EE
+                width = float(self.gripper.width) if self.gripper is not None else 0.0
+            except Exception as exc:
+                raise RobotLinkError(f"reading the robot state failed: {exc}") from exc
+        return RobotReading(np.asarray(s.q, float), np.asarray(s.dq, float), np.asarray(pose.translation, float),
+                            np.asarray(pose.quaternion, float), width)
+
+    @property
+    def tracking(self) -> bool:
+        return self._tracker is not None
+
+    def link_ok(self) -> bool:
+        """While tracking: the controller still runs (False after a reflex, a fault or a dropped link)."""
+        return self._tracker is None or bool(self.robot.is_in_control)
+
+    # -- motion -----------------------------------------------------------------------------------
+    def move_home(self) -> None:
+        """Blocking joint motion to ``home_q`` (outside tracking) and open the gripper."""
+        fk = self._franky
+        self.stop()
+        try:
+            self.robot.relative_dynamics_factor = self.cfg.home_dynamics_factor
+            self.robot.move(fk.JointMotion(fk.JointState(np.asarray(self.cfg.home_q, float))))
+        except Exception as exc:
+            raise RobotLinkError(f"moving home failed ({type(exc).__name__}: {exc})") from exc
+        self.set_gripper(False, wait=True)
+
+    def start_tracking(self, mode: str) -> None:
+        """Start the impedance tracker seeded at the current pose (no jump)."""
+        fk = self._franky
+        with self._lock:
+            if self._tracker is not None:
+                return
+            try:
+                if mode == "joint":
+                    self._tracker = fk.JointImpedanceTracker(self.robot, stiffness=np.asarray(self.cfg.joint_stiffness))
+                else:
+                    self._tracker = fk.CartesianImpedanceTracker(
+                        self.robot, translational_stiffness=self.cfg.translational_stiffness,
+                        rotational_stiffness=self.cfg.rotational_stiffness)
+            except Exception as exc:
+                self._tracker = None
+                raise RobotLinkError(f"starting the {mode} tracker failed ({type(exc).__name__}: {exc})") from exc
+
+    def track(self, target: Target, mode: str) -> None:
+        """Update the tracked reference (cheap; the 1 kHz loop picks it up next cycle)."""
+        fk = self._franky
+        with self._lock:
+            if self._tracker is None or not self.robot.is_in_control:
+                raise RobotLinkError("the arm is not under control (stopped, faulted or link lost); recover first")
+            try:
+                if mode == "joint":
+                    self._tracker.set_target(np.asarray(target.q, float))
+                else:
+                    self._tracker.set_target(fk.Affine(np.asarray(target.pos, float), np.asarray(target.quat, float)))
+            except Exception as exc:
+                raise RobotLinkError(f"sending the target failed ({type(exc).__name__}: {exc})") from exc
+        self.set_gripper(target.gripper_closed)
+
+    def set_gripper(self, closed: bool, wait: bool = False) -> None:
+        """Open or grasp; only a *change* is sent (the gripper runs its own action asynchronously)."""
+        if self.gripper is None or closed == self._gripper_closed:
+            return
+        self._gripper_closed = closed
+        try:
+            if closed:
+                fut = self.gripper.grasp_async(0.0, self.cfg.gripper_speed, self.cfg.gripper_force, 0.08, 0.08)
+            else:
+                fut = self.gripper.move_async(self.cfg.gripper_open_width, self.cfg.gripper_speed)
+            if wait:
+                fut.wait(10.0)
+        except Exception as exc:
+            raise RobotLinkError(f"gripper command failed ({type(exc).__name__}: {exc})") from exc
+
+    def stop(self) -> None:
+        """Bring the arm to rest (torque ramp into damping) and end tracking. Safe to call any time."""
+        with self._lock:
+            tracker, self._tracker = self._tracker, None
+            if tracker is None:
+                return
+            try:
+                tracker.stop()
+            except Exception as exc:  # a faulted controller reports its error here
+                log.warning("stopping the tracker reported: %s", exc)
+
+    def recover(self) -> bool:
+        """Clear reflex/fault state after a stop; returns whether the robot accepted the recovery."""
+        self.stop()
+        try:
+            return bool(self.robot.recover_from_errors())
+        except Exception as exc:
+            raise RobotLinkError(f"error recovery failed ({type(exc).__name__}: {exc})") from exc
+
+    def close(self) -> None:
+        self.stop()
+        self.robot = self.gripper = None
