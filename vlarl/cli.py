@@ -7,10 +7,8 @@ reported as one line naming the problem and the fix, with exit code 2, before an
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import sys
-from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,12 @@ USAGE_TRAIN = """usage: vlarl-train [group=choice ...] [key=value ...] [resume=<
 
 USAGE_EVAL = """usage: vlarl-eval checkpoint=<policy dir> [env=<config>] [env.task=...] [episodes=100]
                   [seed=1000000] [num_envs=4] [video_episodes=3] [output=<dir>]
+       vlarl-eval checkpoint=<policy dir> suite=<name> [tasks=[...]] [num_envs=4] [video_episodes=1]
+       vlarl-eval --compare <a/eval.json> <b/eval.json> [metric=success_once|success_at_end]
+
+  suites (pinned tasks x episodes x seeds x init states): maniskill_pushcube, maniskill_tabletop,
+          libero_spatial, libero_object, libero_goal, libero_10, libero_90
+  writes  <output>/eval.json, eval.md (table), eval.svg (per-task success) and MP4 videos
 """
 
 
@@ -110,54 +114,9 @@ def eval_main(argv: list[str] | None = None) -> int:
         print(USAGE_EVAL)
         return 0
     _prepare_process()
-    from policies.base import CheckpointError, Policy
-    from simulators.base import EnvError
-    from simulators.registry import env_config_class
-    from vlarl.checkpoint import load_env_config
-    from vlarl.config import ConfigError, load_eval_config
-    from vlarl.evaluation import evaluate
+    from vlarl.evaluation.cli import main
 
-    try:
-        if not any(a.startswith("checkpoint=") for a in args):
-            raise ConfigError("missing checkpoint=<policy directory> (e.g. <run_dir>/checkpoints/latest)")
-        cfg = load_eval_config(args)
-        policy = Policy.from_pretrained(cfg.checkpoint)
-        env_cfg = cfg.env
-        saved = load_env_config(cfg.checkpoint)
-        user_env_keys = {a.split("=", 1)[0].split(".", 1)[1] for a in args if a.startswith("env.")}
-        user_env_group = any(a.startswith("env=") for a in args)
-        if saved is not None and not user_env_group:
-            klass = env_config_class(saved.get("name", env_cfg.name))
-            names = {f.name for f in fields(klass)}
-            merged = {k: v for k, v in saved.items() if k in names}
-            for k in user_env_keys:
-                merged[k] = getattr(env_cfg, k)
-            env_cfg = klass(**merged)
-        elif "task" not in user_env_keys and policy.spec.task:
-            env_cfg.task = policy.spec.task
-        _validate_env(env_cfg)
-    except (ConfigError, EnvError, CheckpointError) as e:
-        return _fail("vlarl-eval", str(e))
-    from simulators.registry import make_env
-
-    probe = make_env(env_cfg, num_envs=1)
-    spec = probe.spec
-    probe.close()
-    if spec.state_dim != policy.spec.state_dim or spec.action_dim != policy.spec.action_dim:
-        return _fail("vlarl-eval", f"checkpoint expects state_dim={policy.spec.state_dim}, action_dim="
-                     f"{policy.spec.action_dim} but env {env_cfg.task} ({getattr(env_cfg, 'control_mode', '')}) gives "
-                     f"state_dim={spec.state_dim}, action_dim={spec.action_dim}; pass the env settings it was trained on")
-    policy.eval()
-    out = Path(cfg.output) if cfg.output else Path(cfg.checkpoint) / "eval" / f"{env_cfg.task}_seed{cfg.seed}"
-    summary = evaluate(policy, env_cfg, cfg.episodes, cfg.seed, cfg.num_envs, out, cfg.video_episodes,
-                       cfg.deterministic, extra={"checkpoint": str(Path(cfg.checkpoint).resolve()),
-                                                 "env_config": asdict(env_cfg)})
-    lo, hi = summary["success_once_ci95"]
-    print(json.dumps({k: summary[k] for k in ("task", "episodes", "success_once", "success_once_ci95",
-                                                "success_at_end", "return")}))
-    print(f"[vlarl-eval] success_once={summary['success_once']:.3f} [95% CI {lo:.3f}, {hi:.3f}] over "
-          f"{summary['episodes']} episodes; wrote {out / 'eval.json'}")
-    return 0
+    return main(args)
 
 
 def _entry(fn) -> None:  # pragma: no cover - console script glue

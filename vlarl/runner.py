@@ -189,7 +189,7 @@ class Runner:
                     "env_steps": self.env_steps,
                 }
                 if cfg.eval.every_iterations > 0 and self.iteration % cfg.eval.every_iterations == 0:
-                    metrics.update({f"eval/{k}": v for k, v in self._evaluate(None, videos=0).items()
+                    metrics.update({f"eval/{k}": v for k, v in self._evaluate(None, videos=0, episodes=cfg.eval.periodic_episodes).items()
                                     if isinstance(v, (int, float))})
                 logger.log(self.env_steps, metrics)
                 bar.set_postfix(sps=f"{sps:.0f}", success=f"{summ['success_once']:.2f}",
@@ -217,7 +217,7 @@ class Runner:
             env_cfg=self.cfg.env, keep=self.cfg.keep_checkpoints,
         )
 
-    def _evaluate(self, out_dir: Path | None, videos: int) -> dict[str, Any]:
+    def _evaluate(self, out_dir: Path | None, videos: int, episodes: int = 0) -> dict[str, Any]:
         """Held-out evaluation in this process with the latest weights."""
         from policies.registry import make_policy
         from vlarl.evaluation import evaluate
@@ -227,7 +227,7 @@ class Runner:
         policy.eval()
         ev = self.cfg.eval
         n = ev.num_envs or self.per_worker
-        return evaluate(policy, self.cfg.env, ev.episodes, ev.seed, n, out_dir, videos, ev.deterministic,
+        return evaluate(policy, self.cfg.env, episodes or ev.episodes, ev.seed, n, out_dir, videos, ev.deterministic,
                         progress=self.cfg.logger.progress_bar, extra={"iteration": self.iteration})
 
     def close(self) -> None:

@@ -54,6 +54,7 @@ class EvalConfig:
     num_envs: int = 0  # 0 = env.num_envs // env.num_workers
     video_episodes: int = 3
     every_iterations: int = 0  # 0 = only at the end of training
+    periodic_episodes: int = 50  # episodes of each periodic (every_iterations) evaluation
     deterministic: bool = True
 
 
@@ -87,13 +88,15 @@ class TrainConfig:
 
 @dataclass
 class EvalCLIConfig:
-    """``vlarl-eval``: a checkpoint directory evaluated on an env with pinned seeds."""
+    """``vlarl-eval``: a checkpoint directory evaluated on an env task or a named suite, pinned seeds."""
 
     checkpoint: str = MISSING
     env: Any = MISSING
-    episodes: int = 100
-    seed: int = 1_000_000
+    suite: str = ""  # "" = env.task alone; else a suite of vlarl.evaluation.suites (its pinned protocol)
+    tasks: list[str] = field(default_factory=list)  # a subset of the suite's tasks (names or indices)
+    episodes: int = 100  # per task; with suite=, the suite's pinned count unless given
+    seed: int = 1_000_000  # episode k starts from seed + k; with suite=, the suite's seed unless given
     num_envs: int = 4
-    video_episodes: int = 0
-    output: str = ""  # "" = <checkpoint>/eval/<task>_seed<seed>
+    video_episodes: int = 0  # per task: the first N episodes rendered to MP4
+    output: str = ""  # "" = <checkpoint>/eval/<task or suite>_seed<seed>
     deterministic: bool = True

@@ -1,0 +1,180 @@
+"""Record ManiSkill demonstrations and train a VLM process-reward critic on them.
+
+    # 1. record scripted PushCube episodes (successes + failures), 64 px RGB, CPU backend
+    python scripts/train_critic.py record --out data/critic/pushcube --episodes 48 --failures 16
+    # 2. train a tiny critic on them; prints VOC / reversed-pair negative rate / done P/R on held-out episodes
+    python scripts/train_critic.py train --data data/critic/pushcube --out outputs/critic_pushcube
+
+Episodes are stored as one ``episodes.npz`` (frames uint8 [E, L, H, W, 3], lengths [E], success [E],
+instruction) so that rollouts saved by any other tool can be trained on too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+# -- recording ------------------------------------------------------------------------------------
+def _scripted_pushcube_action(u, phase: int, fail_dir: float, rng: np.random.Generator, speed: float):
+    """A privileged PushCube controller for pd_ee_delta_pos: hover behind the cube, descend, push +x.
+
+    ``fail_dir`` != 0 turns the push sideways (y) so the episode fails while looking similar.
+    Returns (action [4], next phase).
+    """
+    tcp = u.agent.tcp.pose.p[0].clone()
+    cube = u.obj.pose.p[0].clone()
+    behind = cube.clone()
+    behind[0] -= 0.06
+    behind[2] = 0.025
+    if phase == 0:
+        tgt = behind.clone()
+        tgt[2] = 0.1
+        if (tcp[:2] - behind[:2]).norm() < 0.012:
+            phase = 1
+    if phase == 1:
+        tgt = behind.clone()
+        if abs(float(tcp[2] - behind[2])) < 0.01:
+            phase = 2
+    if phase == 2:
+        tgt = tcp.clone()
+        if fail_dir == 0.0:
+            tgt[0] += 0.05
+            tgt[1] = cube[1]
+        else:
+            tgt[1] += 0.05 * fail_dir
+            tgt[0] -= 0.01
+        tgt[2] = 0.025
+    d = (tgt - tcp) / 0.1 * 1.5 + torch.from_numpy(rng.normal(0, 0.05, 3)).float()
+    a = torch.cat([d.clamp(-speed, speed), torch.tensor([-1.0])])
+    return a, phase
+
+
+def record(out: Path, episodes: int, failures: int, seed: int, image_size: int, max_steps: int) -> Path:
+    """Roll out the scripted controller on PushCube-v1 and save frames of every episode."""
+    from simulators.maniskill import ManiSkillConfig, ManiSkillEnv
+    from vlarl import system_env
+
+    system_env.apply()
+    cfg = ManiSkillConfig(task="PushCube-v1", control_mode="pd_ee_delta_pos", obs_mode="rgb",
+                          image_size=image_size, reward_mode="sparse", max_episode_steps=max_steps)
+    env = ManiSkillEnv(cfg, num_envs=1)
+    u = env.envs[0].unwrapped
+    rng = np.random.default_rng(seed)
+    frames = np.zeros((episodes + failures, max_steps + 1, image_size, image_size, 3), np.uint8)
+    lengths = np.zeros(episodes + failures, np.int64)
+    success = np.zeros(episodes + failures, bool)
+    t0 = time.time()
+    for e in range(episodes + failures):
+        fail_dir = 0.0 if e < episodes else float(rng.choice([-1.0, 1.0]))
+        speed = float(rng.uniform(0.15, 0.3))
+        obs = env.reset(seed=[seed + e])
+        frames[e, 0] = obs["images"]["base_camera"][0].numpy()
+        phase, n = 0, 0
+        for _ in range(max_steps):
+            a, phase = _scripted_pushcube_action(u, phase, fail_dir, rng, speed)
+            res = env.chunk_step(a.reshape(1, 1, 4))
+            n += 1
+            last = res.final_obs if res.final_obs is not None else res.obs
+            frames[e, n] = last["images"]["base_camera"][0].numpy()
+            if bool(res.done.any()):
+                success[e] = bool(res.episode["success_once"][0] > 0)
+                break
+        lengths[e] = n + 1
+        print(f"episode {e}: {n + 1} frames, success={success[e]} ({time.time() - t0:.0f}s)", flush=True)
+    env.close()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "episodes.npz"
+    np.savez_compressed(path, frames=frames, lengths=lengths, success=success,
+                        instruction=np.array(env.instruction))
+    return path
+
+
+def load_episodes(data: Path):
+    """``episodes.npz`` -> list of Episode."""
+    from policies.critics.labels import Episode
+
+    f = data / "episodes.npz" if data.is_dir() else data
+    if not f.is_file():
+        raise FileNotFoundError(f"no episodes at '{f}'; record some with `train_critic.py record --out {data}`")
+    z = np.load(f)
+    instr = str(z["instruction"])
+    return [Episode(torch.from_numpy(z["frames"][i, : int(n)]), instr, bool(s))
+            for i, (n, s) in enumerate(zip(z["lengths"], z["success"], strict=True))]
+
+
+# -- training -------------------------------------------------------------------------------------
+def train(args) -> dict:
+    from policies.critics import CriticTrainConfig, ProcessRewardConfig, ProcessRewardCritic, train_critic
+    from policies.critics.metrics import critic_quality
+    from simulators.maniskill import INSTRUCTIONS
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    episodes = load_episodes(Path(args.data))
+    rng = np.random.default_rng(args.seed)
+    order = rng.permutation(len(episodes))
+    n_test = max(2, int(len(episodes) * args.holdout))
+    test = [episodes[i] for i in order[:n_test]]
+    train_eps = [episodes[i] for i in order[n_test:]]
+    if not any(e.success for e in test):
+        raise SystemExit("held-out split has no successful episode; record more episodes or raise --holdout")
+    image_size = int(episodes[0].frames.shape[1])
+    critic = ProcessRewardCritic(ProcessRewardConfig(image_size=image_size))
+    other = [s for s in INSTRUCTIONS.values() if s != episodes[0].instruction]
+    before = critic_quality(critic, test)
+    print("untrained critic on held-out episodes:", json.dumps(before))
+    tcfg = CriticTrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
+    log = train_critic(critic, train_eps, tcfg, distractor_instructions=other, log_every=max(1, args.steps // 10))
+    after = critic_quality(critic, test)
+    print("trained critic on held-out episodes:  ", json.dumps(after))
+    out = Path(args.out)
+    critic.save_pretrained(out)
+    report = {"untrained": before, "trained": after, "train_episodes": len(train_eps),
+              "heldout_episodes": len(test), "steps": args.steps, "final_loss": log[-1]["loss"] if log else None}
+    (out / "quality.json").write_text(json.dumps(report, indent=2))
+    print(f"saved critic to {out}")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("record", help="record scripted ManiSkill PushCube episodes")
+    r.add_argument("--out", required=True)
+    r.add_argument("--episodes", type=int, default=48, help="successful (scripted) episodes")
+    r.add_argument("--failures", type=int, default=16, help="failing episodes (sideways pushes)")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--image-size", type=int, default=64)
+    r.add_argument("--max-steps", type=int, default=40)
+    t = sub.add_parser("train", help="train a critic on recorded episodes")
+    t.add_argument("--data", required=True)
+    t.add_argument("--out", required=True)
+    t.add_argument("--steps", type=int, default=600)
+    t.add_argument("--batch-size", type=int, default=32)
+    t.add_argument("--lr", type=float, default=3e-4)
+    t.add_argument("--holdout", type=float, default=0.25)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    if args.cmd == "record":
+        path = record(Path(args.out), args.episodes, args.failures, args.seed, args.image_size, args.max_steps)
+        print(f"saved {path}")
+    else:
+        train(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""The body of ``vlarl-eval`` (``vlarl.cli.eval_main`` parses nothing itself and calls ``main``).
+
+    vlarl-eval checkpoint=<dir> [env=...] [env.task=...] episodes=.. seed=.. num_envs=.. video_episodes=..
+    vlarl-eval checkpoint=<dir> suite=libero_spatial [tasks=[0,3]] [num_envs=..] [video_episodes=..]
+    vlarl-eval --compare a/eval.json b/eval.json [metric=success_at_end]
+
+Every user error is one line on stderr (exit code 2) naming the problem and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+PROG = "vlarl-eval"
+
+
+def _fail(msg: str) -> int:
+    print(f"{PROG}: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def compare_main(args: list[str]) -> int:
+    """``--compare a.json b.json [metric=...]``: side-by-side table with differences and significance."""
+    from vlarl.evaluation.report import compare, compare_table, load_result
+
+    paths = [a for a in args if "=" not in a]
+    opts = dict(a.split("=", 1) for a in args if "=" in a)
+    metric = opts.pop("metric", "success_once")
+    if len(paths) != 2 or opts:
+        return _fail("usage: vlarl-eval --compare <a/eval.json> <b/eval.json> [metric=success_once|success_at_end]")
+    if metric not in ("success_once", "success_at_end"):
+        return _fail(f"metric={metric} is unknown; use metric=success_once or metric=success_at_end")
+    try:
+        a, b = load_result(paths[0]), load_result(paths[1])
+    except (OSError, ValueError) as e:
+        return _fail(str(e))
+    if a.get("suite") != b.get("suite") or (a.get("protocol") or {}).get("standard") != (
+        b.get("protocol") or {}
+    ).get("standard"):
+        print(f"[{PROG}] note: the results come from different suites/protocols "
+              f"({a.get('suite') or a.get('task')} vs {b.get('suite') or b.get('task')})", file=sys.stderr)
+    print(compare_table(compare(a, b, metric), paths[0], paths[1], metric))
+    return 0
+
+
+def _env_from_saved(saved: dict[str, Any]) -> Any:
+    from simulators.registry import env_config_class
+
+    klass = env_config_class(saved["name"])
+    names = {f.name for f in fields(klass)}
+    return klass(**{k: v for k, v in saved.items() if k in names})
+
+
+def main(args: list[str]) -> int:
+    if args and args[0] == "--compare":
+        return compare_main(args[1:])
+    from policies.base import CheckpointError, Policy
+    from simulators.base import EnvError
+    from simulators.registry import env_class, make_env
+    from vlarl.checkpoint import load_env_config
+    from vlarl.config import ConfigError, load_eval_config
+    from vlarl.evaluation.protocol import check_policy_fits_env, evaluate
+    from vlarl.evaluation.suites import SuiteError, build_env_config, evaluate_suite, get_suite, suite_tasks
+
+    given = {a.split("=", 1)[0] for a in args if "=" in a}
+    user_env_keys = [k.split(".", 1)[1] for k in given if k.startswith("env.")]
+    try:
+        if "checkpoint" not in given:
+            raise ConfigError("missing checkpoint=<policy directory> (e.g. <run_dir>/checkpoints/latest)")
+        cfg = load_eval_config(args)
+        if cfg.episodes < 1 or cfg.num_envs < 1 or cfg.video_episodes < 0:
+            raise ConfigError("episodes and num_envs must be >= 1 and video_episodes >= 0")
+        policy = Policy.from_pretrained(cfg.checkpoint)
+        saved = load_env_config(cfg.checkpoint)
+        saved_cfg = _env_from_saved(saved) if saved else None
+        user_env = {k: getattr(cfg.env, k) for k in user_env_keys}
+        suite = get_suite(cfg.suite) if cfg.suite else None
+        if suite is not None:
+            env_cfg = build_env_config(suite, saved_cfg, user_env)
+            first = suite_tasks(suite, env_cfg, list(cfg.tasks) or None)[0]
+            probe_cfg = type(env_cfg)(**{**asdict(env_cfg), **first.env_values})
+            label = suite.name
+        else:
+            if cfg.tasks:
+                raise ConfigError("tasks=[...] selects tasks of a suite; add suite=<name> or use env.task=<task>")
+            env_cfg = cfg.env
+            if saved_cfg is not None and "env" not in given:
+                env_cfg = type(saved_cfg)(**{**asdict(saved_cfg), **user_env})
+            elif "task" not in user_env and policy.spec.task:
+                env_cfg.task = policy.spec.task
+            probe_cfg, label = env_cfg, env_cfg.task
+        check = getattr(env_class(probe_cfg.name), "validate_config", None)
+        if check is not None:
+            check(probe_cfg)
+        probe = make_env(probe_cfg, num_envs=1)
+        try:
+            check_policy_fits_env(policy, probe.spec, f"env {probe.spec.task or probe_cfg.task}")
+        finally:
+            probe.close()
+    except (ConfigError, EnvError, CheckpointError, SuiteError) as e:
+        return _fail(str(e))
+    policy.eval()
+    seed = cfg.seed if (suite is None or "seed" in given) else suite.seed
+    out = Path(cfg.output) if cfg.output else Path(cfg.checkpoint) / "eval" / f"{label}_seed{seed}"
+    extra = {"checkpoint": str(Path(cfg.checkpoint).resolve())}
+    try:
+        if suite is None:
+            summary = evaluate(policy, env_cfg, cfg.episodes, cfg.seed, cfg.num_envs, out, cfg.video_episodes,
+                               cfg.deterministic, extra={**extra, "env_config": asdict(env_cfg)})
+        else:
+            summary = evaluate_suite(
+                policy, suite, cfg.num_envs, out, cfg.video_episodes, cfg.deterministic, extra=extra,
+                env_cfg=env_cfg, tasks=list(cfg.tasks) or None,
+                episodes_per_task=cfg.episodes if "episodes" in given else 0, seed=seed,
+            )
+    except (EnvError, SuiteError) as e:
+        return _fail(str(e))
+    from vlarl.evaluation.report import markdown_table
+
+    lo, hi = summary["success_once_ci95"]
+    print(markdown_table(summary))
+    print(json.dumps({k: summary.get(k) for k in ("suite", "task", "episodes", "success_once", "success_once_ci95",
+                                                  "success_at_end", "return") if k in summary}))
+    print(f"[{PROG}] success_once={summary['success_once']:.3f} [95% CI {lo:.3f}, {hi:.3f}] over "
+          f"{summary['episodes']} episodes; wrote {out / 'eval.json'}, eval.md, eval.svg"
+          + (f" and {len(summary['videos'])} video(s)" if summary.get("videos") else ""))
+    return 0

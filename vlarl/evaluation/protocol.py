@@ -1,0 +1,243 @@
+"""Pinned evaluation protocol: episode ``k`` of a task always starts from seed ``seed + k`` (and, where
+the simulator has standard initial states, from ``reset_state_id = k % num_init_states``).
+
+Results therefore do not depend on how many envs run in parallel, and held-out seeds (1,000,000 and
+up by default) never meet the training seeds (small integers from ``seed``). Success rates come with
+95% Wilson confidence intervals; chosen episodes are rendered into MP4s (tiled side by side, framed
+green on success and red on failure). ``evaluate`` is one task; ``evaluate_tasks`` a list of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from simulators.base import EPISODE_METRICS
+from simulators.registry import make_env
+from vlarl.data.metrics import wilson_interval
+
+
+@dataclass
+class TaskPlan:
+    """The episodes of one task: ``seeds[k]`` (and ``reset_state_ids[k]``) start episode k."""
+
+    task: str
+    env_cfg: Any
+    seeds: list[int]
+    reset_state_ids: list[int] | None = None
+
+
+def plan_task(env_cfg: Any, episodes: int, seed: int, num_init_states: int = 0) -> TaskPlan:
+    ids = [k % num_init_states for k in range(episodes)] if num_init_states > 0 else None
+    return TaskPlan(str(getattr(env_cfg, "task", "")), env_cfg, [seed + k for k in range(episodes)], ids)
+
+
+def _policy_actions(policy: Any, obs: dict[str, Any], deterministic: bool) -> torch.Tensor:
+    with torch.no_grad():
+        return policy.act(obs) if deterministic else policy.sample(obs).actions
+
+
+def _pad(xs: list[int], n: int) -> list[int]:
+    """Fill a short last batch with repeats of its last id (those extra envs are not counted)."""
+    return xs + [xs[-1]] * (n - len(xs))
+
+
+def check_policy_fits_env(policy: Any, spec: Any, where: str) -> None:
+    """Raise a one-line error when the checkpoint cannot act in the env (dims, cameras)."""
+    from simulators.base import EnvError
+
+    ps = policy.spec
+    if spec.state_dim != ps.state_dim or spec.action_dim != ps.action_dim:
+        raise EnvError(f"checkpoint expects state_dim={ps.state_dim}, action_dim={ps.action_dim} but {where} gives "
+                       f"state_dim={spec.state_dim}, action_dim={spec.action_dim}; pass the env settings it was "
+                       f"trained on (env.obs_mode, env.control_mode, ...) or choose tasks with the same spaces")
+    missing = [k for k in ps.image_keys if k not in spec.image_keys]
+    if missing:
+        raise EnvError(f"checkpoint needs cameras {missing} that {where} does not render (it has "
+                       f"{list(spec.image_keys)}); set env.obs_mode=rgb / env.cameras")
+
+
+def run_plan(policy: Any, plan: TaskPlan, num_envs: int, deterministic: bool = True, bar: Any = None) -> list[dict]:
+    """Run every episode of ``plan``; one metrics dict per episode, in episode order."""
+    episodes = len(plan.seeds)
+    num_envs = max(1, min(num_envs, episodes))
+    env = make_env(plan.env_cfg, num_envs=num_envs)
+    results: list[dict[str, Any]] = []
+    try:
+        if hasattr(policy, "spec"):
+            check_policy_fits_env(policy, env.spec, f"task {plan.task}")
+        for start in range(0, episodes, num_envs):
+            n = min(num_envs, episodes - start)
+            seeds = _pad(plan.seeds[start : start + n], num_envs)
+            ids = _pad(plan.reset_state_ids[start : start + n], num_envs) if plan.reset_state_ids else None
+            obs = env.reset(seed=seeds, reset_state_ids=ids)
+            finished: dict[int, dict[str, Any]] = {}
+            while len(finished) < n:
+                res = env.chunk_step(_policy_actions(policy, obs, deterministic))
+                for i in torch.nonzero(res.done).flatten().tolist():
+                    if i < n and i not in finished:
+                        ep: dict[str, Any] = {k: float(res.episode[k][i]) for k in EPISODE_METRICS}
+                        ep.update(task=plan.task, episode=start + i, seed=seeds[i])
+                        if ids is not None:
+                            ep["reset_state_id"] = ids[i]
+                        finished[i] = ep
+                        if bar is not None:
+                            bar.update(1)
+                obs = res.obs
+            results.extend(finished[i] for i in range(n))
+    finally:
+        env.close()
+    return results
+
+
+def run_episodes(
+    policy: Any, env_cfg: Any, episodes: int, seed: int, num_envs: int, deterministic: bool = True,
+    progress: bool = True, desc: str = "eval",
+) -> list[dict[str, Any]]:
+    """Run ``episodes`` episodes of ``env_cfg``'s task, episode k from seed ``seed + k``."""
+    with tqdm(total=episodes, desc=desc, unit="ep", disable=not progress, leave=False) as bar:
+        return run_plan(policy, plan_task(env_cfg, episodes, seed), num_envs, deterministic, bar)
+
+
+def summarize(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """success rates with Wilson 95% CIs (+ the success counts, for comparisons), mean return/length."""
+    n = len(episodes)
+    out: dict[str, Any] = {"episodes": n}
+    for key in ("success_once", "success_at_end"):
+        k = int(sum(e[key] > 0.5 for e in episodes))
+        lo, hi = wilson_interval(k, n)
+        out[key] = k / n if n else float("nan")
+        out[f"{key}_ci95"] = [lo, hi]
+        out[f"{key}_count"] = k
+    out["return"] = float(np.mean([e["return"] for e in episodes])) if n else float("nan")
+    out["episode_len"] = float(np.mean([e["episode_len"] for e in episodes])) if n else float("nan")
+    return out
+
+
+def record_video(
+    policy: Any, env_cfg: Any, path: str | Path, episodes: int, seed: int, deterministic: bool = True, fps: int = 20,
+    reset_state_ids: list[int] | None = None,
+) -> Path | None:
+    """Render episodes ``seed .. seed+episodes-1`` (the same episodes the metrics ran) side by side
+    into one MP4 at ``path``."""
+    if episodes <= 0:
+        return None
+    import imageio.v2 as imageio
+
+    env = make_env(env_cfg, num_envs=episodes, render=True)
+    try:
+        obs = env.reset(seed=[seed + i for i in range(episodes)],
+                        reset_state_ids=reset_state_ids[:episodes] if reset_state_ids else None)
+        first = env.render()
+        if first is None:
+            raise RuntimeError(f"env '{env_cfg.name}' returned no frame from render(); it cannot record videos")
+        frames = [first]
+        done = np.zeros(episodes, dtype=bool)
+        success = np.zeros(episodes, dtype=bool)
+        last = frames[0].copy()
+        while not done.all():
+            res = env.chunk_step(_policy_actions(policy, obs, deterministic))
+            frame = env.render()
+            for i in range(episodes):
+                if done[i]:
+                    frame[i] = last[i]  # hold the final frame of finished episodes
+                elif bool(res.done[i]):
+                    done[i] = True
+                    success[i] = bool(res.episode["success_once"][i] > 0.5)
+            last = frame.copy()
+            frames.append(frame)
+            obs = res.obs
+        # colour a border on the final frames: green for success, red for failure
+        tail = []
+        for _ in range(fps):
+            f = frames[-1].copy()
+            for i in range(episodes):
+                color = np.array([40, 200, 40] if success[i] else [220, 40, 40], dtype=np.uint8)
+                f[i, :6], f[i, -6:], f[i, :, :6], f[i, :, -6:] = color, color, color, color
+            tail.append(f)
+        tiled = [np.concatenate(list(f), axis=1) for f in frames + tail]
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        imageio.mimwrite(str(path), tiled, fps=fps, codec="libx264", quality=7, macro_block_size=1)
+        return path
+    finally:
+        env.close()
+
+
+def _plain(x: Any) -> Any:
+    return dataclasses.asdict(x) if dataclasses.is_dataclass(x) else x
+
+
+def evaluate_tasks(
+    policy: Any, plans: list[TaskPlan], num_envs: int, output_dir: str | Path | None = None,
+    video_episodes: int = 0, deterministic: bool = True, progress: bool = True,
+    extra: dict[str, Any] | None = None, single_video_name: str | None = None,
+) -> dict[str, Any]:
+    """Evaluate every task of ``plans``; overall metrics pool all episodes, ``tasks`` holds per-task ones.
+
+    With ``output_dir``: ``eval.json`` (summary + per-episode rows), ``eval.md`` (table), ``eval.svg``
+    (per-task success plot) and MP4s of the first ``video_episodes`` episodes of each task
+    (``videos/<task>.mp4``, or ``single_video_name`` for a one-task evaluation).
+    """
+    from vlarl.evaluation.report import write_markdown, write_success_plot
+
+    t0 = time.time()
+    per_episode: list[dict[str, Any]] = []
+    tasks: dict[str, dict[str, Any]] = {}
+    total = sum(len(p.seeds) for p in plans)
+    with tqdm(total=total, desc="eval", unit="ep", disable=not progress, leave=False) as bar:
+        for plan in plans:
+            eps = run_plan(policy, plan, num_envs, deterministic, bar)
+            per_episode.extend(eps)
+            tasks[plan.task] = {**summarize(eps), "seeds": [plan.seeds[0], plan.seeds[-1]] if plan.seeds else []}
+    summary = summarize(per_episode)
+    first = plans[0].seeds if plans else []
+    summary.update(
+        task=plans[0].task if len(plans) == 1 else "",
+        seed_start=first[0] if first else 0,
+        seeds=[first[0], first[-1]] if first else [],
+        deterministic=deterministic,
+        policy=getattr(policy, "name", type(policy).__name__),
+        wall_s=time.time() - t0,
+        **(extra or {}),
+    )
+    summary["tasks"] = tasks
+    if output_dir is not None:
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        if video_episodes > 0:
+            videos = {}
+            for plan in plans:
+                name = single_video_name if (single_video_name and len(plans) == 1) else f"videos/{plan.task}.mp4"
+                n = min(video_episodes, len(plan.seeds))
+                videos[plan.task] = str(record_video(policy, plan.env_cfg, out / name, n, plan.seeds[0],
+                                                     deterministic, reset_state_ids=plan.reset_state_ids))
+            summary["videos"] = videos
+            summary["video"] = next(iter(videos.values()))
+        summary["wall_s"] = time.time() - t0
+        (out / "eval.json").write_text(json.dumps({**summary, "per_episode": per_episode}, indent=2, default=_plain))
+        write_markdown(summary, out / "eval.md")
+        write_success_plot(summary, out / "eval.svg")
+    return summary
+
+
+def evaluate(
+    policy: Any, env_cfg: Any, episodes: int, seed: int, num_envs: int, output_dir: str | Path | None = None,
+    video_episodes: int = 0, deterministic: bool = True, progress: bool = True, extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Evaluate one task and (if ``output_dir``) write ``eval.json``/``eval.md``/``eval.svg`` (+ ``eval.mp4``).
+
+    Returns the summary: success_once, success_once_ci95, success_at_end, return, episodes, seeds,
+    video (when recorded), tasks (per-task breakdown), ...
+    """
+    plan = plan_task(env_cfg, episodes, seed)
+    return evaluate_tasks(policy, [plan], num_envs, output_dir, video_episodes, deterministic, progress,
+                          extra, single_video_name="eval.mp4")

@@ -1,0 +1,179 @@
+"""Dense per-chunk rewards from a process-reward critic, mixed with the env reward.
+
+Pure functions on [N, B] tensors (N = chunk steps, B = envs), plus ``apply_process_reward``: the one call
+the runner makes after ``collect`` to turn a ``Trajectory`` into one whose ``rewards`` are
+
+    rewards = env_weight * r_env + critic_weight * r_critic
+
+Frames: ``frames[t]`` is the observation a chunk step started from (``traj.obs["images"][camera][t]``)
+and ``next_frames[t]`` the frame at the end of that chunk step: the final observation where the
+episode ended inside the chunk, else the next observation. The runner stores the latter in
+``traj.extras[next_frames_key(camera)]`` (see ``end_of_chunk_frames``).
+
+Reward modes (``RewardConfig.mode``):
+    delta      r_t = progress(frames[t] -> next_frames[t])                    (per-step delta)
+    potential  r_t = gamma * phi(next_t) * (1 - terminated_t) - phi(frames[t]),
+               phi(x) = progress(episode's first frame -> x)                 (potential-based shaping)
+    terminal   r_t = phi(next_t) where the episode ended in step t, else 0   (one reward per episode)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+REWARD_MODES = ("delta", "potential", "terminal")
+
+
+@dataclass
+class RewardConfig:
+    """The ``reward`` config group: which process reward (if any) is added to the env reward."""
+
+    name: str = "none"  # "none" | "vlm_critic"
+    critic_path: str = ""  # a directory written by ProcessRewardCritic.save_pretrained
+    mode: str = "delta"  # "delta" | "potential" | "terminal"
+    env_weight: float = 1.0
+    critic_weight: float = 1.0
+    camera: str = ""  # image key the critic reads; "" = the first camera of the env
+    batch_size: int = 64  # frame pairs per critic forward
+    reference_path: str = ""  # episodes.npz with a successful episode used as in-context reference; "" = none
+    reference_frames: int = 4
+    done_threshold: float = 0.5
+    done_ends_episode: bool = False  # treat done_prob > done_threshold as termination (no success detector)
+    device: str = "cpu"
+
+    @property
+    def enabled(self) -> bool:
+        return self.name != "none"
+
+
+def validate_reward_config(cfg: RewardConfig) -> None:
+    """One-line errors naming the key and the fix."""
+    if cfg.name not in ("none", "vlm_critic"):
+        raise ValueError(f"reward.name='{cfg.name}' is unknown; choose reward=none or reward=vlm_critic")
+    if not cfg.enabled:
+        return
+    if cfg.mode not in REWARD_MODES:
+        raise ValueError(f"reward.mode='{cfg.mode}' is unknown; choose one of {list(REWARD_MODES)}")
+    if not cfg.critic_path:
+        raise ValueError("reward.critic_path is empty; set it to a critic trained with scripts/train_critic.py")
+    if cfg.batch_size < 1:
+        raise ValueError(f"reward.batch_size={cfg.batch_size} must be >= 1")
+    if not 0.0 <= cfg.done_threshold <= 1.0:
+        raise ValueError(f"reward.done_threshold={cfg.done_threshold} must lie in [0, 1]")
+
+
+def next_frames_key(camera: str) -> str:
+    return f"next_images.{camera}"
+
+
+def end_of_chunk_frames(results: list[Any], camera: str) -> torch.Tensor:
+    """Frames at the end of one chunk step from the env workers' ``ChunkStepResult``s: uint8 [B, H, W, 3].
+
+    ``final_obs`` rows hold the episode's last frame where it ended and the current frame elsewhere.
+    """
+    parts = [(r.final_obs if r.final_obs is not None else r.obs)["images"][camera] for r in results]
+    return torch.cat(parts)
+
+
+def mix_rewards(r_env: torch.Tensor, r_critic: torch.Tensor, env_weight: float, critic_weight: float) -> torch.Tensor:
+    """env_weight * r_env + critic_weight * r_critic (same shape)."""
+    if r_env.shape != r_critic.shape:
+        raise ValueError(f"env reward {tuple(r_env.shape)} and critic reward {tuple(r_critic.shape)} differ in shape")
+    return env_weight * r_env + critic_weight * r_critic
+
+
+def episode_ended(dones: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
+    """bool [N, B]: an episode ended (terminated or truncated) inside chunk step t."""
+    return (dones > 0) | (truncated > 0)
+
+
+def episode_start_frames(frames: torch.Tensor, ended: torch.Tensor, carry: torch.Tensor | None) -> torch.Tensor:
+    """First frame of the episode each step belongs to: uint8 [N, B, H, W, 3].
+
+    frames: [N, B, H, W, 3]; ended: bool [N, B]; carry: [B, H, W, 3] start frames of the episodes running
+    when the trajectory began (None = they began at frames[0]). After an end at t, frames[t+1] (the reset
+    observation) starts the next episode.
+    """
+    N = frames.shape[0]
+    start = torch.empty_like(frames)
+    cur = frames[0].clone() if carry is None else carry.clone()
+    for t in range(N):
+        start[t] = cur
+        if t + 1 < N:
+            m = ended[t]
+            cur[m] = frames[t + 1][m]
+    return start
+
+
+def potential_shaping(phi: torch.Tensor, phi_next: torch.Tensor, terminated: torch.Tensor, gamma: float) -> torch.Tensor:
+    """gamma * phi(s') * (1 - terminated) - phi(s): Ng et al.'s shaping, which keeps optimal policies."""
+    return gamma * phi_next * (1.0 - terminated.float()) - phi
+
+
+def phi_of_current(phi_next: torch.Tensor, ended: torch.Tensor, carry_phi: torch.Tensor | None) -> torch.Tensor:
+    """phi(frames[t]) from phi(next_frames[t-1]): 0 at an episode's first frame (progress from itself).
+
+    phi_next, ended: [N, B]; carry_phi: [B] phi of the frame the trajectory starts from (None = 0).
+    """
+    phi = torch.zeros_like(phi_next)
+    if carry_phi is not None:
+        phi[0] = carry_phi
+    phi[1:] = torch.where(ended[:-1], torch.zeros_like(phi_next[:-1]), phi_next[:-1])
+    return phi
+
+
+def terminal_reward(phi_next: torch.Tensor, ended: torch.Tensor) -> torch.Tensor:
+    """Episode progress paid once, at the chunk step where the episode ended."""
+    return torch.where(ended, phi_next, torch.zeros_like(phi_next))
+
+
+def critic_done_terminations(done_prob: torch.Tensor, threshold: float) -> torch.Tensor:
+    """float [N, B]: 1 where the critic says the task is done (for runs without a success detector)."""
+    return (done_prob > threshold).float()
+
+
+def _call(method: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call a worker method on a plain object or a Ray actor handle."""
+    if hasattr(method, "remote"):
+        import ray
+
+        return ray.get(method.remote(*args, **kwargs))
+    return method(*args, **kwargs)
+
+
+def apply_process_reward(traj: Any, worker: Any, cfg: RewardConfig, gamma: float) -> dict[str, float]:
+    """Replace ``traj.rewards`` by the mix of env and critic reward; returns metrics to log.
+
+    traj: a ``vlarl.data.Trajectory`` whose ``extras`` hold ``next_frames_key(camera)`` [N, B, H, W, 3];
+    worker: a ``RewardWorker`` or its Ray actor handle. Keeps the env reward in ``extras["env_reward"]``
+    and writes ``extras["critic_reward"]`` and ``extras["critic_done_prob"]`` ([N, B] each).
+    """
+    if not cfg.enabled:
+        return {}
+    camera = cfg.camera or next(iter(traj.obs["images"]), "")
+    if camera not in traj.obs["images"]:
+        raise ValueError(f"reward.camera='{camera}' is not among the env's cameras {list(traj.obs['images'])}; "
+                         f"use an env with obs_mode=rgb and set reward.camera to one of them")
+    key = next_frames_key(camera)
+    if key not in traj.extras:
+        raise ValueError(f"trajectory has no extras['{key}']; the runner must store end-of-chunk frames "
+                         f"(vlarl.rewards.end_of_chunk_frames) for the critic")
+    ended = episode_ended(traj.dones, traj.truncated)
+    out = _call(worker.critic_rewards, traj.obs["images"][camera], traj.extras[key], ended, traj.dones,
+                list(traj.obs["instruction"]), gamma)
+    r_env = traj.rewards
+    traj.extras["env_reward"] = r_env
+    traj.extras["critic_reward"] = out["reward"]
+    traj.extras["critic_done_prob"] = out["done_prob"]
+    traj.rewards = mix_rewards(r_env, out["reward"], cfg.env_weight, cfg.critic_weight)
+    if cfg.done_ends_episode:
+        traj.dones = torch.maximum(traj.dones, critic_done_terminations(out["done_prob"], cfg.done_threshold))
+    return {
+        "reward/env": float(r_env.mean()),
+        "reward/critic": float(out["reward"].mean()),
+        "reward/mixed": float(traj.rewards.mean()),
+        "reward/critic_done_rate": float((out["done_prob"] > cfg.done_threshold).float().mean()),
+    }
