@@ -1,0 +1,140 @@
+"""Reward maths (hand-computed) and the reward worker's batched scoring on a tiny critic."""
+
+import pytest
+import torch
+
+from vlarl import rewards as R
+from vlarl.data import Trajectory
+from vlarl.workers.reward_worker import RewardWorker
+
+from .conftest import INSTRUCTION
+
+
+def test_mix_rewards():
+    r = R.mix_rewards(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.5, -0.2]]), env_weight=2.0, critic_weight=0.5)
+    torch.testing.assert_close(r, torch.tensor([[2.25, -0.1]]))
+    with pytest.raises(ValueError, match="differ in shape"):
+        R.mix_rewards(torch.zeros(2, 1), torch.zeros(1, 2), 1.0, 1.0)
+
+
+def test_potential_shaping_by_hand():
+    phi = torch.tensor([[0.0], [0.2], [0.5]])
+    phi_next = torch.tensor([[0.2], [0.5], [0.9]])
+    term = torch.tensor([[0.0], [0.0], [1.0]])
+    r = R.potential_shaping(phi, phi_next, term, gamma=0.9)
+    torch.testing.assert_close(r, torch.tensor([[0.18], [0.25], [-0.5]]))
+
+
+def test_phi_of_current_and_terminal_reward():
+    phi_next = torch.tensor([[0.2, 0.1], [0.5, 0.3], [0.9, 0.4]])
+    ended = torch.tensor([[False, False], [True, False], [False, False]])
+    phi = R.phi_of_current(phi_next, ended, carry_phi=torch.tensor([0.0, 0.05]))
+    torch.testing.assert_close(phi, torch.tensor([[0.0, 0.05], [0.2, 0.1], [0.0, 0.3]]))
+    torch.testing.assert_close(R.terminal_reward(phi_next, ended), torch.tensor([[0.0, 0.0], [0.5, 0.0], [0.0, 0.0]]))
+
+
+def test_episode_start_frames_follow_resets():
+    frames = torch.arange(4).view(4, 1, 1, 1, 1).expand(4, 2, 1, 1, 3).to(torch.uint8).clone()
+    frames[:, 1] += 10
+    ended = torch.tensor([[False, True], [True, False], [False, False], [False, False]])
+    start = R.episode_start_frames(frames, ended, carry=None)
+    assert start[:, 0, 0, 0, 0].tolist() == [0, 0, 2, 2]
+    assert start[:, 1, 0, 0, 0].tolist() == [10, 11, 11, 11]
+    carry = torch.full((2, 1, 1, 3), 99, dtype=torch.uint8)
+    assert R.episode_start_frames(frames, ended, carry)[:, 0, 0, 0, 0].tolist() == [99, 99, 2, 2]
+
+
+def test_config_validation_errors_name_the_key():
+    R.validate_reward_config(R.RewardConfig())
+    with pytest.raises(ValueError, match="reward.critic_path"):
+        R.validate_reward_config(R.RewardConfig(name="vlm_critic"))
+    with pytest.raises(ValueError, match="reward.mode"):
+        R.validate_reward_config(R.RewardConfig(name="vlm_critic", critic_path="x", mode="dense"))
+    with pytest.raises(ValueError, match="reward=none or reward=vlm_critic"):
+        R.validate_reward_config(R.RewardConfig(name="clip"))
+
+
+def _trajectory(N=3, B=2, size=32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    frames = torch.randint(0, 256, (N + 1, B, size, size, 3), generator=g, dtype=torch.uint8)
+    z = torch.zeros(N, B)
+    traj = Trajectory(obs={"state": torch.zeros(N, B, 4), "images": {"base_camera": frames[:N]},
+                           "instruction": [INSTRUCTION] * B},
+                      replay={}, logprob=torch.zeros(N, B, 1, 1), values=z.clone(), rewards=torch.ones(N, B),
+                      dones=z.clone(), truncated=z.clone(), final_values=z.clone(), next_value=torch.zeros(B))
+    traj.extras[R.next_frames_key("base_camera")] = frames[1:]
+    return traj, frames
+
+
+def _worker(critic, tmp_path, **kw):
+    cfg = R.RewardConfig(name="vlm_critic", critic_path=str(critic.save_pretrained(tmp_path / "c")), **kw)
+    return RewardWorker(cfg)
+
+
+def test_worker_delta_reward_equals_the_critic_on_each_chunk_step(tiny_critic, tmp_path):
+    traj, frames = _trajectory()
+    worker = _worker(tiny_critic, tmp_path, batch_size=4, env_weight=1.0, critic_weight=0.5)
+    metrics = R.apply_process_reward(traj, worker, worker.cfg, gamma=0.9)
+    N, B = 3, 2
+    prog, done = tiny_critic.score(frames[:N].reshape(N * B, 32, 32, 3), frames[1:].reshape(N * B, 32, 32, 3),
+                                   [INSTRUCTION] * (N * B))
+    torch.testing.assert_close(traj.extras["critic_reward"], prog.view(N, B), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(traj.rewards, 1.0 + 0.5 * prog.view(N, B), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(traj.extras["env_reward"], torch.ones(N, B))
+    assert set(metrics) == {"reward/env", "reward/critic", "reward/mixed", "reward/critic_done_rate"}
+
+
+def test_worker_batch_size_does_not_change_rewards(tiny_critic, tmp_path):
+    outs = []
+    for bs in (1, 64):
+        traj, _ = _trajectory(seed=3)
+        w = _worker(tiny_critic, tmp_path / str(bs), batch_size=bs, mode="potential")
+        R.apply_process_reward(traj, w, w.cfg, gamma=0.9)
+        outs.append(traj.rewards)
+    torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-4)
+
+
+def test_potential_rewards_carry_across_trajectories(tiny_critic, tmp_path):
+    """Two half trajectories give the same shaping as one whole one (start frame and phi are carried)."""
+    traj, frames = _trajectory(N=4, seed=5)
+    traj.dones[1, 0] = 1.0  # env 0 ends at step 1 and restarts at frame 2
+    w_full = _worker(tiny_critic, tmp_path / "a", mode="potential")
+    full = w_full.critic_rewards(frames[:4], frames[1:5], traj.dones.bool(), traj.dones, [INSTRUCTION] * 2, 0.9)
+    w_half = _worker(tiny_critic, tmp_path / "b", mode="potential")
+    ended = traj.dones.bool()
+    h1 = w_half.critic_rewards(frames[:2], frames[1:3], ended[:2], traj.dones[:2], [INSTRUCTION] * 2, 0.9)
+    h2 = w_half.critic_rewards(frames[2:4], frames[3:5], ended[2:], traj.dones[2:], [INSTRUCTION] * 2, 0.9)
+    torch.testing.assert_close(torch.cat([h1["reward"], h2["reward"]]), full["reward"], atol=1e-5, rtol=1e-4)
+    assert full["reward"].shape == (4, 2)
+
+
+def test_terminal_reward_only_where_episodes_end(tiny_critic, tmp_path):
+    traj, _ = _trajectory(N=3, seed=2)
+    traj.truncated[2, 1] = 1.0
+    w = _worker(tiny_critic, tmp_path, mode="terminal", env_weight=0.0)
+    R.apply_process_reward(traj, w, w.cfg, gamma=0.9)
+    nz = traj.extras["critic_reward"] != 0
+    assert nz.tolist() == [[False, False], [False, False], [False, True]]
+
+
+def test_done_can_end_episodes(tiny_critic, tmp_path):
+    traj, _ = _trajectory()
+    w = _worker(tiny_critic, tmp_path, done_ends_episode=True, done_threshold=0.0)
+    R.apply_process_reward(traj, w, w.cfg, gamma=0.9)
+    assert bool((traj.dones == 1.0).all())
+
+
+def test_missing_end_of_chunk_frames_is_a_clear_error(tiny_critic, tmp_path):
+    traj, _ = _trajectory()
+    traj.extras.clear()
+    w = _worker(tiny_critic, tmp_path)
+    with pytest.raises(ValueError, match="end_of_chunk_frames"):
+        R.apply_process_reward(traj, w, w.cfg, gamma=0.9)
+    with pytest.raises(ValueError, match="reward.camera"):
+        R.apply_process_reward(traj, w, R.RewardConfig(name="vlm_critic", critic_path="x", camera="wrist"), 0.9)
+
+
+def test_reward_none_leaves_the_trajectory_alone(tiny_critic, tmp_path):
+    traj, _ = _trajectory()
+    assert R.apply_process_reward(traj, None, R.RewardConfig(), gamma=0.9) == {}
+    torch.testing.assert_close(traj.rewards, torch.ones(3, 2))
