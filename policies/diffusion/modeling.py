@@ -1,0 +1,158 @@
+"""Diffusion policy over action chunks with diffusers schedulers, RL-ready in the DPPO way.
+
+A conditional denoiser (``ActionExpert``: chunk tokens attending to the VLM prefix) predicts the noise
+``eps(x_t, t)``; a diffusers ``DDPMScheduler`` or ``DDIMScheduler`` supplies the schedule and the
+posterior mean of each denoising step. For RL each of the last ``rl_steps`` denoising steps is a
+Gaussian policy step ``x_{t-1} ~ N(mu_theta(x_t, t), std_t^2)`` (DPPO), ``std_t`` = the scheduler's
+posterior std (DDPM) or ``eta`` times it (DDIM), floored at ``min_std`` so the likelihood stays
+proper; the chain is kept in ``replay`` and ``evaluate`` re-scores those steps. Earlier steps use
+the mean (deterministic). ``act`` runs the deterministic chain (DDIM eta = 0, or the DDPM mean)
+from the prior's mode (zeros). Actions are normalized to [-1, 1] (``clip_sample`` keeps x0 there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from diffusers import DDIMScheduler, DDPMScheduler
+
+from policies.base import ActionSample, PolicySpec
+from policies.registry import register_policy
+from policies.vlm.action_expert import ChainVLAPolicy, gaussian_entropy, gaussian_logprob
+from policies.vlm.backbone import BackboneConfig
+from policies.vlm.policy_base import LoRAConfig, coerce_nested
+
+SCHEDULERS = {"ddpm": DDPMScheduler, "ddim": DDIMScheduler}
+
+
+@dataclass
+class DiffusionPolicyConfig:
+    name: str = "diffusion"
+    backbone: BackboneConfig = field(default_factory=BackboneConfig)
+    chunk_size: int = 4  # actions per chunk (T)
+    expert_width: int = 32
+    expert_layers: int = 2
+    expert_heads: int = 2
+    scheduler: str = "ddim"  # "ddim" | "ddpm"
+    num_train_timesteps: int = 100
+    num_inference_steps: int = 5  # K denoising steps
+    beta_schedule: str = "squaredcos_cap_v2"
+    rl_steps: int = 0  # stochastic (scored) steps at the end of the chain; 0 = all K
+    ddim_eta: float = 1.0  # DDIM stochasticity of the RL steps
+    min_std: float = 0.1  # DPPO's floor on each step's std
+    use_state: bool = True
+    freeze_vlm: bool = False
+    freeze_vision: bool = False
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        coerce_nested(self)
+
+
+@register_policy("diffusion", DiffusionPolicyConfig)
+class DiffusionPolicy(ChainVLAPolicy):
+    time_scale = 1.0  # diffusers timesteps are already integers in [0, num_train_timesteps)
+
+    def __init__(self, config: DiffusionPolicyConfig, spec: PolicySpec):
+        if config.scheduler not in SCHEDULERS:
+            raise ValueError(f"policy.scheduler='{config.scheduler}' is unknown; choose one of {sorted(SCHEDULERS)}")
+        if not 1 <= config.num_inference_steps <= config.num_train_timesteps:
+            raise ValueError("policy.num_inference_steps must be in [1, policy.num_train_timesteps]")
+        if config.min_std <= 0:
+            raise ValueError(f"policy.min_std must be > 0 (it keeps log-densities finite), got {config.min_std}")
+        super().__init__(config, spec)
+        self.noise_scheduler = SCHEDULERS[config.scheduler](
+            num_train_timesteps=config.num_train_timesteps, beta_schedule=config.beta_schedule,
+            clip_sample=True, prediction_type="epsilon",
+        )
+        self.noise_scheduler.set_timesteps(config.num_inference_steps)
+        K = config.num_inference_steps
+        self.n_rl = K if config.rl_steps <= 0 else min(config.rl_steps, K)
+        self._finish_init()
+
+    @property
+    def timesteps(self) -> list[int]:
+        return [int(t) for t in self.noise_scheduler.timesteps]
+
+    def _step(self, eps: torch.Tensor, t: int, x: torch.Tensor, stochastic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Posterior mean [B, T, A] and std (scalar tensor; 0 when deterministic) of one denoising step."""
+        sch = self.noise_scheduler
+        gen = torch.Generator(device=x.device).manual_seed(0)  # keeps diffusers off the global RNG
+        if isinstance(sch, DDIMScheduler):
+            eta = self.config.ddim_eta if stochastic else 0.0
+            mean = sch.step(eps, t, x, eta=eta, variance_noise=torch.zeros_like(x)).prev_sample
+            prev_t = t - sch.config.num_train_timesteps // sch.num_inference_steps
+            std = eta * sch._get_variance(t, prev_t).to(x.device) ** 0.5
+        else:
+            x0 = sch.step(eps, t, x, generator=gen).pred_original_sample
+            prev_t = int(sch.previous_timestep(t))
+            a_t = sch.alphas_cumprod[t].to(x.device)
+            a_prev = sch.alphas_cumprod[prev_t].to(x.device) if prev_t >= 0 else torch.tensor(1.0, device=x.device)
+            alpha = a_t / a_prev
+            mean = (a_prev.sqrt() * (1 - alpha) / (1 - a_t)) * x0 + (alpha.sqrt() * (1 - a_prev) / (1 - a_t)) * x
+            std = sch._get_variance(t).to(x.device) ** 0.5 if stochastic else torch.tensor(0.0)
+        if stochastic:
+            std = std.clamp_min(self.config.min_std)
+        return mean, std.float().to(x.device)
+
+    def _chain_flags(self) -> list[bool]:
+        K = len(self.timesteps)
+        return [k >= K - self.n_rl for k in range(K)]
+
+    # -- the Policy interface ------------------------------------------------------------------
+    @torch.no_grad()
+    def sample(self, obs: dict[str, Any]) -> ActionSample:
+        memory, pad, value = self.context(obs)
+        B = memory.shape[0]
+        x = torch.randn(self.chunk_shape(B), device=self.device)
+        chain, logprob = [x], torch.zeros_like(x)
+        for t, stochastic in zip(self.timesteps, self._chain_flags(), strict=True):
+            eps, _ = self.expert(x, torch.full((B,), float(t), device=self.device), memory, pad)
+            mean, std = self._step(eps, t, x, stochastic)
+            if stochastic:
+                x = mean + std * torch.randn_like(mean)
+                logprob = logprob + gaussian_logprob(x, mean, std)
+            else:
+                x = mean
+            chain.append(x)
+        return ActionSample(self.unnormalize_actions(x), logprob, value, {"chain": torch.stack(chain, 1)})
+
+    def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]):
+        memory, pad, value = self.context(obs)
+        chain = replay["chain"].to(self.device)
+        B = chain.shape[0]
+        lp = torch.zeros_like(chain[:, 0])
+        ent = torch.zeros_like(lp)
+        for k, (t, stochastic) in enumerate(zip(self.timesteps, self._chain_flags(), strict=True)):
+            if not stochastic:
+                continue
+            x = chain[:, k]
+            eps, _ = self.expert(x, torch.full((B,), float(t), device=self.device), memory, pad)
+            mean, std = self._step(eps, t, x, True)
+            lp = lp + gaussian_logprob(chain[:, k + 1], mean, std)
+            ent = ent + gaussian_entropy(std).expand_as(lp)
+        return lp, ent, value
+
+    @torch.no_grad()
+    def act(self, obs: dict[str, Any]) -> torch.Tensor:
+        memory, pad, _ = self.context(obs)
+        B = memory.shape[0]
+        x = torch.zeros(self.chunk_shape(B), device=self.device)
+        for t in self.timesteps:
+            eps, _ = self.expert(x, torch.full((B,), float(t), device=self.device), memory, pad)
+            x, _ = self._step(eps, t, x, False)
+        return self.unnormalize_actions(x)
+
+    def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor, generator: torch.Generator | None = None):
+        """Denoising loss ||eps_theta(x_t, t) - eps||^2 on demonstration chunks [B, T, A] (env units)."""
+        a = self.normalize_actions(actions.to(self.device)).clamp(-1, 1)
+        memory, pad, _ = self.context(obs)
+        B = a.shape[0]
+        noise = torch.randn(a.shape, generator=generator).to(self.device)
+        t = torch.randint(0, self.config.num_train_timesteps, (B,), generator=generator).to(self.device)
+        xt = self.noise_scheduler.add_noise(a, noise, t)
+        eps, _ = self.expert(xt, t.float(), memory, pad)
+        return (eps - noise).pow(2).mean()

@@ -1,0 +1,93 @@
+"""A transformer action expert that attends to a VLM prefix, and the base for chain-sampling families.
+
+Flow-matching (pi0-style) and diffusion policies both denoise an action chunk ``x [B, T, A]`` at a
+time ``t`` while attending to the VLM's prefix hidden states. The expert embeds each chunk step as a
+token, adds a sinusoidal time embedding, self-attends over the chunk and cross-attends to the prefix
+(pi0 shares attention layers with the VLM; cross-attention to the final prefix states is the
+SmolVLA/GR00T-style simplification that keeps the backbone any HF VLM).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from policies.base import PolicySpec
+from policies.vlm.policy_base import VLAPolicy, value_mlp
+
+
+def timestep_embedding(t: torch.Tensor, dim: int, scale: float) -> torch.Tensor:
+    """Sinusoidal embedding of ``t * scale`` ([B] -> [B, dim])."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(10000.0) * torch.arange(half, device=t.device, dtype=torch.float32) / half)
+    args = (t.float() * scale)[:, None] * freqs[None]
+    emb = torch.cat([args.sin(), args.cos()], -1)
+    return emb if dim % 2 == 0 else torch.nn.functional.pad(emb, (0, 1))
+
+
+class ActionExpert(nn.Module):
+    """``(x [B, T, A], t [B], memory [B, L, W], memory_pad [B, L]) -> (out [B, T, A], hidden [B, T, W])``."""
+
+    def __init__(self, action_dim: int, chunk: int, prefix_dim: int, width: int, layers: int, heads: int,
+                 time_scale: float):
+        super().__init__()
+        self.width = width
+        self.time_scale = time_scale
+        self.in_proj = nn.Linear(action_dim, width)
+        self.pos = nn.Parameter(torch.randn(chunk, width) * 0.02)
+        self.time_mlp = nn.Sequential(nn.Linear(width, width), nn.SiLU(), nn.Linear(width, width))
+        self.mem_proj = nn.Linear(prefix_dim, width)
+        layer = nn.TransformerDecoderLayer(width, heads, 4 * width, dropout=0.0, batch_first=True, norm_first=True)
+        self.decoder = nn.TransformerDecoder(layer, layers)
+        self.norm = nn.LayerNorm(width)
+        self.out = nn.Linear(width, action_dim)
+
+    def encode_memory(self, prefix_hidden: torch.Tensor) -> torch.Tensor:
+        """Prefix hidden [B, L, H] -> memory [B, L, W] (computed once per chain)."""
+        return self.mem_proj(prefix_hidden.float())
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor, memory: torch.Tensor, memory_pad: torch.Tensor):
+        temb = self.time_mlp(timestep_embedding(t, self.width, self.time_scale))
+        h = self.in_proj(x) + self.pos + temb[:, None]
+        h = self.norm(self.decoder(h, memory, memory_key_padding_mask=memory_pad))
+        return self.out(h), h
+
+
+class ChainVLAPolicy(VLAPolicy):
+    """VLM prefix -> (memory for the expert, value); subclasses define the denoising chain."""
+
+    time_scale: float = 1000.0
+
+    def __init__(self, config: Any, spec: PolicySpec):
+        super().__init__(config, spec)
+        H = self.backbone.hidden_size
+        self.expert = ActionExpert(spec.action_dim, config.chunk_size, H, config.expert_width,
+                                   config.expert_layers, config.expert_heads, self.time_scale)
+        self.value_head = value_mlp(H)
+        self.backbone.lm_head.requires_grad_(False)  # the expert reads hidden states, never token logits
+
+    def context(self, obs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """-> (memory [B, L, W], memory padding mask [B, L] (True = pad), value [B])."""
+        emb, mask = self.prefix(obs)
+        h, _ = self.backbone(emb, mask)
+        value = self.value_head(h[:, -1].float()).squeeze(-1)
+        return self.expert.encode_memory(h), mask == 0, value
+
+    @torch.no_grad()
+    def value(self, obs: dict[str, Any]) -> torch.Tensor:
+        return self.context(obs)[2]
+
+    def chunk_shape(self, batch: int) -> tuple[int, int, int]:
+        return (batch, self.config.chunk_size, self.spec.action_dim)
+
+
+def gaussian_logprob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """Elementwise log N(x; mean, std^2); callers floor ``std`` (min_std) so it can never collapse."""
+    return -((x - mean) ** 2) / (2 * std**2) - std.log() - 0.5 * math.log(2 * math.pi)
+
+
+def gaussian_entropy(std: torch.Tensor) -> torch.Tensor:
+    return 0.5 + 0.5 * math.log(2 * math.pi) + std.log()

@@ -1,0 +1,288 @@
+"""Hugging Face VLM backbones behind one small interface, built tiny from a config or loaded locally.
+
+Every family (autoregressive, flow, diffusion) sees a backbone as:
+
+* ``embed_images(pixels [B, C, 3, S, S]) -> [B, C * P, H]``  image tokens in the LM's hidden size,
+* ``embed_tokens(ids [B, L]) -> [B, L, H]``,
+* ``forward(inputs_embeds [B, L, H], attention_mask [B, L], past_key_values) -> (hidden [B, L, H], past)``,
+* ``lm_head``: the language model's output projection (autoregressive policies score action tokens).
+
+Kinds (``backbone.kind``), chosen by a registry: ``siglip_llama`` / ``siglip_qwen2`` / ``siglip_gemma``
+(a SigLIP vision tower + linear projector + a causal LM, the OpenVLA/Prismatic composition),
+``paligemma`` and ``idefics3`` (native HF VLM classes; Idefics3 is SmolVLM's architecture).
+``pretrained_path`` points at a *local* directory in HF layout; nothing is fetched from a hub.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
+
+from policies.vlm.tokenizer import build_byte_tokenizer
+
+
+@dataclass
+class BackboneConfig:
+    kind: str = "siglip_llama"  # siglip_llama | siglip_qwen2 | siglip_gemma | paligemma | idefics3
+    pretrained_path: str | None = None  # local HF directory (weights + tokenizer); None = tiny random
+    # tiny-model sizes (ignored when pretrained_path holds a config)
+    hidden_size: int = 32
+    num_layers: int = 2
+    num_heads: int = 2
+    num_kv_heads: int = 1
+    intermediate_size: int = 64
+    vision_hidden_size: int = 32
+    vision_layers: int = 1
+    vision_heads: int = 2
+    patch_size: int = 8
+    image_size: int = 32  # input resolution of the vision tower; camera images are resized to it
+    image_mean: list[float] = field(default_factory=lambda: [0.5, 0.5, 0.5])
+    image_std: list[float] = field(default_factory=lambda: [0.5, 0.5, 0.5])
+    max_text_tokens: int = 32  # instructions are truncated / padded to this many tokens
+    gradient_checkpointing: bool = False
+
+
+def _has_weights(path: Path) -> bool:
+    return any(path.glob("*.safetensors")) or any(path.glob("*.bin"))
+
+
+def _load_or_build(model_cls, path: Path, config_fn: Callable[[], object]):
+    """from_pretrained when ``path`` holds weights; from its config when only a config is there."""
+    if (path / "config.json").is_file():
+        if _has_weights(path):
+            return model_cls.from_pretrained(str(path), local_files_only=True)
+        return _from_config(model_cls, AutoConfig.from_pretrained(str(path), local_files_only=True))
+    return _from_config(model_cls, config_fn())
+
+
+def _from_config(model_cls, config):
+    """Auto classes build with ``from_config``, concrete model classes with ``_from_config``."""
+    build = getattr(model_cls, "_from_config", None) or model_cls.from_config
+    return build(config)
+
+
+def _text_kwargs(cfg: BackboneConfig, vocab: int) -> dict:
+    return dict(
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        head_dim=cfg.hidden_size // cfg.num_heads,
+        vocab_size=vocab,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+    )
+
+
+def _vision_kwargs(cfg: BackboneConfig) -> dict:
+    return dict(
+        hidden_size=cfg.vision_hidden_size,
+        intermediate_size=2 * cfg.vision_hidden_size,
+        num_hidden_layers=cfg.vision_layers,
+        num_attention_heads=cfg.vision_heads,
+        image_size=cfg.image_size,
+        patch_size=cfg.patch_size,
+    )
+
+
+class VLMBackbone(nn.Module):
+    """Common wrapper; subclasses fill ``embed_images``, ``language_model`` and ``lm_head``."""
+
+    kind: str = ""
+    language_model: nn.Module
+    lm_head: nn.Linear
+
+    def __init__(self, cfg: BackboneConfig, tokenizer: PreTrainedTokenizerBase):
+        super().__init__()
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.lm_head.in_features)
+
+    def embed_images(self, pixels: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.language_model.get_input_embeddings()(ids)
+
+    def forward(self, inputs_embeds, attention_mask=None, past_key_values=None, use_cache: bool = False):
+        out = self.language_model(
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+        )
+        return out.last_hidden_state, out.past_key_values
+
+    def resize_token_embeddings(self, n: int) -> None:
+        """Grow input/output embeddings to ``n`` rows (new action tokens) when the vocabulary is smaller."""
+        raise NotImplementedError
+
+    def hf_models(self) -> dict[str, nn.Module]:
+        """Sub-models saved as HF configs beside the policy, by sub-folder name."""
+        raise NotImplementedError
+
+    def lora_root(self) -> nn.Module:
+        """The module LoRA adapters are injected into (the language model)."""
+        return self.language_model
+
+
+# -- composition: SigLIP vision tower + projector + causal LM ----------------------------------
+_COMPOSED_LMS = {"siglip_llama": "llama", "siglip_qwen2": "qwen2", "siglip_gemma": "gemma"}
+
+
+class ComposedVLM(VLMBackbone):
+    def __init__(self, cfg: BackboneConfig, tokenizer: PreTrainedTokenizerBase, path: Path | None):
+        super().__init__(cfg, tokenizer)
+        from transformers import CONFIG_MAPPING, AutoModelForCausalLM, SiglipVisionConfig, SiglipVisionModel
+
+        self.kind = cfg.kind
+        root = path or Path("/nonexistent")
+        lm_type = _COMPOSED_LMS[cfg.kind]
+        self.vision = _load_or_build(SiglipVisionModel, root / "vision",
+                                     lambda: SiglipVisionConfig(**_vision_kwargs(cfg), vision_use_head=False))
+        causal = _load_or_build(
+            AutoModelForCausalLM, root / "language",
+            lambda: CONFIG_MAPPING[lm_type](**_text_kwargs(cfg, len(tokenizer))),
+        )
+        self.language_model = causal.model
+        self.lm_head = causal.get_output_embeddings()
+        self._causal = [causal]  # kept out of the module tree (its children are registered above)
+        self.projector = nn.Linear(self.vision.config.hidden_size, self.lm_head.in_features)
+
+    def embed_images(self, pixels: torch.Tensor) -> torch.Tensor:
+        B, C = pixels.shape[:2]
+        feats = self.vision(pixel_values=pixels.flatten(0, 1)).last_hidden_state  # [B*C, P, Hv]
+        return self.projector(feats).reshape(B, -1, self.hidden_size)
+
+    def resize_token_embeddings(self, n: int) -> None:
+        causal = self._causal[0]
+        if causal.get_input_embeddings().num_embeddings < n:
+            causal.resize_token_embeddings(n, mean_resizing=False)
+            self.lm_head = causal.get_output_embeddings()
+
+    def hf_models(self) -> dict[str, nn.Module]:
+        return {"vision": self.vision, "language": self._causal[0]}
+
+
+# -- native HF VLM classes ----------------------------------------------------------------------
+class NativeVLM(VLMBackbone):
+    """PaliGemma / Idefics3 (SmolVLM): image features from the model's own vision tower + projector."""
+
+    def __init__(self, cfg: BackboneConfig, tokenizer: PreTrainedTokenizerBase, path: Path | None):
+        super().__init__(cfg, tokenizer)
+        self.kind = cfg.kind
+        vocab = len(tokenizer)
+        if cfg.kind == "paligemma":
+            from transformers import PaliGemmaConfig, PaliGemmaForConditionalGeneration
+
+            def build():
+                return PaliGemmaConfig(
+                    vision_config=_vision_kwargs(cfg),
+                    text_config=dict(model_type="gemma", **_text_kwargs(cfg, vocab)),
+                    projection_dim=cfg.hidden_size,
+                    image_token_index=tokenizer.pad_token_id,
+                )
+
+            klass = PaliGemmaForConditionalGeneration
+        else:
+            from transformers import Idefics3Config, Idefics3ForConditionalGeneration
+
+            def build():
+                return Idefics3Config(
+                    vision_config=_vision_kwargs(cfg),
+                    text_config=dict(model_type="llama", **_text_kwargs(cfg, vocab)),
+                    scale_factor=2,
+                    image_token_id=tokenizer.pad_token_id,
+                )
+
+            klass = Idefics3ForConditionalGeneration
+        self.vlm = _load_or_build(klass, path or Path("/nonexistent"), build)
+
+    @property
+    def language_model(self) -> nn.Module:  # type: ignore[override]
+        return self.vlm.model.language_model if self.kind == "paligemma" else self.vlm.model.text_model
+
+    @property
+    def lm_head(self) -> nn.Linear:  # type: ignore[override]
+        return self.vlm.lm_head
+
+    def embed_images(self, pixels: torch.Tensor) -> torch.Tensor:
+        B, C = pixels.shape[:2]
+        if self.kind == "paligemma":
+            feats = self.vlm.get_image_features(pixels.flatten(0, 1)).pooler_output
+        else:
+            out = self.vlm.get_image_features(pixels.flatten(0, 1).unsqueeze(1))
+            feats = out.pooler_output
+            feats = torch.stack(list(feats)) if isinstance(feats, (list, tuple)) else feats
+        return feats.reshape(B, -1, self.hidden_size)
+
+    def resize_token_embeddings(self, n: int) -> None:
+        if self.vlm.get_input_embeddings().num_embeddings < n:
+            self.vlm.resize_token_embeddings(n, mean_resizing=False)
+
+    def hf_models(self) -> dict[str, nn.Module]:
+        return {"": self.vlm}
+
+
+BACKBONES: dict[str, Callable[..., VLMBackbone]] = {
+    **{k: ComposedVLM for k in _COMPOSED_LMS},
+    "paligemma": NativeVLM,
+    "idefics3": NativeVLM,
+}
+
+
+def build_backbone(cfg: BackboneConfig, extra_tokens: Callable[[PreTrainedTokenizerBase], None] | None = None,
+                   path_override: str | None = None) -> VLMBackbone:
+    """Tokenizer first (so reserved action tokens exist), then the model sized to it."""
+    if cfg.kind not in BACKBONES:
+        raise ValueError(f"policy.backbone.kind='{cfg.kind}' is unknown; choose one of {sorted(BACKBONES)}")
+    src = path_override or cfg.pretrained_path
+    path = Path(src).expanduser() if src else None
+    if path is not None and not path.is_dir():
+        raise FileNotFoundError(
+            f"policy.backbone.pretrained_path='{src}' is not a directory; point it at a local HF model folder"
+        )
+    if path is not None and (path / "tokenizer_config.json").is_file():
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    else:
+        tokenizer = build_byte_tokenizer()
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if extra_tokens is not None:
+        extra_tokens(tokenizer)
+    backbone = BACKBONES[cfg.kind](cfg, tokenizer, path)
+    backbone.resize_token_embeddings(len(tokenizer))
+    _untie_lm_head(backbone)
+    if cfg.gradient_checkpointing:
+        for m in backbone.hf_models().values():
+            m.gradient_checkpointing_enable()
+    return backbone
+
+
+def _untie_lm_head(backbone: VLMBackbone) -> None:
+    """Give a tied output projection its own copy (safetensors refuses shared tensors; RL may move them apart)."""
+    emb, head = backbone.language_model.get_input_embeddings(), backbone.lm_head
+    if head.weight is emb.weight or head.weight.data_ptr() == emb.weight.data_ptr():
+        head.weight = nn.Parameter(emb.weight.detach().clone())
+        for model in backbone.hf_models().values():
+            cfg = model.config
+            for c in (cfg, getattr(cfg, "text_config", None)):
+                if c is not None and hasattr(c, "tie_word_embeddings"):
+                    c.tie_word_embeddings = False
+
+
+def save_backbone_files(backbone: VLMBackbone, directory: Path) -> None:
+    """HF configs of the sub-models + the tokenizer (weights go into the policy's safetensors)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for sub, model in backbone.hf_models().items():
+        model.config.save_pretrained(str(directory / sub) if sub else str(directory))
+    backbone.tokenizer.save_pretrained(str(directory))

@@ -1,0 +1,215 @@
+"""What every VLM-based policy family shares: the processor, the prefix, value head, LoRA/freezing, I/O.
+
+Processor (openpi-style explicit transforms between the env's conventions and the model's):
+    images  uint8 [B, H, W, 3] per camera -> float [B, C, 3, S, S], resized and mean/std normalized
+    instruction list[str]                  -> <bos> + byte/word tokens, padded to ``max_text_tokens``
+    state   float [B, D]                   -> running mean/std normalized, one projected prefix token
+    actions env units [low, high]          <-> normalized [-1, 1] (what every action head models)
+
+Prefix embedding: ``[image tokens | text tokens | state token]`` -> ``[B, L, H]`` with a mask ``[B, L]``.
+The checkpoint directory holds, beside the base class's weights/config/normalization, ``vlm/`` with
+the HF configs of the backbone's sub-models and its tokenizer (action tokens included).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import os
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from policies.base import Policy, PolicySpec, as_float_tensor
+from policies.mlp import RunningNorm
+from policies.vlm.backbone import build_backbone, save_backbone_files
+
+VLM_SUBDIR = "vlm"
+PROCESSOR_NAME = "processor_config.json"
+_RESTORE_DIR: contextvars.ContextVar[Path | None] = contextvars.ContextVar("vlarl_vlm_restore", default=None)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class LoRAConfig:
+    rank: int = 0  # 0 = no LoRA
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
+
+
+def coerce_nested(cfg: Any) -> None:
+    """Turn dict values of dataclass-typed fields back into dataclasses (configs read from config.json)."""
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        if isinstance(value, dict) and f.default_factory is not MISSING:
+            default = f.default_factory()
+            if is_dataclass(default):
+                names = {g.name for g in fields(default)}
+                setattr(cfg, f.name, type(default)(**{k: v for k, v in value.items() if k in names}))
+
+
+def value_mlp(dim: int) -> nn.Sequential:
+    """Value head [.., dim] -> [.., 1]; small last-layer init so early values are ~0."""
+    head = nn.Sequential(nn.Linear(dim, dim), nn.Tanh(), nn.Linear(dim, 1))
+    nn.init.orthogonal_(head[2].weight, 0.01)
+    nn.init.zeros_(head[2].bias)
+    return head
+
+
+class VLAPolicy(Policy):
+    """Base for VLM policies; ``config`` needs ``backbone``, ``lora``, ``freeze_vlm``, ``freeze_vision``,
+    ``use_state``, ``dtype``. Subclasses add their action head and call ``_finish_init()`` last."""
+
+    def __init__(self, config: Any, spec: PolicySpec, extra_tokens=None):
+        super().__init__(config, spec)
+        if config.chunk_size < 1:
+            raise ValueError(f"policy.chunk_size must be >= 1, got {config.chunk_size}")
+        restore = _RESTORE_DIR.get()
+        self.backbone = build_backbone(config.backbone, extra_tokens, str(restore) if restore else None)
+        H = self.backbone.hidden_size
+        self.state_norm = RunningNorm(spec.state_dim, 10.0)
+        self.state_proj = nn.Linear(spec.state_dim, H) if config.use_state else None
+        self.register_buffer("action_low", torch.tensor(spec.action_low, dtype=torch.float32))
+        self.register_buffer("action_high", torch.tensor(spec.action_high, dtype=torch.float32))
+        bc = config.backbone
+        self.register_buffer("image_mean", torch.tensor(bc.image_mean, dtype=torch.float32).view(1, 1, 3, 1, 1))
+        self.register_buffer("image_std", torch.tensor(bc.image_std, dtype=torch.float32).view(1, 1, 3, 1, 1))
+
+    def _finish_init(self) -> None:
+        """Freezing, LoRA and dtype, applied after the subclass has built its heads."""
+        cfg = self.config
+        if cfg.freeze_vlm:
+            self.backbone.requires_grad_(False)
+        elif cfg.freeze_vision:
+            for name, p in self.backbone.named_parameters():
+                if not name.startswith(("language_model.", "lm_head.")):
+                    p.requires_grad_(False)
+        if cfg.lora.rank > 0:
+            from peft import LoraConfig, inject_adapter_in_model
+
+            lc = LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                            target_modules=list(cfg.lora.target_modules))
+            root = self.backbone.lora_root()
+            inject_adapter_in_model(lc, root)
+            for name, p in root.named_parameters():  # LoRA trains the adapters, not the base LM
+                p.requires_grad_("lora_" in name)
+        self.backbone.to(DTYPES[cfg.dtype])
+
+    @property
+    def device(self) -> torch.device:
+        return self.action_low.device
+
+    # -- processor ------------------------------------------------------------------------------
+    def _pixels(self, obs: dict[str, Any]) -> torch.Tensor | None:
+        keys = list(self.spec.image_keys)
+        if not keys:
+            return None
+        missing = [k for k in keys if k not in obs.get("images", {})]
+        if missing:
+            raise KeyError(f"obs['images'] lacks cameras {missing}; the policy was built for image_keys={keys}")
+        S = self.config.backbone.image_size
+        ims = []
+        for k in keys:
+            x = torch.as_tensor(obs["images"][k], device=self.device)
+            if x.ndim != 4 or x.shape[-1] != 3:
+                raise ValueError(f"obs['images']['{k}'] must be uint8 [B, H, W, 3], got {tuple(x.shape)}")
+            x = x.permute(0, 3, 1, 2).float() / 255.0
+            if x.shape[-2:] != (S, S):
+                x = F.interpolate(x, size=(S, S), mode="bilinear", align_corners=False, antialias=True)
+            ims.append(x)
+        pix = (torch.stack(ims, 1) - self.image_mean) / self.image_std
+        return pix.to(DTYPES[self.config.dtype])
+
+    def _text(self, instructions: list[str], batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        tok = self.backbone.tokenizer
+        if len(instructions) != batch:
+            instructions = [instructions[i % len(instructions)] if instructions else "" for i in range(batch)]
+        L = self.config.backbone.max_text_tokens
+        ids = torch.full((batch, L), tok.pad_token_id, dtype=torch.long)
+        mask = torch.zeros(batch, L, dtype=torch.long)
+        for i, s in enumerate(instructions):
+            t = tok(s.lower().strip(), add_special_tokens=False)["input_ids"]
+            t = ([tok.bos_token_id] if tok.bos_token_id is not None else []) + t
+            t = t[:L]
+            ids[i, : len(t)] = torch.tensor(t)
+            mask[i, : len(t)] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _state(self, obs: dict[str, Any]) -> torch.Tensor:
+        state = as_float_tensor(obs["state"], self.device)
+        if state.ndim != 2 or state.shape[1] != self.spec.state_dim:
+            raise ValueError(f"obs['state'] must be [B, {self.spec.state_dim}], got {tuple(state.shape)}")
+        return self.state_norm(state)
+
+    def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """Env units [..., A] -> [-1, 1]."""
+        return 2 * (actions - self.action_low) / (self.action_high - self.action_low) - 1
+
+    def unnormalize_actions(self, x: torch.Tensor) -> torch.Tensor:
+        """[-1, 1] (clamped) -> env units [..., A]."""
+        x = x.clamp(-1.0, 1.0)
+        return self.action_low + (x + 1) / 2 * (self.action_high - self.action_low)
+
+    def prefix(self, obs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[image | text | state]`` embeddings [B, L, H] and attention mask [B, L] (1 = real token)."""
+        state = self._state(obs)
+        B = state.shape[0]
+        parts, masks = [], []
+        pix = self._pixels(obs)
+        if pix is not None:
+            img = self.backbone.embed_images(pix)
+            parts.append(img)
+            masks.append(torch.ones(B, img.shape[1], dtype=torch.long, device=self.device))
+        ids, tmask = self._text(list(obs.get("instruction", [])), B)
+        parts.append(self.backbone.embed_tokens(ids))
+        masks.append(tmask)
+        dtype = parts[0].dtype
+        if self.state_proj is not None:
+            parts.append(self.state_proj(state).unsqueeze(1).to(dtype))
+            masks.append(torch.ones(B, 1, dtype=torch.long, device=self.device))
+        return torch.cat([p.to(dtype) for p in parts], 1), torch.cat(masks, 1)
+
+    # -- normalization hooks ----------------------------------------------------------------------
+    def update_normalization(self, obs: dict[str, Any]) -> None:
+        self.state_norm.update(as_float_tensor(obs["state"], self.device))
+
+    def normalization_stats(self) -> dict[str, list[float]]:
+        return {
+            "state_mean": self.state_norm.mean.tolist(),
+            "state_var": self.state_norm.var.tolist(),
+            "state_count": [float(self.state_norm.count)],
+            "action_low": self.action_low.tolist(),
+            "action_high": self.action_high.tolist(),
+        }
+
+    # -- persistence ------------------------------------------------------------------------------
+    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        """Base files + ``vlm/`` (HF configs, tokenizer) + ``processor_config.json``."""
+        d = super().save_pretrained(directory)
+        save_backbone_files(self.backbone, d / VLM_SUBDIR)
+        bc = self.config.backbone
+        proc = {
+            "image_keys": list(self.spec.image_keys),
+            "image_size": bc.image_size,
+            "image_mean": list(bc.image_mean),
+            "image_std": list(bc.image_std),
+            "max_text_tokens": bc.max_text_tokens,
+            "tokenizer": VLM_SUBDIR,
+        }
+        (d / PROCESSOR_NAME).write_text(json.dumps(proc, indent=2))
+        return d
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike, map_location: str = "cpu") -> Policy:
+        """Rebuild the backbone from the checkpoint's own ``vlm/`` configs + tokenizer, then load weights."""
+        d = Path(directory)
+        token = _RESTORE_DIR.set(d / VLM_SUBDIR if (d / VLM_SUBDIR).is_dir() else None)
+        try:
+            return super().from_pretrained(d, map_location)
+        finally:
+            _RESTORE_DIR.reset(token)

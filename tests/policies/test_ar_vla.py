@@ -1,0 +1,125 @@
+"""Autoregressive token VLA on real HF classes built tiny: consistency, tokenizer, I/O, LoRA, PPO."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from vla_helpers import assert_ppo_changes_weights, make_obs
+
+from policies import Policy, make_policy
+from policies.ar_vla import ARVLAConfig, ARVLAPolicy
+from policies.vlm import BackboneConfig, LoRAConfig
+from policies.vlm.tokenizer import ACTION_TOKEN
+
+
+def _policy(spec, kind="siglip_llama", **kw) -> ARVLAPolicy:
+    kw.setdefault("n_action_bins", 32)
+    kw.setdefault("chunk_size", 2)
+    return make_policy(ARVLAConfig(backbone=BackboneConfig(kind=kind), **kw), spec)
+
+
+@pytest.mark.parametrize(
+    "kind,decoding",
+    [("siglip_llama", "parallel"), ("siglip_qwen2", "sequential"), ("paligemma", "parallel"), ("idefics3", "sequential")],
+)
+def test_sample_evaluate_consistency_and_gradients(vla_spec, obs, kind, decoding):
+    pol = _policy(vla_spec, kind, decoding=decoding)
+    s = pol.sample(obs)
+    assert s.actions.shape == s.logprob.shape == (3, 2, 3) and s.value.shape == (3,)
+    assert s.replay["action_tokens"].shape == (3, 2, 3)
+    low, high = torch.tensor(vla_spec.action_low), torch.tensor(vla_spec.action_high)
+    assert (s.actions >= low).all() and (s.actions <= high).all()
+    lp, ent, v = pol.evaluate(obs, s.replay)
+    torch.testing.assert_close(lp, s.logprob, atol=1e-5, rtol=0)
+    torch.testing.assert_close(v, s.value, atol=1e-5, rtol=0)
+    assert (lp <= 0).all() and (ent >= 0).all() and ent.shape == (3, 2, 3)
+    (lp.sum() + v.sum()).backward()
+    grads = {n for n, p in pol.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert any(".layers.0." in n for n in grads), "no gradient reached the language model"
+    assert any(n.startswith("backbone.") and "vision" in n for n in grads), "no gradient reached the vision tower"
+    assert any(n.startswith("value_head.") for n in grads) and "state_proj.weight" in grads
+
+
+def test_token_distribution_is_a_proper_categorical(vla_spec, obs):
+    pol = _policy(vla_spec, temperature=0.7, top_k=5)
+    with torch.no_grad():
+        logp, _ = pol._forward_tokens(obs, None)
+    torch.testing.assert_close(logp.exp().sum(-1), torch.ones(logp.shape[:2]), atol=1e-5, rtol=0)
+    assert ((logp.exp() > 1e-12).sum(-1) == 5).all(), "top_k=5 must leave exactly 5 bins with mass"
+    s = pol.sample(obs)
+    torch.testing.assert_close(pol.evaluate(obs, s.replay)[0], s.logprob, atol=1e-5, rtol=0)
+
+
+def test_action_tokens_are_reserved_vocab_ids_found_through_the_tokenizer(vla_spec, obs):
+    pol = _policy(vla_spec)
+    tok = pol.backbone.tokenizer
+    ids = tok.convert_tokens_to_ids([ACTION_TOKEN.format(i) for i in range(32)])
+    assert pol.action_tokenizer.token_ids.tolist() == ids
+    assert pol.backbone.lm_head.out_features >= len(tok) > max(ids)
+    tail = _policy(vla_spec, action_token_strategy="tail")
+    vocab = len(tail.backbone.tokenizer)
+    assert tail.action_tokenizer.token_ids.tolist() == list(range(vocab - 32, vocab))
+    x = torch.linspace(-1, 1, 101)
+    err = (pol.action_tokenizer.decode(pol.action_tokenizer.encode(x)) - x).abs().max()
+    assert err <= 1.0 / 32 + 1e-6  # half a bin width (2 / 32 / 2)
+    s = pol.sample(obs)  # sampled tokens decode to the returned actions
+    x_norm = pol.action_tokenizer.decode(s.replay["action_tokens"])
+    torch.testing.assert_close(pol.unnormalize_actions(x_norm), s.actions)
+
+
+@pytest.mark.parametrize("kind", ["siglip_llama", "idefics3"])
+def test_save_from_pretrained_round_trip(vla_spec, obs, tmp_path, kind):
+    pol = _policy(vla_spec, kind)
+    pol.update_normalization(make_obs(8, seed=5))
+    d = pol.save_pretrained(tmp_path / "ckpt")
+    assert (d / "vlm" / "tokenizer_config.json").is_file() and (d / "processor_config.json").is_file()
+    for loaded in (ARVLAPolicy.from_pretrained(d), Policy.from_pretrained(d)):
+        assert torch.equal(loaded.act(obs), pol.act(obs))
+        torch.testing.assert_close(loaded.state_norm.mean, pol.state_norm.mean)
+
+
+def test_loads_a_local_hf_checkpoint_without_a_hub(vla_spec, obs, tmp_path):
+    """A real-layout checkpoint (PaliGemma weights + tokenizer saved by HF) loads from a local path."""
+    src = _policy(vla_spec, "paligemma")
+    src.backbone.vlm.save_pretrained(tmp_path / "pg")
+    src.backbone.tokenizer.save_pretrained(tmp_path / "pg")
+    cfg = ARVLAConfig(backbone=BackboneConfig(kind="paligemma", pretrained_path=str(tmp_path / "pg")),
+                      n_action_bins=32, chunk_size=2)
+    pol = make_policy(cfg, vla_spec)
+    ref = src.backbone.vlm.state_dict()
+    for k, v in pol.backbone.vlm.state_dict().items():
+        torch.testing.assert_close(v, ref[k])
+    with pytest.raises(FileNotFoundError, match="pretrained_path"):
+        make_policy(ARVLAConfig(backbone=BackboneConfig(pretrained_path=str(tmp_path / "missing"))), vla_spec)
+
+
+def test_freezing_and_lora_select_the_trainable_parameters(vla_spec, obs):
+    frozen = _policy(vla_spec, freeze_vlm=True)
+    assert not any(p.requires_grad for p in frozen.backbone.parameters())
+    assert frozen.action_queries.requires_grad and frozen.value_head[0].weight.requires_grad
+    vis = _policy(vla_spec, freeze_vision=True)
+    assert not any(p.requires_grad for n, p in vis.backbone.named_parameters() if n.startswith("vision."))
+    assert all(p.requires_grad for p in vis.backbone.language_model.parameters())
+    lora = _policy(vla_spec, lora=LoRAConfig(rank=4, target_modules=["q_proj", "v_proj"]))
+    lm_train = [n for n, p in lora.backbone.language_model.named_parameters() if p.requires_grad]
+    assert lm_train and all("lora_" in n for n in lm_train)
+    assert any("q_proj.lora_A" in n for n in lm_train) and not any("k_proj" in n for n in lm_train)
+    s = lora.sample(obs)
+    lora.evaluate(obs, s.replay)[0].sum().backward()
+    assert any(p.grad is not None for n, p in lora.named_parameters() if "lora_B" in n)
+
+
+def test_ppo_update_changes_weights(vla_spec):
+    assert_ppo_changes_weights(_policy(vla_spec, decoding="sequential"), logprob_level="token")
+
+
+def test_bad_input_names_the_problem(vla_spec, obs):
+    pol = _policy(vla_spec)
+    with pytest.raises(ValueError, match=r"obs\['state'\] must be \[B, 5\]"):
+        pol.act({**obs, "state": torch.zeros(3, 4)})
+    with pytest.raises(KeyError, match="wrist"):
+        pol.act({**obs, "images": {"base": obs["images"]["base"]}})
+    with pytest.raises(ValueError, match="backbone.kind"):
+        _policy(vla_spec, "nope")
+    with pytest.raises(ValueError, match="policy.decoding"):
+        _policy(vla_spec, decoding="beam")
