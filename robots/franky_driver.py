@@ -34,8 +34,8 @@ class FrankyConfig:
     realtime: str = "ignore"  # "enforce" on a PREEMPT_RT PC at the arm; "ignore" for simulators/laptops
     home_q: list[float] = field(default_factory=lambda: list(FR3_HOME))
     home_dynamics_factor: float = 0.1  # fraction of Franka's velocity/acceleration limits for homing
-    translational_stiffness: float = 600.0  # N/m, Cartesian impedance tracker
-    rotational_stiffness: float = 40.0  # Nm/rad
+    translational_stiffness: float = 1000.0  # N/m, Cartesian impedance tracker
+    rotational_stiffness: float = 60.0  # Nm/rad
     joint_stiffness: list[float] = field(default_factory=lambda: [400.0, 400.0, 400.0, 400.0, 150.0, 100.0, 50.0])
     gripper: bool = True
     gripper_open_width: float = 0.08  # m
@@ -94,7 +94,7 @@ class FrankyDriver:
                 pose = s.O_T_EE
                 width = float(self.gripper.width) if self.gripper is not None else 0.0
             except Exception as exc:
-                raise RobotLinkError(f"reading the robot state failed: {exc}") from exc
+                raise RobotLinkError(f"robot link lost while reading the state: {exc}") from exc
         return RobotReading(np.asarray(s.q, float), np.asarray(s.dq, float), np.asarray(pose.translation, float),
                             np.asarray(pose.quaternion, float), width)
 
@@ -147,7 +147,7 @@ class FrankyDriver:
                 else:
                     self._tracker.set_target(fk.Affine(np.asarray(target.pos, float), np.asarray(target.quat, float)))
             except Exception as exc:
-                raise RobotLinkError(f"sending the target failed ({type(exc).__name__}: {exc})") from exc
+                raise RobotLinkError(f"robot link lost while sending the target ({type(exc).__name__}: {exc})") from exc
         self.set_gripper(target.gripper_closed)
 
     def set_gripper(self, closed: bool, wait: bool = False) -> None:

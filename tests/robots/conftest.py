@@ -28,3 +28,81 @@ def build_tiny_policy(state_dim: int = 8, action_dim: int = 7, chunk: int = 4, i
 def tiny_policy_dir(tmp_path):
     """A ``save_pretrained`` directory of a tiny image+state policy (state 8, action 7, chunk 4)."""
     return build_tiny_policy().save_pretrained(tmp_path / "policy")
+
+
+SIM_HOST, SIM_PORTS = "127.0.0.1", (1337, 1338)  # libfranka's robot and gripper command ports
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT from an earlier sim is fine
+        try:
+            s.bind((SIM_HOST, port))
+            return True
+        except OSError:
+            return False
+
+
+class FrankySim:
+    """One ``franky-sim -s mujoco --hostname 127.0.0.1`` process (MuJoCo FR3 speaking libfranka)."""
+
+    def __init__(self, log_path):
+        import os
+        import shutil
+        import subprocess
+        import sys
+        import time
+        from pathlib import Path
+
+        exe = shutil.which("franky-sim") or str(Path(sys.executable).with_name("franky-sim"))
+        if not Path(exe).exists():
+            pytest.skip("franky-sim is not installed (pip install 'vlarl[robot]')")
+        busy = [p for p in SIM_PORTS if not _port_free(p)]
+        if busy:
+            pytest.skip(f"{SIM_HOST} ports {busy} are taken (another franky-sim or a robot bridge is running)")
+        self.log_path = log_path
+        self._log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen([exe, "-s", "mujoco", "--hostname", SIM_HOST], stdout=self._log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"franky-sim exited with {self.proc.returncode}: {Path(log_path).read_text()[-2000:]}")
+            if "Connect to the server" in Path(log_path).read_text():
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("franky-sim did not come up within 60 s")
+
+    def log(self) -> str:
+        from pathlib import Path
+
+        return Path(self.log_path).read_text()
+
+    def stop(self) -> int | None:
+        import subprocess
+
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def franky_sim(tmp_path):
+    """A fresh simulator per test, always stopped afterwards (even when the test fails)."""
+    pytest.importorskip("franky")
+    sim = FrankySim(tmp_path / "franky_sim.log")
+    try:
+        yield sim
+    finally:
+        sim.stop()

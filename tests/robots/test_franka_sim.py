@@ -1,0 +1,191 @@
+"""The Franka env end to end against franky-sim (real libfranka protocol on 127.0.0.1, one sim per test)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from policies.base import Policy
+from robots.cameras import CameraConfig
+from robots.franka_env import STATE_DIM, FrankaEnv, FrankaEnvConfig
+from robots.safety import OperatorStop
+
+pytestmark = pytest.mark.robot
+
+
+class ListRecorder:
+    def __init__(self):
+        self.steps, self.episodes = [], []
+
+    def add_step(self, rec):
+        self.steps.append(rec)
+
+    def end_episode(self, meta):
+        self.episodes.append(meta)
+
+
+def _cfg(**kw) -> FrankaEnvConfig:
+    args = {"instruction": "push the cube", "home_on_reset": False, "policy_hz": 20.0,
+            "cameras": [CameraConfig(name="base", width=64, height=64)], **kw}
+    return FrankaEnvConfig(**args)
+
+
+def _ee(env: FrankaEnv) -> np.ndarray:
+    return env.driver.read().pos
+
+
+def _settle(env: FrankaEnv, steps: int = 8) -> None:
+    env.chunk_step(np.zeros((1, steps, 7), np.float32))
+
+
+def test_policy_drives_sim_through_safety_layer(franky_sim, tmp_path):
+    from conftest import build_tiny_policy
+
+    ckpt = build_tiny_policy(state_dim=STATE_DIM, action_dim=7, chunk=4, image_keys=("base",),
+                             gain=20.0).save_pretrained(tmp_path / "ckpt")
+    policy = Policy.from_pretrained(ckpt).eval()
+    rec = ListRecorder()
+    env = FrankaEnv(_cfg(max_episode_steps=12), recorder=rec)
+    try:
+        obs = env.reset()
+        assert obs["state"].shape == (1, STATE_DIM) and obs["images"]["base"].shape == (1, 64, 64, 3)
+        np.testing.assert_allclose(obs["state"][0, :7], [0, 0, 0, -1.57, 0, 1.57, 0.785], atol=0.02)  # sim start
+        start = obs["state"][0, 7:10].copy()
+        done = False
+        for _ in range(3):
+            res = env.chunk_step(policy.act(obs))
+            obs, done = res.obs, bool(res.done[0])
+        assert done and res.truncated[0].any() and res.episode["episode_len"][0] == 12
+        assert len(rec.steps) == 12 and rec.episodes[0]["episode_len"] == 12
+        moved = np.linalg.norm(res.final_obs["state"][0, 7:10] - start)
+        assert moved > 0.02  # the policy moved the arm ...
+        lim = env.cfg.safety.max_velocity / env.cfg.policy_hz
+        for r in rec.steps:  # ... and every executed step respects the step/velocity limit
+            assert np.linalg.norm(r.action[:3]) <= lim + 1e-6
+        assert any(c.rule == "velocity" for r in rec.steps for c in r.clamps)
+        assert not np.array_equal(rec.steps[0].obs["images"]["base"], rec.steps[-1].obs["images"]["base"])
+    finally:
+        env.close()
+
+
+def test_workspace_clamp_holds_the_arm_inside_the_box(franky_sim):
+    env = FrankaEnv(_cfg())
+    try:
+        env.reset()
+        z0 = _ee(env)[2]
+        env.cfg.safety.workspace_high[2] = z0 + 0.03
+        env.safety.ws_high[2] = z0 + 0.03
+        up = np.zeros((1, 8, 7), np.float32)
+        up[0, :, 2] = 0.01  # asks for +8 cm
+        env.chunk_step(up)
+        _settle(env)
+        assert env.safety.last.pos[2] == pytest.approx(z0 + 0.03)
+        assert _ee(env)[2] < z0 + 0.03 + 0.008  # tracked to the wall, not beyond
+        assert _ee(env)[2] > z0 + 0.015
+        assert any(c.rule == "workspace" for c in env.safety.clamps)
+    finally:
+        env.close()
+
+
+def test_step_limit_bounds_one_big_action(franky_sim):
+    cfg = _cfg()
+    cfg.safety.max_step_translation, cfg.safety.max_velocity = 0.02, 10.0
+    env = FrankaEnv(cfg)
+    try:
+        env.reset()
+        p0 = _ee(env)
+        big = np.zeros((1, 1, 7), np.float32)
+        big[0, 0, 0] = 0.3
+        env.chunk_step(big)
+        _settle(env, 10)
+        assert [c.rule for c in env.safety.clamps] == ["step_translation"]
+        dx = _ee(env) - p0
+        assert 0.012 < dx[0] < 0.026 and abs(dx[1]) < 0.005
+    finally:
+        env.close()
+
+
+def test_watchdog_stops_arm_when_policy_stalls_then_recovers(franky_sim):
+    cfg = _cfg()
+    cfg.safety.watchdog_timeout = 0.25
+    env = FrankaEnv(cfg)
+    try:
+        env.reset()
+        move = np.zeros((1, 4, 7), np.float32)
+        move[0, :, 0] = 0.01
+        env.chunk_step(move)
+        assert env.driver.robot.is_in_control
+        time.sleep(1.0)  # the policy "stalls"
+        assert env.watchdog.tripped and "late" in env.watchdog.trip_reason
+        assert not env.driver.robot.is_in_control and not env.driver.tracking
+        assert np.abs(env.driver.read().dq).max() < 0.05  # at rest
+        p_stop = _ee(env)
+        env.chunk_step(move)  # next chunk: recover and resume
+        assert env.recoveries == 1 and not env.watchdog.tripped and env.driver.robot.is_in_control
+        _settle(env, 6)
+        assert _ee(env)[0] - p_stop[0] > 0.02
+    finally:
+        env.close()
+
+
+def test_link_drop_stops_episode_without_hanging(franky_sim):
+    env = FrankaEnv(_cfg(auto_reset=False, recover_on_fault=False))
+    try:
+        env.reset()
+        threading.Timer(0.3, franky_sim.proc.kill).start()
+        t0 = time.monotonic()
+        res = env.chunk_step(np.zeros((1, 40, 7), np.float32))  # 2 s chunk; the link dies after 0.3 s
+        assert time.monotonic() - t0 < 2.0
+        assert bool(res.done[0]) and res.truncated[0].any() and res.step_mask[0].sum() < 40
+        assert env.last_fault and "link" in env.last_fault
+    finally:
+        env.close()
+
+
+def test_operator_stop_and_dry_run(franky_sim):
+    r, w = os.pipe()
+    with os.fdopen(r) as rf, os.fdopen(w, "w") as wf:
+        env = FrankaEnv(_cfg(auto_reset=False), operator_stop=OperatorStop(rf))
+        try:
+            env.reset()
+            threading.Timer(0.2, lambda: (wf.write("s\n"), wf.flush())).start()
+            res = env.chunk_step(np.zeros((1, 20, 7), np.float32))
+            assert env.last_fault == "operator stop" and res.truncated[0].any() and res.step_mask[0].sum() < 20
+            assert not env.driver.robot.is_in_control
+        finally:
+            env.close()
+    dry = _cfg()
+    dry.safety.dry_run = True
+    env = FrankaEnv(dry)
+    try:
+        p0 = env.reset()["state"][0, 7:10]
+        a = np.zeros((1, 6, 7), np.float32)
+        a[0, :, 2] = -0.02
+        res = env.chunk_step(a)
+        assert not env.driver.robot.is_in_control  # nothing was sent
+        np.testing.assert_allclose(res.obs["state"][0, 7:10], p0, atol=2e-3)
+        step = min(dry.safety.max_step_translation, dry.safety.max_velocity / dry.policy_hz)
+        assert env.safety.last.pos[2] == pytest.approx(p0[2] - 6 * step, abs=1e-6)  # targets were computed
+    finally:
+        env.close()
+
+
+def test_homing_and_clean_shutdown(franky_sim):
+    cfg = _cfg(home_on_reset=True)
+    cfg.franky.home_dynamics_factor = 0.3
+    env = FrankaEnv(cfg)
+    obs = env.reset()
+    np.testing.assert_allclose(obs["state"][0, :7], cfg.franky.home_q, atol=0.01)
+    assert obs["state"][0, 14] == pytest.approx(cfg.franky.gripper_open_width / 2, abs=0.045)
+    env.close()
+    again = FrankaEnv(_cfg())  # the sim is left in a usable state after close()
+    try:
+        assert np.isfinite(again.reset()["state"]).all()
+    finally:
+        again.close()
+    assert franky_sim.proc.poll() is None
+    assert franky_sim.stop() is not None and franky_sim.proc.poll() is not None
