@@ -117,6 +117,7 @@ def load_episodes(data: Path):
 def train(args) -> dict:
     from policies.critics import CriticTrainConfig, ProcessRewardConfig, ProcessRewardCritic, train_critic
     from policies.critics.metrics import critic_quality
+    from policies.critics.train import reference_frames
     from simulators.maniskill import INSTRUCTIONS
 
     torch.set_num_threads(args.threads)
@@ -134,13 +135,19 @@ def train(args) -> dict:
     other = [s for s in INSTRUCTIONS.values() if s != episodes[0].instruction]
     before = critic_quality(critic, test)
     print("untrained critic on held-out episodes:", json.dumps(before))
-    tcfg = CriticTrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
+    tcfg = CriticTrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
+                             reference_prob=args.reference_prob)
     log = train_critic(critic, train_eps, tcfg, distractor_instructions=other, log_every=max(1, args.steps // 10))
     after = critic_quality(critic, test)
     print("trained critic on held-out episodes:  ", json.dumps(after))
+    with_ref = None
+    if args.reference_prob > 0:  # one-shot: a training episode's frames shown in context
+        ref = reference_frames(next(e for e in train_eps if e.success), tcfg.reference_frames)
+        with_ref = critic_quality(critic, test, reference=ref)
+        print("trained, with a reference trajectory: ", json.dumps(with_ref))
     out = Path(args.out)
     critic.save_pretrained(out)
-    report = {"untrained": before, "trained": after, "train_episodes": len(train_eps),
+    report = {"untrained": before, "trained": after, "trained_with_reference": with_ref, "train_episodes": len(train_eps),
               "heldout_episodes": len(test), "steps": args.steps, "final_loss": log[-1]["loss"] if log else None}
     (out / "quality.json").write_text(json.dumps(report, indent=2))
     print(f"saved critic to {out}")
@@ -165,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--lr", type=float, default=3e-4)
     t.add_argument("--holdout", type=float, default=0.25)
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--reference-prob", type=float, default=0.0, help="share of batches with a reference episode")
     t.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     torch.set_num_threads(1)

@@ -3,7 +3,9 @@
 * VOC (value-order correlation): Spearman rank correlation between the predicted progress of frame t
   (relative to the episode's first frame) and t, averaged over successful episodes; Kendall's tau too.
 * reversed-pair negative rate: fraction of (later, earlier) pairs with a gap of at least
-  ``min_gap_frac`` of the episode whose predicted progress is < 0.
+  ``min_gap_frac`` of the episode whose predicted progress is < 0; its mirror, the forward-pair
+  positive rate on the same pairs in time order, keeps a critic with a constant negative output from
+  looking good (``pair_order_accuracy`` is their mean).
 * done precision / recall: ``done_prob > threshold`` against "this is the last frame of a successful
   episode", over every frame of every held-out episode.
 """
@@ -48,22 +50,27 @@ def kendall_tau(x: torch.Tensor, y: torch.Tensor) -> float:
     return float((dx * dy).sum()) / (n * (n - 1)) if n > 1 else float("nan")
 
 
-def value_curve(critic: Any, episode: Episode, batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+def value_curve(critic: Any, episode: Episode, batch_size: int = 64,
+                reference: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(progress [L] of frame t relative to frame 0, done_prob [L])."""
     L = episode.frames.shape[0]
     first = episode.frames[:1].expand(L, *episode.frames.shape[1:])
-    return critic.score(first, episode.frames, [episode.instruction] * L, batch_size=batch_size)
+    return critic.score(first, episode.frames, [episode.instruction] * L, reference=reference, batch_size=batch_size)
 
 
 @torch.no_grad()
 def critic_quality(critic: Any, episodes: list[Episode], min_gap_frac: float = 0.2, max_pairs: int = 64,
-                   done_threshold: float = 0.5, seed: int = 0) -> dict[str, float]:
-    """VOC (Spearman, Kendall), reversed-pair negative rate and done precision/recall on ``episodes``."""
+                   done_threshold: float = 0.5, seed: int = 0,
+                   reference: torch.Tensor | None = None) -> dict[str, float]:
+    """VOC (Spearman, Kendall), pair-order rates and done precision/recall on ``episodes``.
+
+    reference: uint8 [R, H, W, 3] frames of a successful episode shown to the critic in context (or None).
+    """
     rng = np.random.default_rng(seed)
-    vocs, taus, neg, tp, fp, fn = [], [], [], 0, 0, 0
+    vocs, taus, neg, pos, tp, fp, fn = [], [], [], [], 0, 0, 0
     for ep in episodes:
         L = ep.frames.shape[0]
-        prog, done = value_curve(critic, ep)
+        prog, done = value_curve(critic, ep, reference=reference)
         t = torch.arange(L, dtype=torch.float32)
         label = torch.zeros(L, dtype=torch.bool)
         if ep.success:
@@ -78,8 +85,10 @@ def critic_quality(critic: Any, episodes: list[Episode], min_gap_frac: float = 0
                 pairs = [pairs[k] for k in rng.choice(len(pairs), max_pairs, replace=False)]
             if pairs:
                 i, j = torch.tensor(pairs).T
-                p, _ = critic.score(ep.frames[j], ep.frames[i], [ep.instruction] * len(pairs))
+                p, _ = critic.score(ep.frames[j], ep.frames[i], [ep.instruction] * len(pairs), reference=reference)
                 neg += (p < 0).tolist()
+                p_fwd, _ = critic.score(ep.frames[i], ep.frames[j], [ep.instruction] * len(pairs), reference=reference)
+                pos += (p_fwd > 0).tolist()
         pred = done > done_threshold
         tp += int((pred & label).sum())
         fp += int((pred & ~label).sum())
@@ -88,6 +97,8 @@ def critic_quality(critic: Any, episodes: list[Episode], min_gap_frac: float = 0
         "voc_spearman": float(np.mean(vocs)) if vocs else float("nan"),
         "voc_kendall": float(np.mean(taus)) if taus else float("nan"),
         "reversed_negative_rate": float(np.mean(neg)) if neg else float("nan"),
+        "forward_positive_rate": float(np.mean(pos)) if pos else float("nan"),
+        "pair_order_accuracy": float(np.mean(neg + pos)) if neg else float("nan"),
         "done_precision": tp / (tp + fp) if tp + fp else float("nan"),
         "done_recall": tp / (tp + fn) if tp + fn else float("nan"),
         "episodes": len(episodes),

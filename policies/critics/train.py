@@ -26,11 +26,20 @@ class CriticTrainConfig:
     done_pos_weight: float = 5.0
     max_grad_norm: float = 1.0
     seed: int = 0
+    reference_prob: float = 0.0  # chance a batch sees a successful episode's frames as in-context reference
+    reference_frames: int = 4
     mix: PairMix = field(default_factory=PairMix)
 
 
-def critic_loss(critic: Any, batch, cfg: CriticTrainConfig) -> tuple[torch.Tensor, dict[str, float]]:
-    out = critic(batch.earlier, batch.later, batch.instructions)
+def reference_frames(episode: Episode, n: int) -> torch.Tensor:
+    """``n`` evenly spaced frames of an episode: uint8 [n, H, W, 3] (a one-shot reference trajectory)."""
+    idx = torch.linspace(0, episode.frames.shape[0] - 1, n).round().long()
+    return episode.frames[idx]
+
+
+def critic_loss(critic: Any, batch, cfg: CriticTrainConfig,
+                reference: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    out = critic(batch.earlier, batch.later, batch.instructions, reference=reference)
     dev = out.progress.device
     prog_loss = F.mse_loss(out.progress, batch.progress.to(dev))
     done_loss = F.binary_cross_entropy_with_logits(
@@ -50,7 +59,11 @@ def train_critic(critic: Any, episodes: list[Episode], cfg: CriticTrainConfig,
     log: list[dict[str, float]] = []
     for step in range(1, cfg.steps + 1):
         batch = sample_pairs(episodes, cfg.batch_size, rng, cfg.mix, distractor_instructions)
-        loss, metrics = critic_loss(critic, batch, cfg)
+        reference = None
+        if cfg.reference_prob > 0 and rng.random() < cfg.reference_prob:
+            succ = [e for e in episodes if e.success]
+            reference = reference_frames(succ[rng.integers(len(succ))], cfg.reference_frames)
+        loss, metrics = critic_loss(critic, batch, cfg, reference)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.max_grad_norm)

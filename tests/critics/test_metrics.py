@@ -36,7 +36,8 @@ def test_quality_of_a_perfect_critic():
     q = critic_quality(OracleCritic(), eps)
     assert q["voc_spearman"] == pytest.approx(1.0)
     assert q["voc_kendall"] == pytest.approx(1.0)
-    assert q["reversed_negative_rate"] == 1.0
+    assert q["reversed_negative_rate"] == 1.0 and q["forward_positive_rate"] == 1.0
+    assert q["pair_order_accuracy"] == 1.0
     assert q["done_precision"] == 1.0 and q["done_recall"] == 1.0
     assert q["episodes"] == 4 and q["successful_episodes"] == 3
 
@@ -49,5 +50,5 @@ def test_quality_of_an_inverted_critic():
 
     q = critic_quality(Inverted(), [moving_square_episode(12, True, seed=1)])
     assert q["voc_spearman"] == pytest.approx(-1.0)
-    assert q["reversed_negative_rate"] == 0.0
+    assert q["reversed_negative_rate"] == 0.0 and q["forward_positive_rate"] == 0.0
     assert q["done_recall"] == 0.0
