@@ -115,3 +115,47 @@ def test_action_chunk_broker_serves_chunk_in_order(server):
         np.testing.assert_allclose(np.stack(got[:3]), chunk[:3], atol=1e-6)
         np.testing.assert_allclose(got[3], chunk[0], atol=1e-6)  # replanned after 3 steps
         assert len(client.latencies_ms) == 3
+
+
+class _SlowPolicy(torch.nn.Module):
+    """Wraps a policy and sleeps in act(): a stand-in for a big model's inference time."""
+
+    def __init__(self, inner: Policy, seconds: float):
+        super().__init__()
+        self.inner, self.seconds = inner, seconds
+        self.spec, self.chunk_size, self.name = inner.spec, inner.chunk_size, "slow"
+
+    def act(self, obs):
+        import time
+
+        time.sleep(self.seconds)
+        return self.inner.act(obs)
+
+
+def test_inference_does_not_block_the_event_loop(tiny_policy_dir):
+    import threading
+    import time
+
+    slow = _SlowPolicy(Policy.from_pretrained(tiny_policy_dir), 0.8)
+    with PolicyServer(slow, port=0) as srv:
+        rng = np.random.default_rng(4)
+        client = PolicyClient("127.0.0.1", srv.port)
+        result = {}
+        th = threading.Thread(target=lambda: result.update(client.infer(_request(rng))))
+        th.start()
+        time.sleep(0.2)  # the model is now busy
+        t0 = time.perf_counter()
+        assert healthz("127.0.0.1", srv.port)
+        with PolicyClient("127.0.0.1", srv.port) as other:  # a new client still connects and gets metadata
+            assert other.metadata["policy"] == "slow"
+        assert time.perf_counter() - t0 < 0.5
+        th.join()
+        assert result["actions"].shape == (4, 7)
+        client.close()
+
+
+def test_serve_cli_rejects_bad_arguments(capsys):
+    from robots.serve import main
+
+    assert main([]) == 2 and "checkpoint=<policy dir>" in capsys.readouterr().err
+    assert main(["checkpoint=/nonexistent/dir"]) == 2 and "does not exist" in capsys.readouterr().err
