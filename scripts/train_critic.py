@@ -4,6 +4,8 @@
     python scripts/train_critic.py record --out data/critic/pushcube --episodes 48 --failures 16
     # 2. train a tiny critic on them; prints VOC / reversed-pair negative rate / done P/R on held-out episodes
     python scripts/train_critic.py train --data data/critic/pushcube --out outputs/critic_pushcube
+    # 3. re-evaluate a saved critic on the same held-out split (same --seed / --holdout)
+    python scripts/train_critic.py eval --critic outputs/critic_pushcube --data data/critic/pushcube
 
 Episodes are stored as one ``episodes.npz`` (frames uint8 [E, L, H, W, 3], lengths [E], success [E],
 instruction) so that rollouts saved by any other tool can be trained on too.
@@ -114,6 +116,31 @@ def load_episodes(data: Path):
 
 
 # -- training -------------------------------------------------------------------------------------
+def split_episodes(episodes: list, holdout: float, seed: int) -> tuple[list, list]:
+    """(train, held-out): a seeded permutation; the held-out share is ``holdout`` (at least 2 episodes)."""
+    order = np.random.default_rng(seed).permutation(len(episodes))
+    n_test = max(2, int(len(episodes) * holdout))
+    test = [episodes[i] for i in order[:n_test]]
+    train_eps = [episodes[i] for i in order[n_test:]]
+    if not any(e.success for e in test):
+        raise SystemExit("held-out split has no successful episode; record more episodes or raise --holdout")
+    if not any(e.success for e in train_eps):
+        raise SystemExit("training split has no successful episode; record more episodes or lower --holdout")
+    return train_eps, test
+
+
+def evaluate(args) -> dict:
+    """Quality of a saved critic on the held-out split that ``train`` with the same --seed/--holdout used."""
+    from policies.critics import Critic
+    from policies.critics.metrics import critic_quality
+
+    torch.set_num_threads(args.threads)
+    _, test = split_episodes(load_episodes(Path(args.data)), args.holdout, args.seed)
+    q = critic_quality(Critic.from_pretrained(args.critic), test)
+    print(json.dumps(q))
+    return q
+
+
 def train(args) -> dict:
     from policies.critics import CriticTrainConfig, ProcessRewardConfig, ProcessRewardCritic, train_critic
     from policies.critics.metrics import critic_quality
@@ -123,13 +150,7 @@ def train(args) -> dict:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     episodes = load_episodes(Path(args.data))
-    rng = np.random.default_rng(args.seed)
-    order = rng.permutation(len(episodes))
-    n_test = max(2, int(len(episodes) * args.holdout))
-    test = [episodes[i] for i in order[:n_test]]
-    train_eps = [episodes[i] for i in order[n_test:]]
-    if not any(e.success for e in test):
-        raise SystemExit("held-out split has no successful episode; record more episodes or raise --holdout")
+    train_eps, test = split_episodes(episodes, args.holdout, args.seed)
     image_size = int(episodes[0].frames.shape[1])
     critic = ProcessRewardCritic(ProcessRewardConfig(image_size=image_size))
     other = [s for s in INSTRUCTIONS.values() if s != episodes[0].instruction]
@@ -174,11 +195,19 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--reference-prob", type=float, default=0.0, help="share of batches with a reference episode")
     t.add_argument("--threads", type=int, default=1)
+    v = sub.add_parser("eval", help="quality of a saved critic on the held-out split of train")
+    v.add_argument("--critic", required=True)
+    v.add_argument("--data", required=True)
+    v.add_argument("--holdout", type=float, default=0.25)
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     if args.cmd == "record":
         path = record(Path(args.out), args.episodes, args.failures, args.seed, args.image_size, args.max_steps)
         print(f"saved {path}")
+    elif args.cmd == "eval":
+        evaluate(args)
     else:
         train(args)
     return 0

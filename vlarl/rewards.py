@@ -41,7 +41,9 @@ class RewardConfig:
     reference_path: str = ""  # episodes.npz with a successful episode used as in-context reference; "" = none
     reference_frames: int = 4
     done_threshold: float = 0.5
-    done_ends_episode: bool = False  # treat done_prob > done_threshold as termination (no success detector)
+    # done_prob > done_threshold counts as termination in traj.dones (GAE stops bootstrapping there), for runs
+    # without a success detector; resetting those envs is the runner's part (see apply_process_reward)
+    done_ends_episode: bool = False
     device: str = "cpu"
 
     @property
@@ -63,6 +65,18 @@ def validate_reward_config(cfg: RewardConfig) -> None:
         raise ValueError(f"reward.batch_size={cfg.batch_size} must be >= 1")
     if not 0.0 <= cfg.done_threshold <= 1.0:
         raise ValueError(f"reward.done_threshold={cfg.done_threshold} must lie in [0, 1]")
+
+
+def reward_camera(cfg: RewardConfig, image_keys: list[str] | tuple[str, ...]) -> str:
+    """The camera the critic reads: ``reward.camera`` or the env's first one (clear error when there is none)."""
+    keys = list(image_keys)
+    if cfg.camera:
+        if cfg.camera not in keys:
+            raise ValueError(f"reward.camera='{cfg.camera}' is not among the env's cameras {keys}")
+        return cfg.camera
+    if not keys:
+        raise ValueError("reward=vlm_critic needs camera images; use an env with obs_mode=rgb")
+    return keys[0]
 
 
 def next_frames_key(camera: str) -> str:
@@ -153,10 +167,7 @@ def apply_process_reward(traj: Any, worker: Any, cfg: RewardConfig, gamma: float
     """
     if not cfg.enabled:
         return {}
-    camera = cfg.camera or next(iter(traj.obs["images"]), "")
-    if camera not in traj.obs["images"]:
-        raise ValueError(f"reward.camera='{camera}' is not among the env's cameras {list(traj.obs['images'])}; "
-                         f"use an env with obs_mode=rgb and set reward.camera to one of them")
+    camera = reward_camera(cfg, list(traj.obs["images"]))
     key = next_frames_key(camera)
     if key not in traj.extras:
         raise ValueError(f"trajectory has no extras['{key}']; the runner must store end-of-chunk frames "

@@ -134,6 +134,13 @@ def test_missing_end_of_chunk_frames_is_a_clear_error(tiny_critic, tmp_path):
         R.apply_process_reward(traj, w, R.RewardConfig(name="vlm_critic", critic_path="x", camera="wrist"), 0.9)
 
 
+def test_reward_camera_choice():
+    assert R.reward_camera(R.RewardConfig(), ("base_camera", "wrist")) == "base_camera"
+    assert R.reward_camera(R.RewardConfig(camera="wrist"), ("base_camera", "wrist")) == "wrist"
+    with pytest.raises(ValueError, match="obs_mode=rgb"):
+        R.reward_camera(R.RewardConfig(), ())
+
+
 def test_reward_none_leaves_the_trajectory_alone(tiny_critic, tmp_path):
     traj, _ = _trajectory()
     assert R.apply_process_reward(traj, None, R.RewardConfig(), gamma=0.9) == {}
