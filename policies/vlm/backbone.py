@@ -15,6 +15,8 @@ Kinds (``backbone.kind``), chosen by a registry: ``siglip_llama`` / ``siglip_qwe
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,13 +53,28 @@ def _has_weights(path: Path) -> bool:
     return any(path.glob("*.safetensors")) or any(path.glob("*.bin"))
 
 
-def _load_or_build(model_cls, path: Path, config_fn: Callable[[], object]):
-    """from_pretrained when ``path`` holds weights; from its config when only a config is there."""
-    if (path / "config.json").is_file():
-        if _has_weights(path):
-            return model_cls.from_pretrained(str(path), local_files_only=True)
-        return _from_config(model_cls, AutoConfig.from_pretrained(str(path), local_files_only=True))
-    return _from_config(model_cls, config_fn())
+BACKBONE_CONFIG_NAME = "backbone_config.json"
+
+
+class ModelSource:
+    """Where each HF sub-model comes from, in order: configs restored from a policy checkpoint (weights
+    follow from the policy's safetensors), a local HF directory (weights if present), a tiny config."""
+
+    def __init__(self, path: Path | None, restored: dict[str, dict] | None):
+        self.path, self.restored = path, restored or {}
+
+    def build(self, model_cls, sub: str, config_fn: Callable[[], object]):
+        from transformers import CONFIG_MAPPING
+
+        if sub in self.restored:
+            d = dict(self.restored[sub])
+            return _from_config(model_cls, CONFIG_MAPPING[d["model_type"]].from_dict(d))
+        p = self.path / sub if (self.path is not None and sub) else self.path
+        if p is not None and (p / "config.json").is_file():
+            if _has_weights(p):
+                return model_cls.from_pretrained(str(p), local_files_only=True)
+            return _from_config(model_cls, AutoConfig.from_pretrained(str(p), local_files_only=True))
+        return _from_config(model_cls, config_fn())
 
 
 def _from_config(model_cls, config):
@@ -140,17 +157,16 @@ _COMPOSED_LMS = {"siglip_llama": "llama", "siglip_qwen2": "qwen2", "siglip_gemma
 
 
 class ComposedVLM(VLMBackbone):
-    def __init__(self, cfg: BackboneConfig, tokenizer: PreTrainedTokenizerBase, path: Path | None):
+    def __init__(self, cfg: BackboneConfig, tokenizer: PreTrainedTokenizerBase, source: ModelSource):
         super().__init__(cfg, tokenizer)
         from transformers import CONFIG_MAPPING, AutoModelForCausalLM, SiglipVisionConfig, SiglipVisionModel
 
         self.kind = cfg.kind
-        root = path or Path("/nonexistent")
         lm_type = _COMPOSED_LMS[cfg.kind]
-        self.vision = _load_or_build(SiglipVisionModel, root / "vision",
-                                     lambda: SiglipVisionConfig(**_vision_kwargs(cfg), vision_use_head=False))
-        causal = _load_or_build(
-            AutoModelForCausalLM, root / "language",
+        self.vision = source.build(SiglipVisionModel, "vision",
+                                   lambda: SiglipVisionConfig(**_vision_kwargs(cfg), vision_use_head=False))
+        causal = source.build(
+            AutoModelForCausalLM, "language",
             lambda: CONFIG_MAPPING[lm_type](**_text_kwargs(cfg, len(tokenizer))),
         )
         self.language_model = causal.model
@@ -177,7 +193,7 @@ class ComposedVLM(VLMBackbone):
 class NativeVLM(VLMBackbone):
     """PaliGemma / Idefics3 (SmolVLM): image features from the model's own vision tower + projector."""
 
-    def __init__(self, cfg: BackboneConfig, tokenizer: PreTrainedTokenizerBase, path: Path | None):
+    def __init__(self, cfg: BackboneConfig, tokenizer: PreTrainedTokenizerBase, source: ModelSource):
         super().__init__(cfg, tokenizer)
         self.kind = cfg.kind
         vocab = len(tokenizer)
@@ -205,7 +221,7 @@ class NativeVLM(VLMBackbone):
                 )
 
             klass = Idefics3ForConditionalGeneration
-        self.vlm = _load_or_build(klass, path or Path("/nonexistent"), build)
+        self.vlm = source.build(klass, "", build)
 
     @property
     def language_model(self) -> nn.Module:  # type: ignore[override]
@@ -241,16 +257,22 @@ BACKBONES: dict[str, Callable[..., VLMBackbone]] = {
 
 
 def build_backbone(cfg: BackboneConfig, extra_tokens: Callable[[PreTrainedTokenizerBase], None] | None = None,
-                   path_override: str | None = None) -> VLMBackbone:
-    """Tokenizer first (so reserved action tokens exist), then the model sized to it."""
+                   restore_dir: str | os.PathLike | None = None) -> VLMBackbone:
+    """Tokenizer first (so reserved action tokens exist), then the model sized to it.
+
+    ``restore_dir``: a policy checkpoint written by ``save_backbone_files`` (tokenizer + HF configs);
+    otherwise ``cfg.pretrained_path`` (a local HF folder) or a tiny model from ``cfg``."""
     if cfg.kind not in BACKBONES:
         raise ValueError(f"policy.backbone.kind='{cfg.kind}' is unknown; choose one of {sorted(BACKBONES)}")
-    src = path_override or cfg.pretrained_path
-    path = Path(src).expanduser() if src else None
-    if path is not None and not path.is_dir():
-        raise FileNotFoundError(
-            f"policy.backbone.pretrained_path='{src}' is not a directory; point it at a local HF model folder"
-        )
+    restored = None
+    if restore_dir is not None:
+        path = Path(restore_dir)
+        restored = json.loads((path / BACKBONE_CONFIG_NAME).read_text())
+    else:
+        path = Path(cfg.pretrained_path).expanduser() if cfg.pretrained_path else None
+        if path is not None and not path.is_dir():
+            raise FileNotFoundError(f"policy.backbone.pretrained_path='{cfg.pretrained_path}' is not a directory; "
+                                    f"point it at a local HF model folder")
     if path is not None and (path / "tokenizer_config.json").is_file():
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     else:
@@ -259,12 +281,12 @@ def build_backbone(cfg: BackboneConfig, extra_tokens: Callable[[PreTrainedTokeni
         tokenizer.pad_token = tokenizer.eos_token
     if extra_tokens is not None:
         extra_tokens(tokenizer)
-    backbone = BACKBONES[cfg.kind](cfg, tokenizer, path)
+    backbone = BACKBONES[cfg.kind](cfg, tokenizer, ModelSource(path, restored))
     backbone.resize_token_embeddings(len(tokenizer))
     _untie_lm_head(backbone)
     if cfg.gradient_checkpointing:
         for m in backbone.hf_models().values():
-            m.gradient_checkpointing_enable()
+            (getattr(m, "activation_checkpointing_enable", None) or m.gradient_checkpointing_enable)()
     return backbone
 
 
@@ -280,9 +302,13 @@ def _untie_lm_head(backbone: VLMBackbone) -> None:
                     c.tie_word_embeddings = False
 
 
+def has_backbone_files(directory: Path) -> bool:
+    return (directory / BACKBONE_CONFIG_NAME).is_file()
+
+
 def save_backbone_files(backbone: VLMBackbone, directory: Path) -> None:
-    """HF configs of the sub-models + the tokenizer (weights go into the policy's safetensors)."""
+    """Flat files beside the policy's weights: HF configs of the sub-models (one JSON) + the tokenizer."""
     directory.mkdir(parents=True, exist_ok=True)
-    for sub, model in backbone.hf_models().items():
-        model.config.save_pretrained(str(directory / sub) if sub else str(directory))
+    configs = {sub: model.config.to_dict() for sub, model in backbone.hf_models().items()}
+    (directory / BACKBONE_CONFIG_NAME).write_text(json.dumps(configs, indent=2))
     backbone.tokenizer.save_pretrained(str(directory))

@@ -7,8 +7,9 @@ Processor (openpi-style explicit transforms between the env's conventions and th
     actions env units [low, high]          <-> normalized [-1, 1] (what every action head models)
 
 Prefix embedding: ``[image tokens | text tokens | state token]`` -> ``[B, L, H]`` with a mask ``[B, L]``.
-The checkpoint directory holds, beside the base class's weights/config/normalization, ``vlm/`` with
-the HF configs of the backbone's sub-models and its tokenizer (action tokens included).
+The checkpoint directory is flat (the run's checkpointing fsyncs plain files): beside the base class's
+weights/config/normalization it holds ``backbone_config.json`` (HF configs of the backbone's
+sub-models), the tokenizer files (action tokens included) and ``processor_config.json``.
 """
 
 from __future__ import annotations
@@ -26,9 +27,8 @@ from torch import nn
 
 from policies.base import Policy, PolicySpec, as_float_tensor
 from policies.mlp import RunningNorm
-from policies.vlm.backbone import build_backbone, save_backbone_files
+from policies.vlm.backbone import build_backbone, has_backbone_files, save_backbone_files
 
-VLM_SUBDIR = "vlm"
 PROCESSOR_NAME = "processor_config.json"
 _RESTORE_DIR: contextvars.ContextVar[Path | None] = contextvars.ContextVar("vlarl_vlm_restore", default=None)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -70,7 +70,7 @@ class VLAPolicy(Policy):
         if config.chunk_size < 1:
             raise ValueError(f"policy.chunk_size must be >= 1, got {config.chunk_size}")
         restore = _RESTORE_DIR.get()
-        self.backbone = build_backbone(config.backbone, extra_tokens, str(restore) if restore else None)
+        self.backbone = build_backbone(config.backbone, extra_tokens, restore)
         H = self.backbone.hidden_size
         self.state_norm = RunningNorm(spec.state_dim, 10.0)
         self.state_proj = nn.Linear(spec.state_dim, H) if config.use_state else None
@@ -189,9 +189,9 @@ class VLAPolicy(Policy):
 
     # -- persistence ------------------------------------------------------------------------------
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
-        """Base files + ``vlm/`` (HF configs, tokenizer) + ``processor_config.json``."""
+        """Base files + ``backbone_config.json`` + tokenizer files + ``processor_config.json``."""
         d = super().save_pretrained(directory)
-        save_backbone_files(self.backbone, d / VLM_SUBDIR)
+        save_backbone_files(self.backbone, d)
         bc = self.config.backbone
         proc = {
             "image_keys": list(self.spec.image_keys),
@@ -199,16 +199,16 @@ class VLAPolicy(Policy):
             "image_mean": list(bc.image_mean),
             "image_std": list(bc.image_std),
             "max_text_tokens": bc.max_text_tokens,
-            "tokenizer": VLM_SUBDIR,
+            "tokenizer": ".",
         }
         (d / PROCESSOR_NAME).write_text(json.dumps(proc, indent=2))
         return d
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike, map_location: str = "cpu") -> Policy:
-        """Rebuild the backbone from the checkpoint's own ``vlm/`` configs + tokenizer, then load weights."""
+        """Rebuild the backbone from the checkpoint's own HF configs + tokenizer, then load weights."""
         d = Path(directory)
-        token = _RESTORE_DIR.set(d / VLM_SUBDIR if (d / VLM_SUBDIR).is_dir() else None)
+        token = _RESTORE_DIR.set(d if has_backbone_files(d) else None)
         try:
             return super().from_pretrained(d, map_location)
         finally:

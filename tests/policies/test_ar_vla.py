@@ -15,7 +15,8 @@ from policies.vlm.tokenizer import ACTION_TOKEN
 def _policy(spec, kind="siglip_llama", **kw) -> ARVLAPolicy:
     kw.setdefault("n_action_bins", 32)
     kw.setdefault("chunk_size", 2)
-    return make_policy(ARVLAConfig(backbone=BackboneConfig(kind=kind), **kw), spec)
+    kw.setdefault("backbone", BackboneConfig(kind=kind))
+    return make_policy(ARVLAConfig(**kw), spec)
 
 
 @pytest.mark.parametrize(
@@ -72,25 +73,49 @@ def test_save_from_pretrained_round_trip(vla_spec, obs, tmp_path, kind):
     pol = _policy(vla_spec, kind)
     pol.update_normalization(make_obs(8, seed=5))
     d = pol.save_pretrained(tmp_path / "ckpt")
-    assert (d / "vlm" / "tokenizer_config.json").is_file() and (d / "processor_config.json").is_file()
+    assert all((d / f).is_file() for f in ("tokenizer_config.json", "backbone_config.json", "processor_config.json"))
+    assert all(f.is_file() for f in d.iterdir()), "checkpoint files must be flat"
     for loaded in (ARVLAPolicy.from_pretrained(d), Policy.from_pretrained(d)):
         assert torch.equal(loaded.act(obs), pol.act(obs))
         torch.testing.assert_close(loaded.state_norm.mean, pol.state_norm.mean)
 
 
-def test_loads_a_local_hf_checkpoint_without_a_hub(vla_spec, obs, tmp_path):
-    """A real-layout checkpoint (PaliGemma weights + tokenizer saved by HF) loads from a local path."""
-    src = _policy(vla_spec, "paligemma")
-    src.backbone.vlm.save_pretrained(tmp_path / "pg")
-    src.backbone.tokenizer.save_pretrained(tmp_path / "pg")
-    cfg = ARVLAConfig(backbone=BackboneConfig(kind="paligemma", pretrained_path=str(tmp_path / "pg")),
-                      n_action_bins=32, chunk_size=2)
+@pytest.mark.parametrize("kind", ["paligemma", "siglip_llama"])
+def test_loads_a_local_hf_checkpoint_without_a_hub(vla_spec, obs, tmp_path, kind):
+    """A real-layout checkpoint (HF weights + tokenizer written by save_pretrained) loads from a local path:
+    PaliGemma as one model folder; the SigLIP + Llama composition as vision/ and language/ folders."""
+    src = _policy(vla_spec, kind)
+    folder = tmp_path / "hf"
+    for sub, model in src.backbone.hf_models().items():
+        model.save_pretrained(folder / sub if sub else folder)
+    src.backbone.tokenizer.save_pretrained(folder)
+    cfg = ARVLAConfig(backbone=BackboneConfig(kind=kind, pretrained_path=str(folder)), n_action_bins=32, chunk_size=2)
     pol = make_policy(cfg, vla_spec)
-    ref = src.backbone.vlm.state_dict()
-    for k, v in pol.backbone.vlm.state_dict().items():
-        torch.testing.assert_close(v, ref[k])
+    for sub, model in src.backbone.hf_models().items():
+        ref = model.state_dict()
+        for k, v in pol.backbone.hf_models()[sub].state_dict().items():
+            torch.testing.assert_close(v, ref[k])
     with pytest.raises(FileNotFoundError, match="pretrained_path"):
         make_policy(ARVLAConfig(backbone=BackboneConfig(pretrained_path=str(tmp_path / "missing"))), vla_spec)
+
+
+def test_bf16_backbone_keeps_fp32_log_probs_and_gradient_checkpointing_switch(vla_spec, obs):
+    pol = _policy(vla_spec, dtype="bfloat16")
+    assert next(pol.backbone.parameters()).dtype == torch.bfloat16
+    s = pol.sample(obs)
+    assert s.logprob.dtype == torch.float32
+    torch.testing.assert_close(pol.evaluate(obs, s.replay)[0], s.logprob, atol=1e-5, rtol=0)
+    ckpt = _policy(vla_spec, backbone=BackboneConfig(gradient_checkpointing=True))
+    assert all(m.is_activation_checkpointing for m in ckpt.backbone.hf_models().values())
+    plain = _policy(vla_spec)
+    plain.load_state_dict(ckpt.state_dict())
+    ckpt.train(), plain.train()
+    s = plain.sample(obs)
+    for p in (ckpt, plain):
+        p.evaluate(obs, s.replay)[0].sum().backward()
+    g1 = ckpt.backbone.language_model.layers[0].mlp.up_proj.weight.grad
+    g2 = plain.backbone.language_model.layers[0].mlp.up_proj.weight.grad
+    torch.testing.assert_close(g1, g2, atol=1e-6, rtol=1e-4)
 
 
 def test_freezing_and_lora_select_the_trainable_parameters(vla_spec, obs):
