@@ -142,7 +142,13 @@ def evaluate(args) -> dict:
 
 
 def train(args) -> dict:
-    from policies.critics import CriticTrainConfig, ProcessRewardConfig, ProcessRewardCritic, train_critic
+    from policies.critics import (
+        CriticTrainConfig,
+        PairMix,
+        ProcessRewardConfig,
+        ProcessRewardCritic,
+        train_critic,
+    )
     from policies.critics.metrics import critic_quality
     from policies.critics.train import reference_frames
     from simulators.maniskill import INSTRUCTIONS
@@ -157,7 +163,7 @@ def train(args) -> dict:
     before = critic_quality(critic, test)
     print("untrained critic on held-out episodes:", json.dumps(before))
     tcfg = CriticTrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
-                             reference_prob=args.reference_prob)
+                             reference_prob=args.reference_prob, mix=PairMix(failed=args.failed_share))
     log = train_critic(critic, train_eps, tcfg, distractor_instructions=other, log_every=max(1, args.steps // 10))
     after = critic_quality(critic, test)
     print("trained critic on held-out episodes:  ", json.dumps(after))
@@ -193,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--lr", type=float, default=3e-4)
     t.add_argument("--holdout", type=float, default=0.25)
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--failed-share", type=float, default=0.15, help="weight of failed-episode pairs in a batch")
     t.add_argument("--reference-prob", type=float, default=0.0, help="share of batches with a reference episode")
     t.add_argument("--threads", type=int, default=1)
     v = sub.add_parser("eval", help="quality of a saved critic on the held-out split of train")

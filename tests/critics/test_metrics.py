@@ -40,6 +40,8 @@ def test_quality_of_a_perfect_critic():
     assert q["pair_order_accuracy"] == 1.0
     assert q["done_precision"] == 1.0 and q["done_recall"] == 1.0
     assert q["episodes"] == 4 and q["successful_episodes"] == 3
+    assert q["delta_return_success"] == pytest.approx(1.0)  # the square crosses the image once
+    assert abs(q["delta_return_failure"]) < 0.2  # it only jitters
 
 
 def test_quality_of_an_inverted_critic():
