@@ -30,7 +30,12 @@ from typing import Any
 import numpy as np
 
 from simulators.base import EnvError, EnvSpec
-from simulators.mujoco_render import RenderQuality, apply_render_quality, select_gl_backend
+from simulators.mujoco_render import (
+    RenderQuality,
+    apply_render_quality,
+    release_render_context,
+    select_gl_backend,
+)
 from simulators.registry import EnvConfig, register_env
 from simulators.robosuite_compat import patch_robosuite
 from simulators.robosuite_env import clear_gripper_state, seeded_global_numpy
@@ -227,14 +232,19 @@ class LiberoEnv(SerialBatchedEnv):
             obs=self._convert(i, raw), reward=float(success), terminated=success, success=success
         )
 
-    def render(self) -> np.ndarray | None:
-        if not self._render:
+    def render_scene(self, i: int, camera: str | None = None) -> np.ndarray | None:
+        raw = self._last_raw[i]
+        if camera is None and self._render:
+            return _resize(np.ascontiguousarray(raw["agentview_image"][::-1, ::-1]), self.cfg.render_size)
+        cam = camera or (self.cameras[0] if self.cameras else None)
+        if cam is None:
             return None
-        frames = [_resize(raw["agentview_image"][::-1, ::-1], self.cfg.render_size) for raw in self._last_raw]
-        return np.stack(frames).astype(np.uint8)
+        return _resize(np.ascontiguousarray(raw[f"{cam}_image"][::-1, ::-1]), self.cfg.image_size)
 
     def close(self) -> None:
         for env in self.envs:
+            with contextlib.suppress(Exception):
+                release_render_context(env.sim)
             with contextlib.suppress(Exception):
                 env.close()
         self.envs = []

@@ -60,13 +60,26 @@ def apply_render_quality(sim: Any, quality: RenderQuality) -> None:
         # Free the old context while *it* is current (its __del__ would free whichever is current),
         # then make a new one that is sized without MSAA / shadow buffers.
         device_id, groups = old.device_id, old.vopt.geomgroup.copy()
-        old.gl_ctx.make_current()
-        old.con.free()
-        old.gl_ctx.free()
-        sim._render_context_offscreen = None
+        release_render_context(sim)
         ctx = MjRenderContextOffscreen(sim, device_id=device_id)
         ctx.vopt.geomgroup[:] = groups
     ctx = sim._render_context_offscreen
     if ctx is not None:
         ctx.scn.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = int(quality.shadows)
         ctx.scn.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = int(quality.reflections)
+
+
+def release_render_context(sim: Any) -> None:
+    """Free a robosuite sim's offscreen GL context now, while it is current and the display is alive.
+
+    robosuite frees contexts in ``__del__``, which for envs caught in reference cycles runs at
+    interpreter exit after EGL is terminated (noisy EGLError tracebacks) or frees whichever context
+    happens to be current (corrupt frames in the others).
+    """
+    ctx = getattr(sim, "_render_context_offscreen", None)
+    if ctx is None:
+        return
+    ctx.gl_ctx.make_current()
+    ctx.con.free()
+    ctx.gl_ctx.free()
+    sim._render_context_offscreen = None

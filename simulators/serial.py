@@ -69,6 +69,10 @@ def resolve_seeds(seed: int | list[int] | None, num_envs: int) -> list[int | Non
     return [int(s) for s in seed]
 
 
+class SimulatorCrash(RuntimeError):
+    """A simulator failed inside reset/step; the message names the env, task, seed and state id."""
+
+
 class SerialBatchedEnv(BatchedEnv):
     """``num_envs`` single-scene simulators stepped in turn, behind the batched chunk interface.
 
@@ -79,6 +83,9 @@ class SerialBatchedEnv(BatchedEnv):
     max_episode_steps: int
     instructions: list[str]
     ignore_terminations: bool = False
+    # Called as ``step_callback(env_index, chunk_step_index)`` after every control step (video
+    # recording uses it to grab per-step frames through ``render_scene``).
+    step_callback: Any = None
 
     # -- what a simulator implements ------------------------------------------------------------
     @abc.abstractmethod
@@ -89,7 +96,33 @@ class SerialBatchedEnv(BatchedEnv):
     def step_scene(self, i: int, action: np.ndarray) -> SceneStep:
         """Apply ``action: float32 [action_dim]`` (already clipped to the action box) to scene ``i``."""
 
+    def render_scene(self, i: int, camera: str | None = None) -> np.ndarray | None:
+        """uint8 [H, W, 3] frame of scene ``i`` now: the video camera when built with ``render=True``,
+        else ``camera`` (default: the first policy camera); None when the scene has no images."""
+        return None
+
+    def render(self) -> np.ndarray | None:
+        if not getattr(self, "_render", False):
+            return None
+        return np.stack([self.render_scene(i) for i in range(self.num_envs)])
+
     # -- shared machinery -------------------------------------------------------------------------
+    def _scene_call(self, what: str, i: int, fn, *args):
+        """Run a simulator call for scene ``i``; a crash is re-raised naming task, seed and state id
+        (the env worker's process reports it as is)."""
+        try:
+            return fn(i, *args)
+        except EnvError:
+            raise
+        except Exception as e:
+            sid = None if self._state_ids is None else self._state_ids[i]
+            raise SimulatorCrash(
+                f"{type(self).__name__} env {i} (worker {getattr(self, 'worker_index', 0)}, task "
+                f"'{self.spec.task if hasattr(self, 'spec') else '?'}', instruction '{self.instructions[i]}', "
+                f"seed {self._seeds[i]}, reset_state_id {sid}, episode {self._episode_count[i]}) crashed in "
+                f"{what}: {type(e).__name__}: {e}"
+            ) from e
+
     def _init_batch(self) -> None:
         B = self.num_envs
         self._low = torch.as_tensor(self.spec.action_low, dtype=torch.float32)
@@ -128,7 +161,13 @@ class SerialBatchedEnv(BatchedEnv):
         self._seeds = resolve_seeds(seed, self.num_envs)
         self._episode_count = [0] * self.num_envs
         self._obs = [
-            self.reset_scene(i, self._seeds[i], None if self._state_ids is None else self._state_ids[i])
+            self._scene_call(
+                "reset",
+                i,
+                self.reset_scene,
+                self._seeds[i],
+                None if self._state_ids is None else self._state_ids[i],
+            )
             for i in range(self.num_envs)
         ]
         self._ret[:] = 0.0
@@ -152,7 +191,7 @@ class SerialBatchedEnv(BatchedEnv):
         final_obs = list(self._obs)
         for i in range(B):
             for t in range(T):
-                r = self.step_scene(i, a[i, t])
+                r = self._scene_call("step", i, self.step_scene, a[i, t])
                 step_mask[i, t] = True
                 rewards[i, t] = r.reward
                 success[i, t] = r.success
@@ -160,6 +199,8 @@ class SerialBatchedEnv(BatchedEnv):
                 self._len[i] += 1
                 self._succ_once[i] |= r.success
                 self._obs[i] = r.obs
+                if self.step_callback is not None:
+                    self.step_callback(i, t)
                 term = r.terminated and not self.ignore_terminations
                 trunc = self.max_episode_steps > 0 and self._len[i] >= self.max_episode_steps
                 if term or trunc:
@@ -175,7 +216,7 @@ class SerialBatchedEnv(BatchedEnv):
             if done[i]:
                 self._episode_count[i] += 1
                 seed, state_id = self._auto_reset_args(i)
-                self._obs[i] = self.reset_scene(i, seed, state_id)
+                self._obs[i] = self._scene_call("auto-reset", i, self.reset_scene, seed, state_id)
                 self._ret[i] = 0.0
                 self._len[i] = 0
                 self._succ_once[i] = False

@@ -56,10 +56,25 @@ def build(case: SimCase, num_envs: int | None = None, render: bool = False, **ex
     return make_env(cfg, num_envs=num_envs or case.num_envs, render=render)
 
 
-@pytest.fixture(scope="module", params=sorted(CASES))
+_BUILT: dict[str, Any] = {}
+
+
+def shared_env(name: str):
+    """The session's one env for ``CASES[name]`` (building LIBERO/robosuite scenes takes seconds)."""
+    if name not in _BUILT:
+        _BUILT[name] = build(CASES[name])
+    return _BUILT[name]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_shared_envs():
+    yield
+    for env in _BUILT.values():
+        env.close()
+    _BUILT.clear()
+
+
+@pytest.fixture(params=sorted(CASES))
 def sim(request):
-    """(case, env) for every simulator; the env is shared by the tests of one module."""
-    case = CASES[request.param]
-    env = build(case)
-    yield case, env
-    env.close()
+    """(case, env) for every registered simulator."""
+    return CASES[request.param], shared_env(request.param)
