@@ -93,3 +93,15 @@ def test_bad_config_names_the_key(vla_spec):
         _policy(vla_spec, "euler")
     with pytest.raises(ValueError, match="policy.min_std"):
         _policy(vla_spec, min_std=0.0)
+
+
+def test_state_only_env_and_value_for_bootstrapping(obs):
+    """ManiSkill state envs have no cameras: the prefix is text + state; value() matches sample's value."""
+    from policies import PolicySpec
+
+    spec = PolicySpec(state_dim=5, action_dim=3, action_low=[-1.0] * 3, action_high=[1.0] * 3)
+    pol = _policy(spec)
+    o = {**obs, "images": {}}
+    s = pol.sample(o)
+    torch.testing.assert_close(pol.evaluate(o, s.replay)[0], s.logprob, atol=1e-5, rtol=0)
+    torch.testing.assert_close(pol.value(o), s.value, atol=1e-6, rtol=0)
