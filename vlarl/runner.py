@@ -23,6 +23,9 @@ from tqdm import tqdm
 from policies.base import PolicySpec
 from simulators.base import EnvSpec
 from vlarl import scheduler
+from vlarl.algorithms.extras import StepExtras
+from vlarl.algorithms.grpo import group_reset_ids, select_groups
+from vlarl.algorithms.registry import algorithm_spec, episode_horizon
 from vlarl.checkpoint import latest_checkpoint, save_checkpoint
 from vlarl.data.metrics import EpisodeStats
 from vlarl.data.trajectory import Trajectory, cat_obs, stack_obs
@@ -52,27 +55,44 @@ class Runner:
         self.env_steps = 0
         self.wall_offset = 0.0  # wall seconds spent by earlier (resumed) segments of this run
         self.stats = EpisodeStats(window=max(32, cfg.env.num_envs * 2))
+        self._traced_iterations = 0
 
     # -- set-up ---------------------------------------------------------------------------------
     def setup(self) -> None:
         cfg = self.cfg
-        scheduler.start_ray(cfg.placement)
         W = cfg.env.num_workers
         per_worker = cfg.env.num_envs // W
-        place = scheduler.plan(cfg.placement, W)
         device = self._device()
-        EnvActor = scheduler.remote(EnvWorker, place.env_cpus)
+        # placement as data: devices and Ray resources of every worker (vlarl.scheduler.placement)
+        self.plan = scheduler.resolve_for_training(cfg, device)
+        print(f"[vlarl] {self.plan.describe()}")
+        scheduler.start_ray(cfg.placement)
         self.env_workers = [
-            EnvActor.remote(cfg.env, per_worker, i, cfg.torch_threads) for i in range(W)
+            scheduler.remote_on(EnvWorker, w).remote(cfg.env, per_worker, i, cfg.torch_threads, self.plan.stages, w)
+            for i, w in enumerate(self.plan.env)
         ]
         self.env_spec: EnvSpec = ray.get(self.env_workers[0].spec.remote())
         self.policy_spec = policy_spec_from_env(self.env_spec)
-        gpu = 0.5 if device == "cuda" else 0.0
-        self.rollout = scheduler.remote(RolloutWorker, place.rollout_cpus, gpu).remote(
-            cfg.policy, self.policy_spec, cfg.seed + 1, device, cfg.torch_threads)
-        self.actor = scheduler.remote(ActorWorker, place.actor_cpus, gpu).remote(
-            cfg.policy, cfg.algorithm, self.policy_spec, cfg.seed, device, cfg.torch_threads)
+        self.rollout = scheduler.remote_on(RolloutWorker, self.plan.rollout).remote(
+            cfg.policy, self.policy_spec, cfg.seed + 1, device, cfg.torch_threads, self.plan.rollout)
+        self.actor = scheduler.remote_on(ActorWorker, self.plan.actor).remote(
+            cfg.policy, cfg.algorithm, self.policy_spec, cfg.seed, device, cfg.torch_threads, self.plan.actor)
         self.per_worker = per_worker
+
+    def _phase_metrics(self, wall_s: float) -> dict[str, float]:
+        """Per-phase seconds of the last iteration from the workers' spans (env and infer summed over
+        workers), the fraction of device time left idle, and a Chrome trace of one iteration."""
+        from vlarl.scheduler import timeline
+
+        spans = ray.get([w.pop_spans.remote() for w in [*self.env_workers, self.rollout, self.actor]])
+        totals = timeline.phase_totals(spans)
+        cfg = self.cfg.placement
+        if cfg.timeline and self._traced_iterations == cfg.timeline_iteration - 1:
+            timeline.write_trace(self.run_dir / "timeline.json", spans)
+        self._traced_iterations += 1
+        busy = sum(totals.values())
+        return {**{f"perf/phase_{k}_s": v for k, v in totals.items()},
+                "perf/idle_frac": max(0.0, 1.0 - busy / max(wall_s * self.plan.num_devices, 1e-9))}
 
     def _device(self) -> str:
         if self.cfg.device == "auto":
@@ -96,20 +116,19 @@ class Runner:
         ])
 
     # -- one rollout ----------------------------------------------------------------------------
-    def collect(self, obs_parts: list[dict[str, Any]]) -> tuple[Trajectory, list[dict[str, Any]], int]:
-        """Step every env ``algorithm.num_steps`` chunks; returns (trajectory, next obs, env steps)."""
-        N = self.cfg.algorithm.num_steps
+    def collect(self, obs_parts: list[dict[str, Any]], num_steps: int = 0) -> tuple[Trajectory, list[dict[str, Any]], int]:
+        """Step every env ``num_steps`` (default ``algorithm.num_steps``) chunks; returns (trajectory, next obs, env steps)."""
+        N = num_steps or self.cfg.algorithm.num_steps
+        extras = StepExtras()
         obs_hist, replays, logprobs, values = [], [], [], []
         rewards, dones, truncs, final_values = [], [], [], []
         boot_obs, steps = None, 0
-        for t in range(N):
-            obs = cat_obs(obs_parts)
-            sample, boot = ray.get(self.rollout.sample.remote(obs, boot_obs))
+        # env sub-batches and inference in pipeline stages (vlarl.scheduler.pipeline); rows in global order
+        for t, rec in enumerate(scheduler.staged_steps(self.env_workers, self.rollout, obs_parts, N,
+                                                       self.plan.stages, self.plan.overlap)):
+            obs, sample, boot, results = rec.obs, rec.sample, rec.boot, rec.results
             if t > 0:
                 final_values.append(boot if boot is not None else torch.zeros_like(sample.value))
-            results = ray.get([
-                w.chunk_step.remote(a) for w, a in zip(self.env_workers, sample.actions.chunk(len(self.env_workers)))
-            ])
             obs_hist.append(obs)
             replays.append(sample.replay)
             logprobs.append(sample.logprob)
@@ -121,6 +140,7 @@ class Runner:
             steps += int(sum(int(r.step_mask.sum()) for r in results))
             for r in results:
                 self.stats.add(r.episode)
+            extras.add(results, policy_version=self.iteration)
             obs_parts = [r.obs for r in results]
             boot_obs = cat_obs([r.final_obs if r.final_obs is not None else r.obs for r in results]) if trunc.any() else None
         # values of the last step: V(next obs) for GAE, V(final obs) for truncated episodes
@@ -139,7 +159,32 @@ class Runner:
             truncated=torch.stack(truncs),
             final_values=torch.stack(final_values),
             next_value=next_value,
+            extras=extras.stack(),
         )
+        return traj, obs_parts, steps
+
+    def collect_groups(self, obs_parts: list[dict[str, Any]]) -> tuple[Trajectory, list[dict[str, Any]], int]:
+        """GRPO rollout: groups of ``algorithm.group_size`` envs reset to one shared reset-state id and
+        play one episode each; with ``filter_groups``, up to ``dynamic_sampling_rounds`` more rounds
+        refill the batch with groups of mixed outcome (``vlarl.algorithms.grpo.select_groups``)."""
+        alg, B = self.cfg.algorithm, self.cfg.env.num_envs
+        horizon = alg.num_steps or episode_horizon(self.env_spec.max_episode_steps,
+                                                   int(getattr(self.cfg.policy, "chunk_size", 1)))
+        rounds, trajs, steps = 1 + alg.dynamic_sampling_rounds, [], 0
+        target = B // alg.group_size
+        for r in range(rounds):
+            base = self.cfg.seed * 100_003 + (self.iteration * rounds + r) * target
+            ids = group_reset_ids(B, alg.group_size, base)
+            obs_parts = ray.get([w.reset.remote(None, ids[i * self.per_worker:(i + 1) * self.per_worker])
+                                 for i, w in enumerate(self.env_workers)])
+            traj, obs_parts, n = self.collect(obs_parts, horizon)
+            trajs.append(traj)
+            steps += n
+            _, counts = select_groups(trajs, alg, target)
+            if counts["groups_kept"] >= target:
+                break
+        traj, counts = select_groups(trajs, alg, target)
+        traj.extras.update({f"grpo/{k}": torch.tensor(v) for k, v in counts.items()})
         return traj, obs_parts, steps
 
     # -- the loop -------------------------------------------------------------------------------
@@ -167,11 +212,13 @@ class Runner:
                     frac = 1.0 - self.env_steps / cfg.total_env_steps
                     self.actor.set_lr.remote(cfg.algorithm.lr * frac)
                 t0 = time.time()
-                traj, obs_parts, steps = self.collect(obs_parts)
+                collect = {"steps": self.collect, "groups": self.collect_groups}[algorithm_spec(cfg.algorithm.name).rollout]
+                traj, obs_parts, steps = collect(obs_parts)
                 t1 = time.time()
                 train_metrics = ray.get(self.actor.train.remote(traj))
-                ray.get(self.rollout.set_weights.remote(self.actor.get_weights.remote()))
+                ray.get(self.rollout.set_weights.remote(self.actor.sync_weights.remote()))  # versioned
                 t2 = time.time()
+                phase_metrics = self._phase_metrics(t2 - t0)
                 self.iteration += 1
                 self.env_steps += steps
                 bar.update(min(steps, max(0, cfg.total_env_steps - bar.n)))
@@ -184,6 +231,7 @@ class Runner:
                     "perf/env_steps_per_s": sps,
                     "perf/collect_s": t1 - t0,
                     "perf/train_s": t2 - t1,
+                    **phase_metrics,
                     "perf/wall_s": self.wall_offset + time.time() - t_start,
                     "iteration": self.iteration,
                     "env_steps": self.env_steps,

@@ -45,3 +45,65 @@ def test_normalize_advantages_global():
     n = normalize_advantages(a)
     assert n.mean().item() == pytest.approx(0.0, abs=1e-6)
     assert n.std().item() == pytest.approx(1.0, abs=1e-4)
+
+
+def test_gae_all_done_batch_is_one_step_td():
+    # every step terminates: no bootstrap, no carry -> A = r - V, whatever gamma/lambda/next_value
+    r = torch.tensor([[1.0, 0.0], [2.0, -1.0]])
+    v = torch.tensor([[0.5, 0.25], [1.0, 0.0]])
+    d = torch.ones(2, 2)
+    adv, ret = compute_gae(r, v, d, torch.tensor([100.0, 100.0]), gamma=0.99, gae_lambda=0.95)
+    assert torch.allclose(adv, r - v)
+    assert torch.allclose(ret, r)
+
+
+def test_truncation_mid_chunk_bootstraps_but_termination_does_not():
+    # PPO's compute_advantages: env 0 truncated (time limit) at step 0, env 1 terminated at step 0.
+    from vlarl.algorithms.ppo import compute_advantages
+    from vlarl.data.trajectory import Trajectory
+
+    N, B = 2, 2
+    traj = Trajectory(
+        obs={"state": torch.zeros(N, B, 1), "images": {}, "instruction": []}, replay={},
+        logprob=torch.zeros(N, B, 2, 1), values=torch.tensor([[1.0, 1.0], [2.0, 2.0]]),
+        rewards=torch.tensor([[1.0, 1.0], [0.0, 0.0]]),
+        dones=torch.tensor([[0.0, 1.0], [0.0, 0.0]]), truncated=torch.tensor([[1.0, 0.0], [0.0, 0.0]]),
+        final_values=torch.tensor([[4.0, 4.0], [0.0, 0.0]]), next_value=torch.tensor([3.0, 3.0]),
+    )
+    g, lam = 0.5, 0.9
+    adv, _ = compute_advantages(traj, g, lam)
+    # step 1 (both envs, fresh episode): delta = 0 + .5 * 3 - 2 = -0.5
+    assert adv[1].tolist() == pytest.approx([-0.5, -0.5])
+    # env 0 step 0: r + g * V(final_obs) - V = 1 + 2 - 1 = 2, no carry across the reset
+    # env 1 step 0: terminated: r - V = 0, no bootstrap from final_values
+    assert adv[0].tolist() == pytest.approx([2.0, 0.0])
+
+
+def test_normalize_advantages_masked_padding_is_ignored_and_untouched():
+    a = torch.tensor([1.0, 3.0, 1000.0])
+    m = torch.tensor([True, True, False])
+    n = normalize_advantages(a, mask=m)
+    # mean 2, unbiased std sqrt(2)
+    assert n[:2].tolist() == pytest.approx([-1 / 2**0.5, 1 / 2**0.5], rel=1e-5)
+    assert n[2].item() == 1000.0
+
+
+def _norm_worker(rank: int, path: str, out: str) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=2)
+    local = torch.tensor([1.0, 2.0]) if rank == 0 else torch.tensor([3.0, 4.0, 5.0, 6.0])
+    torch.save(normalize_advantages(local), f"{out}.{rank}")
+    dist.destroy_process_group()
+
+
+def test_normalize_advantages_is_global_across_ranks(tmp_path):
+    """Two gloo ranks with different batch sizes normalize with the statistics of all 6 values."""
+    import torch.multiprocessing as mp
+
+    out = str(tmp_path / "adv")
+    mp.start_processes(_norm_worker, args=(str(tmp_path / "rdzv"), out), nprocs=2, join=True, start_method="fork")
+    both = torch.cat([torch.load(f"{out}.0"), torch.load(f"{out}.1")])
+    full = torch.arange(1.0, 7.0)
+    assert both.tolist() == pytest.approx(((full - full.mean()) / full.std()).tolist(), rel=1e-5)

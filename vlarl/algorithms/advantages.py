@@ -10,6 +10,7 @@ reset.
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 
 def compute_gae(
@@ -49,6 +50,22 @@ def bootstrap_truncated(
     return rewards + gamma * torch.where(truncated.bool(), final_values, torch.zeros_like(final_values))
 
 
-def normalize_advantages(adv: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """Zero-mean, unit-std over the whole batch (global, the same in every placement mode)."""
-    return (adv - adv.mean()) / (adv.std() + eps)
+def normalize_advantages(adv: torch.Tensor, eps: float = 1e-8, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Zero-mean, unit-std over the whole batch: every real element (``mask``) of every rank.
+
+    Where ``torch.distributed`` is initialized, the sums are all-reduced first, so every rank (and
+    every placement mode) uses the same global statistics. Masked entries are returned unchanged.
+    The std is the unbiased one (n - 1), as in the spine.
+    """
+    m = torch.ones_like(adv, dtype=torch.bool) if mask is None else mask.bool()
+    x = adv[m].double()
+    stats = torch.stack([x.sum(), x.pow(2).sum(), torch.tensor(float(x.numel()), dtype=torch.float64)])
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(stats)
+    s, ss, n = stats.tolist()
+    if n < 1:
+        return adv
+    mean = s / n
+    var = max(ss - n * mean * mean, 0.0) / max(n - 1.0, 1.0)
+    out = (adv - mean) / (var**0.5 + eps)
+    return torch.where(m, out, adv)

@@ -1,8 +1,49 @@
-"""PPO losses as plain functions on tensors (Schulman et al. 2017)."""
+"""PPO losses as plain functions on tensors (Schulman et al. 2017).
+
+The ``*_elementwise`` functions return one loss per element (sample or token) so that masking and
+aggregation (``vlarl.algorithms.aggregation``) stay separate; the scalar versions take their mean.
+"""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
+
+VALUE_LOSSES = ("mse", "huber")
+
+
+def ppo_policy_loss_elementwise(
+    logprob: torch.Tensor,
+    old_logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+    dual_clip: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """-min(ratio * A, clip(ratio, 1 - clip_low, 1 + clip_high) * A), elementwise.
+
+    ``clip_high > clip_low`` is the asymmetric "clip-higher" variant (DAPO). ``dual_clip = c > 1``
+    additionally bounds the loss of negative-advantage elements by ``-c * A`` (Ye et al. 2020), so
+    a huge ratio on a bad action cannot blow up the update. Returns the loss and per-element bool
+    masks ``clipped`` and ``dual_clipped`` plus ``log_ratio`` for diagnostics.
+    """
+    if dual_clip and dual_clip <= 1.0:
+        raise ValueError(f"algorithm.dual_clip={dual_clip} must be > 1 (or 0 to turn it off)")
+    log_ratio = logprob - old_logprob
+    ratio = log_ratio.exp()
+    unclipped = -ratio * advantages
+    clipped = -ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * advantages
+    loss = torch.max(unclipped, clipped)
+    with torch.no_grad():
+        was_clipped = (ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)
+        dual = torch.zeros_like(was_clipped)
+    if dual_clip:
+        bound = -dual_clip * advantages
+        neg = advantages < 0
+        with torch.no_grad():
+            dual = neg & (loss > bound)
+        loss = torch.where(neg, torch.min(loss, bound), loss)
+    return loss, {"clipped": was_clipped, "dual_clipped": dual, "log_ratio": log_ratio.detach()}
 
 
 def ppo_policy_loss(
@@ -11,21 +52,42 @@ def ppo_policy_loss(
     advantages: torch.Tensor,
     clip_low: float,
     clip_high: float,
+    dual_clip: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Clipped surrogate: -mean(min(ratio * A, clip(ratio, 1 - clip_low, 1 + clip_high) * A)).
+    """Mean clipped surrogate over all elements; diagnostics: clip fraction and approx KL (k3)."""
+    loss, info = ppo_policy_loss_elementwise(logprob, old_logprob, advantages, clip_low, clip_high, dual_clip)
+    log_ratio = info["log_ratio"]
+    return loss.mean(), {
+        "clipfrac": info["clipped"].float().mean(),
+        "dual_clipfrac": info["dual_clipped"].float().mean(),
+        "approx_kl": ((log_ratio.exp() - 1.0) - log_ratio).mean(),  # k3 estimator, >= 0
+    }
 
-    All inputs share one shape (after granularity reduction). ``clip_high > clip_low`` is the
-    asymmetric "clip-higher" variant. Returns the loss and diagnostics (clip fraction, approx KL).
-    """
-    log_ratio = logprob - old_logprob
-    ratio = log_ratio.exp()
-    unclipped = ratio * advantages
-    clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * advantages
-    loss = -torch.min(unclipped, clipped).mean()
-    with torch.no_grad():
-        clipfrac = ((ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)).float().mean()
-        approx_kl = ((ratio - 1.0) - log_ratio).mean()  # k3 estimator, >= 0
-    return loss, {"clipfrac": clipfrac, "approx_kl": approx_kl}
+
+def value_loss_elementwise(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    clip: float | None = None,
+    loss_type: str = "mse",
+    huber_delta: float = 1.0,
+) -> torch.Tensor:
+    """0.5 * (V - R)^2 (``mse``) or Huber(V - R; delta) (``huber``: quadratic within delta, linear
+    beyond, so rare large returns do not dominate), optionally PPO2-style clipped around the
+    rollout value: max(loss(V), loss(V_old + clip(V - V_old, -c, c))). Elementwise."""
+    if loss_type == "mse":
+        def f(pred: torch.Tensor) -> torch.Tensor:
+            return 0.5 * (pred - returns).pow(2)
+    elif loss_type == "huber":
+        def f(pred: torch.Tensor) -> torch.Tensor:
+            return F.huber_loss(pred, returns, reduction="none", delta=huber_delta)
+    else:
+        raise ValueError(f"algorithm.value_loss='{loss_type}' is unknown; choose one of {VALUE_LOSSES}")
+    unclipped = f(values)
+    if clip is None or clip <= 0:
+        return unclipped
+    v_clipped = old_values + (values - old_values).clamp(-clip, clip)
+    return torch.max(unclipped, f(v_clipped))
 
 
 def value_loss(
@@ -33,10 +95,8 @@ def value_loss(
     old_values: torch.Tensor,
     returns: torch.Tensor,
     clip: float | None = None,
+    loss_type: str = "mse",
+    huber_delta: float = 1.0,
 ) -> torch.Tensor:
-    """0.5 * mean((V - R)^2), optionally PPO2-style clipped around the rollout value."""
-    unclipped = (values - returns).pow(2)
-    if clip is None or clip <= 0:
-        return 0.5 * unclipped.mean()
-    v_clipped = old_values + (values - old_values).clamp(-clip, clip)
-    return 0.5 * torch.max(unclipped, (v_clipped - returns).pow(2)).mean()
+    """Mean of ``value_loss_elementwise``."""
+    return value_loss_elementwise(values, old_values, returns, clip, loss_type, huber_delta).mean()

@@ -1,8 +1,10 @@
 """One chunked-PPO update, top to bottom: advantages, then epochs of minibatch steps.
 
 Each env chunk step is one PPO decision: the chunk's log-probability is reduced to the configured
-granularity, the advantage (one per chunk step) is broadcast to it, and the clipped surrogate,
-value and entropy terms are combined.
+granularity, the advantage (one per chunk step, or per action with ``reward_level=action``) is
+broadcast to it, and the clipped surrogate, value and entropy terms are combined
+(``vlarl.algorithms.update``). The bootstrap values come from the rollout's own forward passes
+(``Trajectory.final_values`` / ``next_value``); no extra pass over the batch is made here.
 """
 
 from __future__ import annotations
@@ -11,21 +13,62 @@ from typing import Any
 
 import torch
 
-from vlarl.algorithms.advantages import bootstrap_truncated, compute_gae, normalize_advantages
-from vlarl.algorithms.granularity import broadcast_to_level, reduce_logprob
-from vlarl.algorithms.losses import ppo_policy_loss, value_loss
-from vlarl.data.trajectory import Trajectory, index_obs
+from vlarl.algorithms.advantages import bootstrap_truncated, compute_gae
+from vlarl.algorithms.aggregation import trajectory_ids
+from vlarl.algorithms.granularity import action_level_advantages
+from vlarl.algorithms.update import UpdateBatch, clipped_update
+from vlarl.data.trajectory import Trajectory
 
 
 def compute_advantages(traj: Trajectory, gamma: float, gae_lambda: float, reward_scale: float = 1.0):
     """GAE over a trajectory, bootstrapping truncated episodes from V(final_obs).
 
-    Returns (advantages [N, B], returns [N, B]).
+    Terminated and truncated stay apart: both stop the recursion at the episode end, but only a
+    truncated episode adds ``gamma * V(final_obs)``. Returns (advantages [N, B], returns [N, B]).
     """
     rewards = traj.rewards * reward_scale
     rewards = bootstrap_truncated(rewards, traj.truncated, traj.final_values, gamma)
     ended = (traj.dones.bool() | traj.truncated.bool()).float()
     return compute_gae(rewards, traj.values, ended, traj.next_value, gamma, gae_lambda)
+
+
+def step_mask_of(traj: Trajectory) -> torch.Tensor:
+    """[N, B, T] executed-action mask (all True when the collector did not record one)."""
+    m = traj.extras.get("step_mask")
+    return m.bool() if m is not None else torch.ones(traj.logprob.shape[:3], dtype=torch.bool)
+
+
+def behaviour_version_of(traj: Trajectory, version: int) -> torch.Tensor:
+    """[N, B] policy version that sampled each step (the current one when not recorded)."""
+    v = traj.extras.get("policy_version")
+    return v if v is not None else torch.full(traj.rewards.shape, float(version))
+
+
+def ppo_batch(traj: Trajectory, cfg: Any, version: int = 0) -> UpdateBatch:
+    """Flatten a trajectory into an ``UpdateBatch`` with GAE advantages and returns."""
+    adv, returns = compute_advantages(traj, cfg.gamma, cfg.gae_lambda, cfg.reward_scale)
+    smask = step_mask_of(traj)
+    flat_adv = traj.flat(adv)
+    if cfg.reward_level == "action":
+        step_rewards = traj.extras.get("step_rewards")
+        if step_rewards is None:
+            raise ValueError("algorithm.reward_level=action needs per-action rewards (traj.extras['step_rewards'])")
+        flat_adv = action_level_advantages(flat_adv, traj.flat(step_rewards) * cfg.reward_scale, traj.flat(smask))
+    elif cfg.reward_level != "chunk":
+        raise ValueError(f"algorithm.reward_level='{cfg.reward_level}' is unknown; choose chunk or action")
+    ended = traj.dones.bool() | traj.truncated.bool()
+    return UpdateBatch(
+        obs=traj.flat_obs(),
+        replay={k: traj.flat(v) for k, v in traj.replay.items()},
+        logprob=traj.flat(traj.logprob),
+        step_mask=traj.flat(smask),
+        advantages=flat_adv,
+        valid=torch.ones(traj.num_steps * traj.num_envs, dtype=torch.bool),
+        traj_ids=traj.flat(trajectory_ids(ended)),
+        behaviour_version=traj.flat(behaviour_version_of(traj, version)),
+        returns=traj.flat(returns),
+        old_values=traj.flat(traj.values),
+    )
 
 
 def ppo_update(
@@ -34,56 +77,15 @@ def ppo_update(
     traj: Trajectory,
     cfg: Any,
     generator: torch.Generator | None = None,
+    reference: Any | None = None,
+    version: int = 0,
 ) -> dict[str, float]:
-    """Run ``cfg.update_epochs`` epochs of minibatch PPO on ``traj``; returns mean diagnostics."""
-    adv, returns = compute_advantages(traj, cfg.gamma, cfg.gae_lambda, cfg.reward_scale)
-    obs = traj.flat_obs()
-    replay = {k: traj.flat(v) for k, v in traj.replay.items()}
-    old_logprob = reduce_logprob(traj.flat(traj.logprob), cfg.logprob_level)
-    old_values, adv, returns = traj.flat(traj.values), traj.flat(adv), traj.flat(returns)
-    if cfg.norm_adv:
-        adv = normalize_advantages(adv)  # over the whole batch, before minibatching
-    M = adv.shape[0]
-    mb = M // cfg.num_minibatches
-    stats: dict[str, list[float]] = {k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")}
-    device = next(policy.parameters()).device
-    stop = False
-    epochs_run = 0
-    for _epoch in range(cfg.update_epochs):
-        perm = torch.randperm(M, generator=generator)
-        for start in range(0, M, mb):
-            idx = perm[start : start + mb]
-            o = index_obs(obs, idx)
-            o = {**o, "state": o["state"].to(device), "images": {k: v.to(device) for k, v in o["images"].items()}}
-            r = {k: v[idx].to(device) for k, v in replay.items()}
-            logprob, entropy, value = policy.evaluate(o, r)
-            logprob = reduce_logprob(logprob, cfg.logprob_level)
-            a = broadcast_to_level(adv[idx].to(device), logprob)
-            pg_loss, info = ppo_policy_loss(logprob, old_logprob[idx].to(device), a, cfg.clip_low, cfg.clip_high)
-            v_loss = (
-                value_loss(value, old_values[idx].to(device), returns[idx].to(device), cfg.value_clip)
-                if value is not None
-                else torch.zeros((), device=device)
-            )
-            ent = entropy.mean()
-            loss = pg_loss + cfg.vf_coef * v_loss - cfg.ent_coef * ent
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
-            optimizer.step()
-            stats["policy_loss"].append(float(pg_loss.detach()))
-            stats["value_loss"].append(float(v_loss.detach()))
-            stats["entropy"].append(float(ent.detach()))
-            stats["approx_kl"].append(float(info["approx_kl"]))
-            stats["clipfrac"].append(float(info["clipfrac"]))
-        epochs_run += 1
-        if cfg.target_kl > 0 and stats["approx_kl"] and stats["approx_kl"][-1] > cfg.target_kl:
-            stop = True
-        if stop:
-            break
-    with torch.no_grad():
-        var_y = returns.var()
-        explained = float(1 - (returns - old_values).var() / var_y) if var_y > 0 else float("nan")
-    out = {k: sum(v) / len(v) for k, v in stats.items() if v}
-    out.update(explained_variance=explained, epochs=float(epochs_run), adv_mean=float(adv.mean()))
+    """Run ``cfg.update_epochs`` epochs of minibatch PPO on ``traj``; returns mean diagnostics.
+
+    ``version`` = number of updates already made (for staleness and critic warm-up).
+    """
+    batch = ppo_batch(traj, cfg, version)
+    warmup = version < getattr(cfg, "critic_warmup_iterations", 0)
+    out = clipped_update(policy, optimizer, batch, cfg, generator, reference, version, value_only=warmup)
+    out["critic_warmup"] = float(warmup)
     return out

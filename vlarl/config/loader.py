@@ -19,7 +19,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-from vlarl.config.schema import EvalCLIConfig, PlacementConfig, PPOConfig, TrainConfig
+from vlarl.config.schema import ALGORITHM_CONFIGS, EvalCLIConfig, PlacementConfig, PPOConfig, TrainConfig
 
 GROUPS = ("env", "policy", "algorithm", "placement", "experiment")
 PLACEMENT_MODES = ("collocated", "disaggregated", "hybrid")
@@ -55,7 +55,8 @@ def register_schemas() -> None:
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="eval_schema", node=EvalCLIConfig)
-    cs.store(group="algorithm", name="ppo_schema", node=PPOConfig)
+    for name, cls in ALGORITHM_CONFIGS.items():
+        cs.store(group="algorithm", name=f"{name}_schema", node=cls)
     cs.store(group="placement", name="placement_schema", node=PlacementConfig)
     cs.store(group="reward", name="reward_schema", node=__import__("vlarl.rewards", fromlist=["RewardConfig"]).RewardConfig)
     for name, (cls, _) in ENVS.items():
@@ -168,20 +169,13 @@ def validate_train_config(cfg: TrainConfig) -> None:
         )
     if cfg.placement.mode not in PLACEMENT_MODES:
         raise ConfigError(f"placement.mode='{cfg.placement.mode}' is unknown; choose one of {list(PLACEMENT_MODES)}")
-    from vlarl.algorithms.granularity import LEVELS
+    from vlarl.algorithms.registry import validate_algorithm
 
-    if alg.logprob_level not in LEVELS:
-        raise ConfigError(f"algorithm.logprob_level='{alg.logprob_level}' is unknown; choose one of {list(LEVELS)}")
-    batch = alg.num_steps * env.num_envs
-    if alg.num_minibatches < 1 or batch % alg.num_minibatches != 0:
-        raise ConfigError(
-            f"algorithm.num_minibatches={alg.num_minibatches} must divide the batch "
-            f"(algorithm.num_steps * env.num_envs = {batch})"
-        )
+    problem = validate_algorithm(alg, env.num_envs, env.num_workers)
+    if problem:
+        raise ConfigError(problem)
     if cfg.total_env_steps < 1:
         raise ConfigError(f"total_env_steps={cfg.total_env_steps} must be >= 1")
-    if not (0 <= alg.gamma <= 1 and 0 <= alg.gae_lambda <= 1):
-        raise ConfigError("algorithm.gamma and algorithm.gae_lambda must lie in [0, 1]")
     if cfg.device not in ("cpu", "cuda", "auto"):
         raise ConfigError(f"device='{cfg.device}' is unknown; choose cpu, cuda or auto")
 
@@ -211,6 +205,7 @@ def load_saved_config(run_dir: str | Path, overrides: list[str] | None = None) -
     base = OmegaConf.structured(TrainConfig)
     base.env = OmegaConf.structured(env_config_class(saved.env.name))
     base.policy = OmegaConf.structured(policy_config_class(saved.policy.name))
+    base.algorithm = OmegaConf.structured(ALGORITHM_CONFIGS[saved.algorithm.get("name", "ppo")])
     try:
         merged = OmegaConf.merge(base, saved)
         for o in overrides or []:

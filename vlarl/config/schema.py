@@ -13,36 +13,108 @@ from omegaconf import MISSING
 
 
 @dataclass
-class PPOConfig:
-    """Chunked PPO with GAE. One iteration = ``num_steps`` chunk steps of every env, then an update."""
+class AlgorithmConfig:
+    """Knobs of the clipped-surrogate policy update shared by PPO and GRPO (see vlarl/algorithms).
 
-    name: str = "ppo"
+    Every key changes behaviour (tests/algorithms/test_config_keys.py shows each one); knobs added
+    after the spine default to "off" so the embedded PPO run is unchanged.
+    """
+
+    name: str = ""
     num_steps: int = 50  # chunk steps per env per iteration
-    gamma: float = 0.8
-    gae_lambda: float = 0.9
     lr: float = 3e-4
     update_epochs: int = 4
     num_minibatches: int = 8
     clip_low: float = 0.2  # ratio lower clip: 1 - clip_low
     clip_high: float = 0.2  # ratio upper clip: 1 + clip_high (> clip_low = "clip-higher")
-    value_clip: float = 0.0  # 0 = no value clipping
-    vf_coef: float = 0.5
+    dual_clip: float = 0.0  # c > 1: for A < 0 bound the loss by -c * A (Ye et al. 2020); 0 = off
     ent_coef: float = 0.0
-    max_grad_norm: float = 0.5
+    max_grad_norm: float = 0.5  # 0 = no clipping (the norm is still measured and logged)
+    skip_nonfinite_grads: bool = True  # skip (and count) an optimizer step whose gradient has NaN/inf
     target_kl: float = 0.1  # stop the epoch loop early when approx KL exceeds this; 0 = never
-    norm_adv: bool = True
-    logprob_level: str = "chunk"  # "token" | "action" | "chunk"
-    reward_scale: float = 1.0
+    norm_adv: bool = True  # zero-mean unit-std over the whole batch (all workers), before minibatching
+    logprob_level: str = "chunk"  # "token" | "action" | "chunk": where the PPO ratio is taken
+    loss_agg_mode: str = "token-mean"  # "token-mean" | "seq-mean-token-mean" | "traj-mean"
+    kl_coef: float = 0.0  # penalty weight of KL(policy || frozen reference policy); 0 = off
+    kl_estimator: str = "k3"  # "k1" | "k2" | "k3" (Schulman's estimators of KL from samples)
     anneal_lr: bool = False
+    max_staleness: int = -1  # drop samples from policies more than this many versions old; -1 = keep all
+    decoupled: bool = False  # AReaL decoupled PPO: clip against the proximal (current) policy
+    behaviour_weight_cap: float = 5.0  # decoupled only: clip pi_prox / pi_behaviour at this value
+
+
+@dataclass
+class PPOConfig(AlgorithmConfig):
+    """Chunked PPO with GAE. One iteration = ``num_steps`` chunk steps of every env, then an update."""
+
+    name: str = "ppo"
+    gamma: float = 0.8
+    gae_lambda: float = 0.9
+    value_clip: float = 0.0  # 0 = no value clipping
+    value_loss: str = "mse"  # "mse" | "huber"
+    huber_delta: float = 1.0
+    vf_coef: float = 0.5
+    reward_scale: float = 1.0
+    reward_level: str = "chunk"  # "chunk" | "action": "action" credits an action only with rewards at/after it
+    critic_warmup_iterations: int = 0  # first N updates train only the value head
+
+
+@dataclass
+class GRPOConfig(AlgorithmConfig):
+    """GRPO: groups of ``group_size`` envs start from one shared reset state; one episode each;
+    advantage = (score - group mean) / (group std + eps), no critic."""
+
+    name: str = "grpo"
+    num_steps: int = 0  # chunk steps per episode; 0 = ceil(env max_episode_steps / chunk)
+    norm_adv: bool = False  # group normalization already scales advantages
+    group_size: int = 8
+    score: str = "success"  # "success" (success_once) | "return" (episode return)
+    scale_by_std: bool = True  # False = mean-centering only ("Dr. GRPO")
+    adv_eps: float = 1e-6
+    filter_groups: bool = False  # drop all-success and all-fail groups (zero learning signal)
+    dynamic_sampling_rounds: int = 0  # extra rollout rounds to refill filtered groups; 0 = off
+
+
+ALGORITHM_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "grpo": GRPOConfig}
+
+
+@dataclass
+class ComponentPlacement:
+    """Where one component (env, rollout, actor, reward) runs.
+
+    devices: indices into the node's devices (GPUs, or CPU cores where there are no GPUs);
+        [] = the mode's default (see ``vlarl.scheduler.placement``). Env workers split the env set.
+    resource: a custom Ray resource every worker of this component requires, e.g. a node label
+        given with ``ray start --resources='{"env_node": 1}'`` (multi-node placement); "" = any node.
+    """
+
+    devices: list[int] = field(default_factory=list)
+    resource: str = ""
 
 
 @dataclass
 class PlacementConfig:
-    """Which devices each component uses. The spine runs every mode's components as Ray actors."""
+    """Which devices each component uses (placement as data; see ``vlarl.scheduler.placement``).
+
+    collocated: every component on all devices, taking turns. disaggregated: env, rollout and actor on
+    their own sets (env disjoint from both). hybrid: env and rollout disjoint, actor on all devices.
+    ``pipeline_stages`` S splits each env worker's batch into S sub-batches; in disaggregated and hybrid
+    mode simulating stage s overlaps inference of stage s+1 (collocated runs the stages in turn).
+    """
 
     mode: str = "collocated"  # "collocated" | "disaggregated" | "hybrid"
     num_cpus: int = 0  # logical CPUs given to the local Ray instance; 0 = all cores
     ray_address: str = ""  # "" = start a local Ray instance; "auto" or host:port = join a cluster
+    device_type: str = "auto"  # "auto" (GPUs if any, else CPU cores) | "cpu" | "gpu"
+    num_devices: int = 0  # devices of one node used by placement; 0 = all visible
+    pipeline_stages: int = 1  # S sub-batches per env worker
+    pin_cpus: bool = True  # CPU devices: pin each worker to its cores (os.sched_setaffinity)
+    env: ComponentPlacement = field(default_factory=ComponentPlacement)
+    rollout: ComponentPlacement = field(default_factory=ComponentPlacement)
+    actor: ComponentPlacement = field(default_factory=ComponentPlacement)
+    reward: ComponentPlacement = field(default_factory=ComponentPlacement)
+    timeline: bool = True  # write a Chrome trace of one iteration to <run_dir>/timeline.json
+    timeline_iteration: int = 2  # which iteration of this run segment to trace (1 = first)
 
 
 @dataclass
@@ -70,7 +142,7 @@ class LoggerConfig:
 class TrainConfig:
     env: Any = MISSING
     policy: Any = MISSING
-    algorithm: PPOConfig = field(default_factory=PPOConfig)
+    algorithm: Any = MISSING  # one of ALGORITHM_CONFIGS, chosen by the algorithm group
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)

@@ -9,7 +9,7 @@ import torch
 
 from policies.base import PolicySpec
 from policies.registry import make_policy
-from vlarl.algorithms.ppo import ppo_update
+from vlarl.algorithms.registry import algorithm_spec
 from vlarl.data.trajectory import Trajectory
 
 TRAINER_STATE = "trainer_state.pt"
@@ -23,6 +23,13 @@ class ActorWorker:
         self.device = torch.device(device)
         self.alg = alg_cfg
         self.policy = make_policy(policy_cfg, spec).to(self.device)
+        # KL penalty target: a frozen copy of the starting weights (same seed, so also on resume)
+        self.reference = None
+        if alg_cfg.kl_coef > 0:
+            self.reference = make_policy(policy_cfg, spec).to(self.device).eval().requires_grad_(False)
+            self.reference.load_state_dict(self.policy.state_dict())
+        self.update_fn = algorithm_spec(alg_cfg.name).update
+        self.version = 0
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=alg_cfg.lr, eps=1e-5)
         self.generator = torch.Generator().manual_seed(seed)
 
@@ -37,8 +44,11 @@ class ActorWorker:
         """PPO on one rollout; then fold its observations into the normalizer (so the update used
         exactly the statistics the rollout was sampled with)."""
         self.policy.train()
-        metrics = ppo_update(self.policy, self.optimizer, traj, self.alg, self.generator)
-        self.policy.update_normalization(traj.flat_obs())
+        metrics = self.update_fn(self.policy, self.optimizer, traj, self.alg, self.generator,
+                                 reference=self.reference, version=self.version)
+        if traj.num_envs > 0:
+            self.policy.update_normalization(traj.flat_obs())
+        self.version += 1
         return metrics
 
     def save(self, directory: str, extra: dict[str, Any]) -> None:
@@ -60,4 +70,5 @@ class ActorWorker:
         self.optimizer.load_state_dict(state.pop("optimizer"))
         self.generator.set_state(state.pop("generator"))
         torch.set_rng_state(state.pop("torch_rng"))
+        self.version = int(state.pop("policy_version", state.get("iteration", 0)))
         return state

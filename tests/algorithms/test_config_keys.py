@@ -1,0 +1,196 @@
+"""Every key of the algorithm config group changes behaviour: one case per key, each failing if the
+key were ignored. Update-level keys run the real ActorWorker.train on a small synthetic rollout of a
+real MLP policy; runner-level keys (num_steps, anneal_lr, dynamic_sampling_rounds, name) are covered
+in test_grpo_runner.py and listed here so the coverage check below stays exact."""
+
+from dataclasses import fields, replace
+
+import pytest
+import torch
+
+from policies.base import PolicySpec
+from policies.mlp import MLPPolicyConfig
+from vlarl.config.schema import GRPOConfig, PPOConfig
+from vlarl.data.trajectory import Trajectory
+from vlarl.workers.actor_worker import ActorWorker
+
+N, B, T, A, D = 6, 8, 2, 2, 5
+SPEC = PolicySpec(state_dim=D, action_dim=A, action_low=[-1.0] * A, action_high=[1.0] * A)
+POLICY = MLPPolicyConfig(hidden_sizes=[16, 16], chunk_size=T)
+NAN = float("nan")
+
+
+def make_traj(seed: int = 0) -> Trajectory:
+    """Rollout of the seed-0 policy on random states, with behaviour log-probs perturbed (so clips
+    bind), episode ends (terminated and truncated, one mid-chunk), stale samples and group outcomes."""
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    actor = ActorWorker(POLICY, PPOConfig(), SPEC, seed=0)
+    states = torch.randn(N, B, D, generator=g)
+    samples = [actor.policy.sample({"state": states[t], "images": {}, "instruction": []}) for t in range(N)]
+    logprob = torch.stack([s.logprob for s in samples])
+    logprob = logprob + torch.empty_like(logprob).uniform_(-1.0, 1.0, generator=g)
+    dones = torch.zeros(N, B)
+    trunc = torch.zeros(N, B)
+    dones[2, [0, 2, 4, 6]] = 1.0
+    trunc[4, [1, 3]] = 1.0
+    step_mask = torch.ones(N, B, T, dtype=torch.bool)
+    step_mask[2, 0, 1] = False  # episode of env 0 ended after the first action of the chunk
+    step_mask[4, 1, 1] = False
+    step_rewards = torch.randn(N, B, T, generator=g) * step_mask
+    ep_success = torch.full((N, B), NAN)
+    ep_return = torch.full((N, B), NAN)
+    ends = dones.bool() | trunc.bool()
+    success = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0])  # groups of 2: all-s, mixed, all-f, mixed
+    for b in range(B):
+        t = int(ends[:, b].float().argmax()) if ends[:, b].any() else None
+        if t is None:  # give every env an episode end at the last step
+            dones[N - 1, b] = 1.0
+            t = N - 1
+        ep_success[t, b] = success[b]
+        ep_return[t, b] = float(step_rewards[: t + 1, b].sum())
+    version = torch.zeros(N, B)
+    version[:2] = -3.0  # sampled 3 versions ago
+    return Trajectory(
+        obs={"state": states, "images": {}, "instruction": []},
+        replay={"actions": torch.stack([s.replay["actions"] for s in samples])},
+        logprob=logprob,
+        values=torch.stack([s.value for s in samples]),
+        rewards=step_rewards.sum(-1),
+        dones=dones,
+        truncated=trunc,
+        final_values=torch.randn(N, B, generator=g),
+        next_value=torch.randn(B, generator=g),
+        extras={"step_mask": step_mask, "step_rewards": step_rewards, "episode_success": ep_success,
+                "episode_return": ep_return, "policy_version": version},
+    )
+
+
+def train_once(cfg, traj: Trajectory | None = None, updates: int = 1):
+    torch.manual_seed(0)
+    actor = ActorWorker(POLICY, cfg, SPEC, seed=0)
+    metrics = {}
+    for _ in range(updates):
+        metrics = actor.train(traj if traj is not None else make_traj())
+    return actor.policy, metrics
+
+
+def params(policy) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for n, p in policy.named_parameters() if not n.startswith("norm")])
+
+
+PPO_BASE = dict(update_epochs=2, num_minibatches=4, lr=1e-2, target_kl=0.0)
+GRPO_BASE = dict(group_size=2, update_epochs=2, num_minibatches=2, lr=1e-2, target_kl=0.0)
+
+# key -> (extra base settings, changed value)
+SHARED = {
+    "lr": ({}, 1e-3),
+    "update_epochs": ({}, 1),
+    "num_minibatches": ({}, 1),
+    "clip_low": ({}, 0.05),
+    "clip_high": ({}, 0.6),
+    "dual_clip": ({}, 1.5),
+    "ent_coef": ({}, 0.5),
+    "max_grad_norm": ({}, 0.0),
+    "target_kl": ({}, 1e-6),
+    "norm_adv": ({}, "flip"),
+    "logprob_level": ({}, "token"),
+    "loss_agg_mode": ({"logprob_level": "token"}, "traj-mean"),
+    "kl_coef": ({}, 1.0),
+    "kl_estimator": ({"kl_coef": 1.0}, "k1"),
+    "max_staleness": ({}, 1),
+    "decoupled": ({}, True),
+    "behaviour_weight_cap": ({"decoupled": True}, 1.01),
+}
+PPO_ONLY = {
+    "gamma": ({}, 0.99),
+    "gae_lambda": ({}, 0.5),
+    "value_clip": ({}, 0.01),
+    "value_loss": ({}, "huber"),
+    "huber_delta": ({"value_loss": "huber"}, 0.1),
+    "vf_coef": ({}, 2.0),
+    "reward_scale": ({}, 3.0),
+    "reward_level": ({"logprob_level": "action"}, "action"),
+    "critic_warmup_iterations": ({}, 1),
+}
+GRPO_ONLY = {
+    "group_size": ({}, 4),
+    "score": ({}, "return"),
+    "scale_by_std": ({"score": "return"}, False),
+    "adv_eps": ({"score": "return"}, 10.0),
+    "filter_groups": ({}, True),
+}
+RUNNER_LEVEL = {"name", "num_steps", "anneal_lr", "dynamic_sampling_rounds"}  # test_grpo_runner.py
+EXTRA_TESTS = {"skip_nonfinite_grads", "seq-mean-token-mean"}  # below
+
+CASES = [("ppo", k, *v) for k, v in {**SHARED, **PPO_ONLY}.items()] + [
+    ("grpo", k, *v) for k, v in {**SHARED, **GRPO_ONLY}.items()]
+
+
+def base_cfg(algo: str, extra: dict):
+    if algo == "ppo":
+        return PPOConfig(**{**PPO_BASE, **extra})
+    return GRPOConfig(**{**GRPO_BASE, **extra})
+
+
+@pytest.mark.parametrize("algo, key, extra, value", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_key_changes_the_update(algo, key, extra, value):
+    base = base_cfg(algo, extra)
+    if value == "flip":
+        value = not getattr(base, key)
+    changed = replace(base, **{key: value})
+    p0, m0 = train_once(base)
+    p1, m1 = train_once(changed)
+    assert torch.isfinite(params(p0)).all() and torch.isfinite(params(p1)).all()
+    assert not torch.allclose(params(p0), params(p1)), f"algorithm.{key}={value} left the update unchanged"
+
+
+def test_every_algorithm_key_is_covered():
+    ppo_keys = {f.name for f in fields(PPOConfig)}
+    grpo_keys = {f.name for f in fields(GRPOConfig)}
+    assert ppo_keys == set(SHARED) | set(PPO_ONLY) | RUNNER_LEVEL - {"dynamic_sampling_rounds"} | {"skip_nonfinite_grads"}
+    assert grpo_keys == set(SHARED) | set(GRPO_ONLY) | RUNNER_LEVEL | {"skip_nonfinite_grads"}
+
+
+def test_skip_nonfinite_grads_skips_and_counts():
+    traj = make_traj()
+    traj.rewards[0, 0] = float("nan")  # poisons the advantages and so the gradient
+    cfg = PPOConfig(**PPO_BASE, norm_adv=False)
+    torch.manual_seed(0)
+    start = params(ActorWorker(POLICY, cfg, SPEC, seed=0).policy)
+    p_skip, m = train_once(cfg, traj)
+    assert m["skipped_steps"] > 0
+    assert torch.isfinite(params(p_skip)).all()
+    assert torch.equal(start, params(p_skip)) or m["skipped_steps"] < 2 * 4
+    # off: the NaN step is taken, the weights turn NaN and the next forward pass fails
+    with pytest.raises(ValueError, match="nan"):
+        train_once(replace(cfg, skip_nonfinite_grads=False), traj)
+
+
+def test_seq_mean_token_mean_differs_from_token_mean_with_padding():
+    a, _ = train_once(PPOConfig(**PPO_BASE, logprob_level="token", loss_agg_mode="token-mean"))
+    b, _ = train_once(PPOConfig(**PPO_BASE, logprob_level="token", loss_agg_mode="seq-mean-token-mean"))
+    assert not torch.allclose(params(a), params(b))
+
+
+def test_critic_warmup_leaves_the_actor_untouched():
+    torch.manual_seed(0)
+    before = ActorWorker(POLICY, PPOConfig(), SPEC, seed=0).policy
+    after, m = train_once(PPOConfig(**PPO_BASE, critic_warmup_iterations=1))
+    assert m["critic_warmup"] == 1.0
+    for n, p in before.named_parameters():
+        same = torch.equal(p, dict(after.named_parameters())[n])
+        assert same == (not n.startswith("critic")), n
+    _, m2 = train_once(PPOConfig(**PPO_BASE, critic_warmup_iterations=1), updates=2)
+    assert m2["critic_warmup"] == 0.0
+
+
+def test_update_metrics_are_reported():
+    _, m = train_once(PPOConfig(**PPO_BASE, kl_coef=0.1, dual_clip=2.0, decoupled=True, max_staleness=1))
+    for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "dual_clipfrac", "kl_ref",
+              "grad_norm", "value_error", "explained_variance", "skipped_steps", "stale_dropped",
+              "behaviour_weight_capfrac"):
+        assert k in m and m[k] == m[k], k
+    assert m["stale_dropped"] == 2 * B
+    _, g = train_once(GRPOConfig(**GRPO_BASE, filter_groups=True))
+    assert g["samples"] > 0 and g["score_mean"] == pytest.approx(0.5)

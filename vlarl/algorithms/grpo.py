@@ -1,0 +1,212 @@
+"""GRPO for chunked policies: group-relative advantages from episode scores, no critic.
+
+A group is ``group_size`` consecutive envs that start from one shared reset state (the runner gives
+them one reset-state id). Each env plays one episode; its score is the episode's success
+(``success_once``) or return. Every chunk step of the episode gets the advantage
+
+    A = (score - mean(group scores)) / (std(group scores) + eps)     (population std)
+
+or only ``score - mean`` with ``scale_by_std=False``. Groups in which every member succeeded or every
+member failed carry no signal; ``filter_groups`` drops them (and counts them), and
+``dynamic_sampling_rounds`` lets the runner roll out fresh groups to refill the batch (DAPO).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from vlarl.algorithms.ppo import behaviour_version_of, step_mask_of
+from vlarl.algorithms.update import UpdateBatch, clipped_update
+from vlarl.data.trajectory import Trajectory
+
+SCORES = ("success", "return")
+
+
+def group_reset_ids(num_envs: int, group_size: int, base: int) -> list[int]:
+    """Reset-state id per env: envs ``g*K .. g*K+K-1`` share id ``base + g``."""
+    if group_size < 1 or num_envs % group_size:
+        raise ValueError(f"env.num_envs={num_envs} must be a multiple of algorithm.group_size={group_size}")
+    return [base + b // group_size for b in range(num_envs)]
+
+
+def first_episode_mask(ended: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ended: [N, B] bool. Returns (in_first [N, B]: step belongs to the first episode,
+    end_step [B]: index of its last step (N-1 if unfinished), finished [B] bool)."""
+    e = ended.bool().long()
+    before = torch.cumsum(e, 0) - e
+    in_first = before == 0
+    finished = e.sum(0) > 0
+    end_step = torch.where(finished, e.argmax(0), torch.full_like(finished, e.shape[0] - 1, dtype=torch.long))
+    return in_first, end_step, finished
+
+
+def episode_scores(traj: Trajectory, score: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Score and success of each env's first episode: (scores [B], success [B], finished [B]).
+
+    Uses the env's own episode metrics (``extras['episode_return' | 'episode_success']``, [N, B],
+    NaN where no episode ended) at the first episode end.
+    """
+    if score not in SCORES:
+        raise ValueError(f"algorithm.score='{score}' is unknown; choose one of {SCORES}")
+    for k in ("episode_return", "episode_success"):
+        if k not in traj.extras:
+            raise ValueError(f"GRPO needs traj.extras['{k}'] (recorded by Runner.collect)")
+    ended = traj.dones.bool() | traj.truncated.bool()
+    _, end_step, finished = first_episode_mask(ended)
+    cols = torch.arange(traj.num_envs)
+    ret = traj.extras["episode_return"][end_step, cols]
+    succ = traj.extras["episode_success"][end_step, cols]
+    succ = torch.nan_to_num(succ, nan=0.0)
+    s = succ if score == "success" else torch.nan_to_num(ret, nan=0.0)
+    return s.float(), succ.float(), finished
+
+
+def group_advantages(
+    scores: torch.Tensor,
+    group_size: int,
+    eps: float = 1e-6,
+    scale_by_std: bool = True,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """scores: [B] (B = G * group_size, consecutive groups) -> advantages [B].
+
+    Statistics use only members with ``mask`` (finished episodes); a group of identical scores
+    (std 0) gets advantage 0 everywhere, never a division by zero.
+    """
+    B = scores.shape[0]
+    if B % group_size:
+        raise ValueError(f"batch of {B} envs is not a multiple of algorithm.group_size={group_size}")
+    s = scores.view(-1, group_size).double()
+    m = (torch.ones_like(scores, dtype=torch.bool) if mask is None else mask.bool()).view(-1, group_size).double()
+    n = m.sum(1, keepdim=True).clamp_min(1.0)
+    mean = (s * m).sum(1, keepdim=True) / n
+    adv = s - mean
+    if scale_by_std:
+        std = ((adv.pow(2) * m).sum(1, keepdim=True) / n).sqrt()
+        adv = torch.where(std > 0, adv / (std + eps), torch.zeros_like(adv))  # std 0: no signal
+    return (adv * m).view(B).float()
+
+
+def informative_groups(success: torch.Tensor, group_size: int) -> tuple[torch.Tensor, int, int]:
+    """Groups with mixed outcomes: (keep [G] bool, all-success count, all-fail count)."""
+    rate = success.float().view(-1, group_size).mean(1)
+    all_s, all_f = rate >= 1.0, rate <= 0.0
+    return ~(all_s | all_f), int(all_s.sum()), int(all_f.sum())
+
+
+def index_envs(traj: Trajectory, envs: torch.Tensor) -> Trajectory:
+    """The sub-trajectory of env columns ``envs`` (all time steps)."""
+    obs = {
+        "state": traj.obs["state"][:, envs],
+        "images": {k: v[:, envs] for k, v in traj.obs["images"].items()},
+        "instruction": [traj.obs["instruction"][int(i)] for i in envs] if traj.obs["instruction"] else [],
+    }
+    extras = {k: (v[:, envs] if v.ndim >= 2 and v.shape[1] == traj.num_envs else v) for k, v in traj.extras.items()}
+    return replace(
+        traj, obs=obs, replay={k: v[:, envs] for k, v in traj.replay.items()}, logprob=traj.logprob[:, envs],
+        values=traj.values[:, envs], rewards=traj.rewards[:, envs], dones=traj.dones[:, envs],
+        truncated=traj.truncated[:, envs], final_values=traj.final_values[:, envs],
+        next_value=traj.next_value[envs], extras=extras,
+    )
+
+
+def cat_envs(trajs: list[Trajectory]) -> Trajectory:
+    """Concatenate trajectories of equal length along the env dim."""
+    t0 = trajs[0]
+    if len(trajs) == 1:
+        return t0
+    cat = lambda xs, d=1: torch.cat(xs, d)  # noqa: E731
+    return replace(
+        t0,
+        obs={"state": cat([t.obs["state"] for t in trajs]),
+             "images": {k: cat([t.obs["images"][k] for t in trajs]) for k in t0.obs["images"]},
+             "instruction": [s for t in trajs for s in t.obs["instruction"]]},
+        replay={k: cat([t.replay[k] for t in trajs]) for k in t0.replay},
+        logprob=cat([t.logprob for t in trajs]), values=cat([t.values for t in trajs]),
+        rewards=cat([t.rewards for t in trajs]), dones=cat([t.dones for t in trajs]),
+        truncated=cat([t.truncated for t in trajs]), final_values=cat([t.final_values for t in trajs]),
+        next_value=cat([t.next_value for t in trajs], 0),
+        extras={k: cat([t.extras[k] for t in trajs]) for k in t0.extras if t0.extras[k].ndim >= 2},
+    )
+
+
+def select_groups(trajs: list[Trajectory], cfg: Any, target_groups: int) -> tuple[Trajectory, dict[str, float]]:
+    """Keep the informative groups of one or more rollout rounds (at most ``target_groups``).
+
+    Without ``filter_groups`` the first round is returned whole. Returns the trajectory and counts
+    (groups seen, kept, dropped as all-success / all-fail) for the metrics.
+    """
+    K = cfg.group_size
+    counts = {"groups_seen": 0.0, "groups_kept": 0.0, "groups_all_success": 0.0, "groups_all_fail": 0.0,
+              "rounds": float(len(trajs))}
+    if not cfg.filter_groups:
+        G = trajs[0].num_envs // K
+        counts.update(groups_seen=float(G), groups_kept=float(G))
+        return trajs[0], counts
+    parts = []
+    kept = 0
+    for t in trajs:
+        _, succ, _ = episode_scores(t, cfg.score)
+        keep, n_s, n_f = informative_groups(succ, K)
+        counts["groups_seen"] += keep.numel()
+        counts["groups_all_success"] += n_s
+        counts["groups_all_fail"] += n_f
+        gids = torch.nonzero(keep).squeeze(-1)[: max(0, target_groups - kept)]
+        kept += int(gids.numel())
+        if gids.numel():
+            envs = (gids.unsqueeze(-1) * K + torch.arange(K)).reshape(-1)
+            parts.append(index_envs(t, envs))
+    counts["groups_kept"] = float(kept)
+    if not parts:
+        return index_envs(trajs[0], torch.zeros(0, dtype=torch.long)), counts
+    return cat_envs(parts), counts
+
+
+def grpo_batch(traj: Trajectory, cfg: Any, version: int = 0) -> tuple[UpdateBatch, dict[str, float]]:
+    """Flatten a grouped rollout: each env's first episode, its group advantage on every step."""
+    scores, succ, finished = episode_scores(traj, cfg.score)
+    adv_env = group_advantages(scores, cfg.group_size, cfg.adv_eps, cfg.scale_by_std, finished)
+    if cfg.filter_groups:  # the runner already selected; a direct call filters here
+        keep, _, _ = informative_groups(succ, cfg.group_size)
+        finished = finished & keep.repeat_interleave(cfg.group_size)
+    ended = traj.dones.bool() | traj.truncated.bool()
+    in_first, _, _ = first_episode_mask(ended)
+    valid = in_first & finished.unsqueeze(0)
+    N, B = traj.num_steps, traj.num_envs
+    batch = UpdateBatch(
+        obs=traj.flat_obs(),
+        replay={k: traj.flat(v) for k, v in traj.replay.items()},
+        logprob=traj.flat(traj.logprob),
+        step_mask=traj.flat(step_mask_of(traj)),
+        advantages=traj.flat(adv_env.unsqueeze(0).expand(N, B).contiguous()),
+        valid=traj.flat(valid),
+        traj_ids=traj.flat(torch.arange(B).unsqueeze(0).expand(N, B).contiguous()),
+        behaviour_version=traj.flat(behaviour_version_of(traj, version)),
+    )
+    info = {"score_mean": float(scores[finished].mean()) if finished.any() else 0.0,
+            "unfinished_envs": float((~finished).sum())}
+    return batch, info
+
+
+def grpo_update(
+    policy: Any,
+    optimizer: torch.optim.Optimizer,
+    traj: Trajectory,
+    cfg: Any,
+    generator: torch.Generator | None = None,
+    reference: Any | None = None,
+    version: int = 0,
+) -> dict[str, float]:
+    """Group advantages, then the shared clipped update (no value loss); returns diagnostics."""
+    if traj.num_envs == 0:
+        return {"samples": 0.0, "epochs": 0.0, **{f"{k}": v for k, v in _group_counts(traj).items()}}
+    batch, info = grpo_batch(traj, cfg, version)
+    out = clipped_update(policy, optimizer, batch, cfg, generator, reference, version)
+    return {**out, **info, **_group_counts(traj)}
+
+
+def _group_counts(traj: Trajectory) -> dict[str, float]:
+    return {k[len("grpo/"):]: float(v) for k, v in traj.extras.items() if k.startswith("grpo/")}

@@ -1,0 +1,167 @@
+"""The clipped-surrogate update shared by PPO and GRPO: epochs of minibatch steps on a flat batch.
+
+Per minibatch: re-score the sampled actions, reduce log-probs to the configured level (masking
+unexecuted actions), clipped surrogate (asymmetric clip, optional dual clip, optional decoupled
+off-policy weights), KL penalty to a frozen reference policy, entropy bonus, value loss (PPO),
+aggregation by ``loss_agg_mode``; then gradient clipping and a skip of non-finite steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from vlarl.algorithms.advantages import normalize_advantages
+from vlarl.algorithms.aggregation import aggregate_loss
+from vlarl.algorithms.granularity import broadcast_to_level, level_mask, reduce_logprob
+from vlarl.algorithms.kl import kl_estimate
+from vlarl.algorithms.losses import ppo_policy_loss_elementwise, value_loss_elementwise
+from vlarl.algorithms.off_policy import behaviour_weights, staleness_mask
+from vlarl.data.trajectory import index_obs
+
+
+@dataclass
+class UpdateBatch:
+    """One flat batch (M samples = chunk steps). Shapes: T = chunk, A = action dim.
+
+    obs / replay: flat [M, ...]; logprob: [M, T, A] behaviour log-probs; step_mask: [M, T];
+    advantages: [M] (or [M, T] for action-level rewards); valid: [M] bool (False = not trained on);
+    traj_ids: [M] int; behaviour_version: [M]; returns / old_values: [M] or None (no critic).
+    """
+
+    obs: dict[str, Any]
+    replay: dict[str, torch.Tensor]
+    logprob: torch.Tensor
+    step_mask: torch.Tensor
+    advantages: torch.Tensor
+    valid: torch.Tensor
+    traj_ids: torch.Tensor
+    behaviour_version: torch.Tensor
+    returns: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None
+
+
+def _to(obs: dict[str, Any], idx: torch.Tensor, device: torch.device) -> dict[str, Any]:
+    o = index_obs(obs, idx)
+    return {**o, "state": o["state"].to(device), "images": {k: v.to(device) for k, v in o["images"].items()}}
+
+
+@torch.no_grad()
+def _score(policy: Any, batch: UpdateBatch, idx: torch.Tensor, device: torch.device, chunk: int = 256):
+    """log-probs [len(idx), T, A] of the batch's actions under ``policy`` (no gradient), in chunks."""
+    out = []
+    for s in range(0, len(idx), chunk):
+        j = idx[s : s + chunk]
+        lp, _, _ = policy.evaluate(_to(batch.obs, j, device), {k: v[j].to(device) for k, v in batch.replay.items()})
+        out.append(lp.cpu())
+    return torch.cat(out) if out else batch.logprob[idx]
+
+
+def clipped_update(
+    policy: Any,
+    optimizer: torch.optim.Optimizer,
+    batch: UpdateBatch,
+    cfg: Any,
+    generator: torch.Generator | None = None,
+    reference: Any | None = None,
+    version: int = 0,
+    value_only: bool = False,
+) -> dict[str, float]:
+    """``cfg.update_epochs`` epochs of minibatch steps over the valid samples; returns mean metrics."""
+    device = next(policy.parameters()).device
+    level, A = cfg.logprob_level, batch.logprob.shape[-1]
+    keep = batch.valid.bool() & staleness_mask(batch.behaviour_version, version, cfg.max_staleness)
+    stale_dropped = int((batch.valid.bool() & ~keep).sum())
+    idx_all = torch.nonzero(keep).squeeze(-1)
+    adv = batch.advantages.clone()
+    if cfg.norm_adv and idx_all.numel():
+        amask = keep if adv.ndim == 1 else keep.unsqueeze(-1) & batch.step_mask.bool()
+        adv = normalize_advantages(adv, mask=amask)
+    prox = batch.logprob
+    if cfg.decoupled and idx_all.numel():
+        prox = batch.logprob.clone()
+        prox[idx_all] = _score(policy, batch, idx_all, device)
+    if reference is not None and cfg.kl_coef > 0:  # same input normalization as the trained policy
+        ref_buffers = dict(reference.named_buffers())
+        for n, b in policy.named_buffers():
+            if n in ref_buffers:
+                ref_buffers[n].copy_(b)
+    M = int(idx_all.numel())
+    names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "dual_clipfrac", "kl_ref",
+             "grad_norm", "value_error", "behaviour_weight_capfrac")
+    stats: dict[str, list[float]] = {k: [] for k in names}
+    skipped, epochs_run = 0, 0
+    mb = max(1, -(-M // cfg.num_minibatches)) if M else 1
+    params = [p for p in policy.parameters() if p.requires_grad]
+    for _epoch in range(cfg.update_epochs if M else 0):
+        perm = idx_all[torch.randperm(M, generator=generator)]
+        for start in range(0, M, mb):
+            idx = perm[start : start + mb]
+            smask = batch.step_mask[idx].to(device)
+            logprob, entropy, value = policy.evaluate(_to(batch.obs, idx, device),
+                                                      {k: v[idx].to(device) for k, v in batch.replay.items()})
+            lp = reduce_logprob(logprob, level, smask)
+            lmask = level_mask(smask, level, A)
+            prox_l = reduce_logprob(prox[idx].to(device), level, smask)
+            a = broadcast_to_level(adv[idx].to(device), lp)
+            tids = batch.traj_ids[idx].to(device)
+            pg_el, info = ppo_policy_loss_elementwise(lp, prox_l, a, cfg.clip_low, cfg.clip_high, cfg.dual_clip)
+            if cfg.decoupled:
+                w, capped = behaviour_weights(prox_l, reduce_logprob(batch.logprob[idx].to(device), level, smask),
+                                              cfg.behaviour_weight_cap)
+                pg_el = pg_el * w
+                stats["behaviour_weight_capfrac"].append(float(capped[lmask].float().mean()))
+            pg_loss = aggregate_loss(pg_el, lmask, cfg.loss_agg_mode, tids)
+            tok_mask = level_mask(smask, "token", A)
+            ent = aggregate_loss(entropy, tok_mask, cfg.loss_agg_mode, tids)
+            loss = pg_loss - cfg.ent_coef * ent
+            if cfg.kl_coef > 0:
+                if reference is None:
+                    raise ValueError("algorithm.kl_coef > 0 needs a reference policy (the actor worker builds it)")
+                with torch.no_grad():
+                    ref_lp, _, _ = reference.evaluate(_to(batch.obs, idx, device),
+                                                      {k: v[idx].to(device) for k, v in batch.replay.items()})
+                kl = aggregate_loss(kl_estimate(lp, reduce_logprob(ref_lp, level, smask), cfg.kl_estimator),
+                                    lmask, cfg.loss_agg_mode, tids)
+                loss = loss + cfg.kl_coef * kl
+                stats["kl_ref"].append(float(kl.detach()))
+            v_loss = torch.zeros((), device=device)
+            if value is not None and batch.returns is not None:
+                ret, old_v = batch.returns[idx].to(device), batch.old_values[idx].to(device)
+                v_el = value_loss_elementwise(value, old_v, ret, cfg.value_clip, cfg.value_loss, cfg.huber_delta)
+                v_loss = aggregate_loss(v_el, torch.ones_like(v_el, dtype=torch.bool),
+                                        "token-mean" if cfg.loss_agg_mode != "traj-mean" else "traj-mean", tids)
+                loss = loss + cfg.vf_coef * v_loss
+                stats["value_error"].append(float((value.detach() - ret).abs().mean()))
+            if value_only:
+                loss = cfg.vf_coef * v_loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
+            gnorm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+            if cfg.skip_nonfinite_grads and not torch.isfinite(gnorm):
+                optimizer.zero_grad(set_to_none=True)
+                skipped += 1
+            else:
+                optimizer.step()
+                stats["grad_norm"].append(float(gnorm))
+            lr_ = info["log_ratio"][lmask]
+            stats["policy_loss"].append(float(pg_loss.detach()))
+            stats["value_loss"].append(float(v_loss.detach()))
+            stats["entropy"].append(float(ent.detach()))
+            stats["approx_kl"].append(float(((lr_.exp() - 1) - lr_).mean()) if lr_.numel() else 0.0)
+            stats["clipfrac"].append(float(info["clipped"][lmask].float().mean()) if lr_.numel() else 0.0)
+            stats["dual_clipfrac"].append(float(info["dual_clipped"][lmask].float().mean()) if lr_.numel() else 0.0)
+        epochs_run += 1
+        if cfg.target_kl > 0 and stats["approx_kl"] and stats["approx_kl"][-1] > cfg.target_kl:
+            break
+    out = {k: sum(v) / len(v) for k, v in stats.items() if v}
+    out.update(epochs=float(epochs_run), skipped_steps=float(skipped), stale_dropped=float(stale_dropped),
+               samples=float(M), adv_mean=float(adv[idx_all].mean()) if M else 0.0)
+    if batch.returns is not None and M:
+        ret, old_v = batch.returns[idx_all], batch.old_values[idx_all]
+        var_y = ret.var()
+        out["explained_variance"] = float(1 - (ret - old_v).var() / var_y) if var_y > 0 else float("nan")
+    return out
