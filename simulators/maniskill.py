@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,11 @@ class ManiSkillConfig(EnvConfig):
     sim_backend: str = "cpu"  # "cpu" here; "physx_cuda" on GPU machines
     render_size: int = 256  # video frames (human render camera), pixels
     ignore_terminations: bool = False  # True: run to the time limit even after success
+    # Policy cameras for obs_mode=rgb, by ManiSkill sensor name. Empty: the first sensor, named
+    # "base_camera". A wrist camera needs a robot that has one: robot_uids=panda_wristcam, cameras=
+    # [base_camera, hand_camera].
+    cameras: list[str] = field(default_factory=list)
+    robot_uids: str = ""  # "" = the task's default robot
 
 
 def _import_maniskill():
@@ -118,6 +123,8 @@ class ManiSkillEnv(BatchedEnv):
             kwargs["human_render_camera_configs"] = dict(width=cfg.render_size, height=cfg.render_size)
         if cfg.max_episode_steps > 0:
             kwargs["max_episode_steps"] = cfg.max_episode_steps
+        if cfg.robot_uids:
+            kwargs["robot_uids"] = cfg.robot_uids
         self._render = render
         self.envs = []
         for _ in range(num_envs):
@@ -128,6 +135,9 @@ class ManiSkillEnv(BatchedEnv):
                 env = FlattenRGBDObservationWrapper(env, rgb=True, depth=False, state=True)
             self.envs.append(env)
         e0 = self.envs[0]
+        self._camera_slices: dict[str, slice] | None = None
+        if cfg.obs_mode == "rgb" and cfg.cameras:
+            self._camera_slices = _camera_slices(e0, cfg)
         space = e0.action_space
         low = np.asarray(space.low, dtype=np.float32).reshape(-1)
         high = np.asarray(space.high, dtype=np.float32).reshape(-1)
@@ -156,7 +166,11 @@ class ManiSkillEnv(BatchedEnv):
     # -- observation conversion -------------------------------------------------------------
     def _convert(self, obs: Any) -> dict[str, Any]:
         """ManiSkill obs of one env (batch 1) -> {"state": [1, D], "images": {name: [1,H,W,3]}}."""
-        if isinstance(obs, dict):
+        if isinstance(obs, dict) and self._camera_slices is not None:
+            state = obs["state"].float().reshape(1, -1)
+            hw = obs["rgb"].shape[-3:-1]
+            images = {k: obs["rgb"][..., sl].to(torch.uint8).reshape(1, *hw, 3) for k, sl in self._camera_slices.items()}
+        elif isinstance(obs, dict):
             state = obs["state"].float().reshape(1, -1)
             images = {"base_camera": obs["rgb"][..., :3].to(torch.uint8).reshape(1, *obs["rgb"].shape[-3:-1], 3)}
         else:
@@ -280,6 +294,19 @@ class ManiSkillEnv(BatchedEnv):
         for env in self.envs:
             env.close()
         self.envs = []
+
+
+def _camera_slices(env: Any, cfg: ManiSkillConfig) -> dict[str, slice]:
+    """Channel slices of FlattenRGBD's stacked rgb ([..., 3 * n_sensors], in sensor order) per camera."""
+    sensors = list(env.unwrapped.scene.sensors.keys())  # the order of obs["sensor_data"]
+    missing = [c for c in cfg.cameras if c not in sensors]
+    if missing:
+        hint = " (a wrist camera needs env.robot_uids=panda_wristcam)" if "hand_camera" in missing else ""
+        raise EnvError(
+            f"env.cameras has {missing}, which ManiSkill task '{cfg.task}' does not have; "
+            f"its cameras are {sensors}{hint}"
+        )
+    return {c: slice(3 * sensors.index(c), 3 * sensors.index(c) + 3) for c in cfg.cameras}
 
 
 def _time_limit(env: Any) -> int:
