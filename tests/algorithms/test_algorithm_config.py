@@ -1,0 +1,46 @@
+"""The algorithm config group: choosing ppo / grpo / grpo_dapo, one-line errors, resume keeps the type."""
+
+import pytest
+
+from vlarl.config import load_saved_config, load_train_config
+from vlarl.config.loader import ConfigError, to_yaml
+from vlarl.config.schema import GRPOConfig, PPOConfig
+
+
+def test_default_is_ppo_and_grpo_is_selectable():
+    assert type(load_train_config([]).algorithm) is PPOConfig
+    g = load_train_config(["algorithm=grpo", "algorithm.group_size=4"]).algorithm
+    assert type(g) is GRPOConfig and g.group_size == 4 and g.norm_adv is False
+    d = load_train_config(["algorithm=grpo_dapo"]).algorithm
+    assert d.filter_groups and d.dynamic_sampling_rounds == 2 and d.clip_high > d.clip_low
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["algorithm=grpo", "algorithm.gamma=0.9"], "unknown config key 'algorithm.gamma'"),
+        (["algorithm=grpo", "algorithm.group_sise=4"], "Did you mean 'algorithm.group_size'?"),
+        (["algorithm=grpo", "algorithm.group_size=3"], "must be a multiple of algorithm.group_size=3"),
+        (["algorithm=grpo", "algorithm.dynamic_sampling_rounds=1"], "set algorithm.filter_groups=true"),
+        (["algorithm=grpo", "algorithm.score=reward"], "algorithm.score='reward' is unknown"),
+        (["algorithm.dual_clip=0.5"], "algorithm.dual_clip=0.5 must be > 1"),
+        (["algorithm.reward_level=action"], "needs algorithm.logprob_level=action or token"),
+        (["algorithm.loss_agg_mode=sum"], "algorithm.loss_agg_mode='sum' is unknown"),
+        (["algorithm.kl_estimator=k5"], "algorithm.kl_estimator='k5' is unknown"),
+        (["algorithm.value_loss=l1"], "algorithm.value_loss='l1' is unknown"),
+        (["algorithm.logprob_level=step"], "algorithm.logprob_level='step' is unknown"),
+        (["algorithm.num_minibatches=7"], "must divide the batch"),
+        (["algorithm=grpx"], "Did you mean algorithm=grpo?"),
+    ],
+)
+def test_bad_algorithm_config_is_one_clear_line(overrides, needle):
+    with pytest.raises(ConfigError) as e:
+        load_train_config(overrides)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_resume_restores_the_algorithm_type(tmp_path):
+    cfg = load_train_config(["algorithm=grpo", "algorithm.group_size=4"])
+    (tmp_path / "config.yaml").write_text(to_yaml(cfg))
+    back = load_saved_config(tmp_path, ["algorithm.kl_coef=0.1"])
+    assert type(back.algorithm) is GRPOConfig and back.algorithm.group_size == 4 and back.algorithm.kl_coef == 0.1
