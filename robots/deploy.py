@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from robots.franka_env import FrankaEnv, FrankaEnvConfig
+from robots.franky_driver import RobotLinkError
 
 log = logging.getLogger("vlarl.deploy")
 
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(args)
         summary = run(cfg)
-    except (DeployError, ValueError, FileNotFoundError, ConnectionError) as exc:
+    except (DeployError, ValueError, FileNotFoundError, ConnectionError, RobotLinkError, ImportError) as exc:
         print(f"vlarl-deploy: error: {exc}", file=sys.stderr)
         return 2
     print(summary)

@@ -64,6 +64,11 @@ class FrankyDriver:
         self._franky: Any = None
         self._tracker: Any = None
         self._gripper_closed: bool | None = None
+        self._gripper_wanted: bool | None = None
+        self._gripper_done = True
+        self._gripper_closing = False
+        self._gripper_cv = threading.Condition()
+        self._gripper_thread: threading.Thread | None = None
         self._lock = threading.RLock()
 
     def connect(self) -> None:
@@ -151,19 +156,38 @@ class FrankyDriver:
         self.set_gripper(target.gripper_closed)
 
     def set_gripper(self, closed: bool, wait: bool = False) -> None:
-        """Open or grasp; only a *change* is sent (the gripper runs its own action asynchronously)."""
+        """Ask for open/closed; only a *change* is passed to the gripper thread (never blocks the control loop)."""
         if self.gripper is None or closed == self._gripper_closed:
             return
         self._gripper_closed = closed
-        try:
-            if closed:
-                fut = self.gripper.grasp_async(0.0, self.cfg.gripper_speed, self.cfg.gripper_force, 0.08, 0.08)
-            else:
-                fut = self.gripper.move_async(self.cfg.gripper_open_width, self.cfg.gripper_speed)
+        if self._gripper_thread is None:
+            self._gripper_thread = threading.Thread(target=self._gripper_loop, name="franka-gripper", daemon=True)
+            self._gripper_thread.start()
+        with self._gripper_cv:
+            self._gripper_wanted, self._gripper_done = closed, False
+            self._gripper_cv.notify_all()
             if wait:
-                fut.wait(10.0)
-        except Exception as exc:
-            raise RobotLinkError(f"gripper command failed ({type(exc).__name__}: {exc})") from exc
+                self._gripper_cv.wait_for(lambda: self._gripper_done, timeout=15.0)
+
+    def _gripper_loop(self) -> None:
+        """Runs blocking gripper commands one after another; the latest request wins."""
+        while True:
+            with self._gripper_cv:
+                self._gripper_cv.wait_for(lambda: self._gripper_wanted is not None or self._gripper_closing)
+                if self._gripper_closing:
+                    return
+                closed, self._gripper_wanted = self._gripper_wanted, None
+            try:
+                if closed:
+                    self.gripper.grasp(0.0, self.cfg.gripper_speed, self.cfg.gripper_force, 0.08, 0.08)
+                else:
+                    self.gripper.move(self.cfg.gripper_open_width, self.cfg.gripper_speed)
+            except Exception as exc:  # e.g. nothing grasped, or the link dropped; the arm is unaffected
+                log.warning("gripper command (closed=%s) failed: %s", closed, exc)
+            with self._gripper_cv:
+                if self._gripper_wanted is None:
+                    self._gripper_done = True
+                    self._gripper_cv.notify_all()
 
     def stop(self) -> None:
         """Bring the arm to rest (torque ramp into damping) and end tracking. Safe to call any time."""
@@ -186,4 +210,9 @@ class FrankyDriver:
 
     def close(self) -> None:
         self.stop()
+        with self._gripper_cv:
+            self._gripper_closing = True
+            self._gripper_cv.notify_all()
+        if self._gripper_thread is not None:
+            self._gripper_thread.join(timeout=5.0)  # a gripper motion in flight finishes on its own
         self.robot = self.gripper = None

@@ -189,3 +189,37 @@ def test_homing_and_clean_shutdown(franky_sim):
         again.close()
     assert franky_sim.proc.poll() is None
     assert franky_sim.stop() is not None and franky_sim.proc.poll() is not None
+
+
+def test_joint_mode_and_gripper_thresholds(franky_sim):
+    cfg = _cfg(action_mode="joint")
+    cfg.safety.max_joint_step, cfg.safety.max_joint_velocity = 0.05, 10.0
+    env = FrankaEnv(cfg)
+
+    def hold(g: float, steps: int) -> np.ndarray:
+        chunk = np.tile(np.concatenate([env.safety.last.q, [g]]), (1, steps, 1)).astype(np.float32)
+        return env.chunk_step(chunk).obs["state"][0]
+
+    try:
+        q0 = env.reset()["state"][0, :7].astype(np.float64)
+        width0 = env.driver.read().gripper_width
+        a = np.tile(np.concatenate([q0, [0.5]]), (1, 6, 1)).astype(np.float32)
+        a[0, :, 0] = q0[0] + 0.3  # asks for 0.3 rad at once: 0.05 rad per step
+        env.chunk_step(a)
+        rules = [c.rule for c in env.safety.clamps]
+        assert len(rules) >= 5 and set(rules) == {"joint_step"}  # the 6th step may land exactly on the target
+        for _ in range(8):  # 0.5 is inside the hysteresis band: the gripper stays open
+            q = hold(0.5, 10)[:7]  # on a loaded 2-core machine the torque loop settles slowly: allow 4 s
+            if abs(q[0] - q0[0] - 0.3) < 0.02:
+                break
+        assert q[0] - q0[0] == pytest.approx(0.3, abs=0.02) and np.abs(q[1:] - q0[1:]).max() < 0.03
+        assert not env.safety.last.gripper_closed
+        hold(0.9, 2)  # above gripper_close_above: close
+        hold(0.5, 10)  # back inside the band: stays closed
+        assert env.safety.last.gripper_closed
+        deadline = time.monotonic() + 5.0  # the gripper runs on its own thread at 0.1 m/s
+        while env.driver.read().gripper_width > 0.01 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert env.driver.read().gripper_width < min(width0, 0.01)  # the gripper closed
+    finally:
+        env.close()
