@@ -52,3 +52,19 @@ def test_deploy_with_policy_server_records_episodes(franky_sim, tmp_path):
         # executed actions never exceed the velocity limit even when the policy asked for more
         lim = cfg.robot.safety.max_velocity / cfg.robot.policy_hz
         assert np.linalg.norm(d["actions"][:, :3], axis=1).max() <= lim + 1e-6
+
+
+def test_policy_env_mismatch_is_one_clear_line():
+    from types import SimpleNamespace
+
+    from robots.deploy import _check_compatible
+
+    env = SimpleNamespace(spec=SimpleNamespace(action_dim=7, state_dim=STATE_DIM, image_keys=("base",)),
+                          cfg=SimpleNamespace(action_mode="ee_delta"))
+    _check_compatible({"action_dim": 7, "state_dim": STATE_DIM, "image_keys": ["base"]}, env)
+    with pytest.raises(DeployError, match="robot.action_mode"):
+        _check_compatible({"action_dim": 8, "state_dim": STATE_DIM, "image_keys": []}, env)
+    with pytest.raises(DeployError, match="state dim 42"):
+        _check_compatible({"action_dim": 7, "state_dim": 42, "image_keys": []}, env)
+    with pytest.raises(DeployError, match=r"cameras \['wrist'\]"):
+        _check_compatible({"action_dim": 7, "state_dim": STATE_DIM, "image_keys": ["base", "wrist"]}, env)

@@ -223,3 +223,24 @@ def test_joint_mode_and_gripper_thresholds(franky_sim):
         assert env.driver.read().gripper_width < min(width0, 0.01)  # the gripper closed
     finally:
         env.close()
+
+
+def test_absolute_pose_mode_reaches_a_target_at_the_velocity_limit(franky_sim):
+    from scipy.spatial.transform import Rotation
+
+    env = FrankaEnv(_cfg(action_mode="ee_abs"))
+    try:
+        state = env.reset()["state"][0]
+        goal = state[7:10].astype(np.float64) + np.array([0.04, -0.03, -0.05])
+        rv = Rotation.from_quat(state[10:14]).as_rotvec()
+        a = np.tile(np.concatenate([goal, rv, [0.0]]), (1, 24, 1)).astype(np.float32)
+        env.chunk_step(a)
+        lim = env.cfg.safety.max_velocity / env.cfg.policy_hz
+        steps = [c for c in env.safety.clamps if c.rule == "velocity"]
+        assert len(steps) == int(np.ceil(np.linalg.norm(goal - state[7:10]) / lim)) - 1
+        np.testing.assert_allclose(env.safety.last.pos, goal, atol=1e-6)
+        hold = np.tile(np.concatenate([goal, rv, [0.0]]), (1, 10, 1)).astype(np.float32)
+        env.chunk_step(hold)
+        np.testing.assert_allclose(env.driver.read().pos, goal, atol=0.01)
+    finally:
+        env.close()
