@@ -45,6 +45,17 @@ def _port_free(port: int) -> bool:
             return False
 
 
+def _die_with_parent() -> None:
+    """Linux: the simulator gets SIGTERM if pytest itself is killed, so no orphan keeps the ports."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 class FrankySim:
     """One ``franky-sim -s mujoco --hostname 127.0.0.1`` process (MuJoCo FR3 speaking libfranka)."""
 
@@ -66,7 +77,8 @@ class FrankySim:
         self._log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen([exe, "-s", "mujoco", "--hostname", SIM_HOST], stdout=self._log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                     preexec_fn=_die_with_parent)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
