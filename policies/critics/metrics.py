@@ -7,7 +7,8 @@
   positive rate on the same pairs in time order, keeps a critic with a constant negative output from
   looking good (``pair_order_accuracy`` is their mean).
 * delta return: the sum of per-step progress deltas (the ``delta`` reward mode) over an episode, averaged
-  separately over successful and failed episodes; a useful dense reward pays the first more.
+  separately over successful and failed episodes; a useful dense reward pays the first more. Likewise
+  final progress: progress(first frame -> last frame), what ``potential`` shaping pays per episode.
 * done precision / recall: ``done_prob > threshold`` against "this is the last frame of a successful
   episode", over every frame of every held-out episode.
 """
@@ -70,12 +71,13 @@ def critic_quality(critic: Any, episodes: list[Episode], min_gap_frac: float = 0
     """
     rng = np.random.default_rng(seed)
     vocs, taus, neg, pos, tp, fp, fn = [], [], [], [], 0, 0, 0
-    ret_ok, ret_fail = [], []
+    ret_ok, ret_fail, fin_ok, fin_fail = [], [], [], []
     for ep in episodes:
         L = ep.frames.shape[0]
         prog, done = value_curve(critic, ep, reference=reference)
         step, _ = critic.score(ep.frames[:-1], ep.frames[1:], [ep.instruction] * (L - 1), reference=reference)
         (ret_ok if ep.success else ret_fail).append(float(step.sum()))
+        (fin_ok if ep.success else fin_fail).append(float(prog[-1]))
         t = torch.arange(L, dtype=torch.float32)
         label = torch.zeros(L, dtype=torch.bool)
         if ep.success:
@@ -106,6 +108,8 @@ def critic_quality(critic: Any, episodes: list[Episode], min_gap_frac: float = 0
         "pair_order_accuracy": float(np.mean(neg + pos)) if neg else float("nan"),
         "delta_return_success": float(np.mean(ret_ok)) if ret_ok else float("nan"),
         "delta_return_failure": float(np.mean(ret_fail)) if ret_fail else float("nan"),
+        "final_progress_success": float(np.mean(fin_ok)) if fin_ok else float("nan"),
+        "final_progress_failure": float(np.mean(fin_fail)) if fin_fail else float("nan"),
         "done_precision": tp / (tp + fp) if tp + fp else float("nan"),
         "done_recall": tp / (tp + fn) if tp + fn else float("nan"),
         "episodes": len(episodes),

@@ -42,6 +42,7 @@ def test_quality_of_a_perfect_critic():
     assert q["episodes"] == 4 and q["successful_episodes"] == 3
     assert q["delta_return_success"] == pytest.approx(1.0)  # the square crosses the image once
     assert abs(q["delta_return_failure"]) < 0.2  # it only jitters
+    assert q["final_progress_success"] == pytest.approx(1.0) and abs(q["final_progress_failure"]) < 0.2
 
 
 def test_quality_of_an_inverted_critic():
