@@ -28,6 +28,13 @@ CASES = {
     "maniskill": SimCase(
         "maniskill", dict(task="PushCube-v1", obs_mode="state", max_episode_steps=6), 2, "mani_skill"
     ),
+    # the GPU-parallel adapter's code path, run with ManiSkill's CPU backend (one scene)
+    "maniskill_gpu": SimCase(
+        "maniskill_gpu",
+        dict(task="PushCube-v1", obs_mode="state", sim_backend="cpu", max_episode_steps=6),
+        1,
+        "mani_skill",
+    ),
     "robosuite": SimCase(
         "robosuite", dict(task="Lift", obs_mode="state", max_episode_steps=6), 2, "robosuite"
     ),

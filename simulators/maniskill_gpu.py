@@ -1,0 +1,276 @@
+"""ManiSkill3 GPU-parallel (``physx_cuda``): one simulator holds all ``num_envs`` scenes.
+
+Everything stays a torch tensor on the simulator's device (observations, rewards, masks, metrics):
+no copy to the host per step. The chunk semantics are the batched interface's: all scenes are
+stepped together (a GPU simulator cannot pause one scene), so a scene whose episode ended inside a
+chunk keeps simulating until the boundary but its steps are masked out (``step_mask`` False,
+reward 0) and its ``final_obs`` row is the observation at its episode end; at the boundary the
+finished scenes are reset together with ManiSkill's partial reset (``options={"env_idx": ...}``).
+
+``reset_state_ids``: scenes with the same id are made identical by copying the simulator state of
+the group's first scene into the others (a batched GPU reset draws one random stream for the whole
+batch, so equal seeds alone do not give equal scenes).
+
+``sim_backend="cpu"`` with ``num_envs=1`` runs this same code path on a CPU machine (that is how it
+is tested without a GPU); for many CPU envs use ``env=maniskill`` with several env workers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from simulators.base import EPISODE_METRICS, BatchedEnv, ChunkStepResult, EnvError, EnvSpec, Obs
+from simulators.maniskill import (
+    ManiSkillConfig,
+    _camera_slices,
+    _import_maniskill,
+    _make_quietly,
+    _time_limit,
+    check_task,
+    instruction_for,
+)
+from simulators.registry import register_env
+from simulators.serial import check_actions, resolve_seeds
+
+
+@dataclass
+class ManiSkillGPUConfig(ManiSkillConfig):
+    name: str = "maniskill_gpu"
+    sim_backend: str = "physx_cuda"
+    num_envs: int = 256
+    num_workers: int = 1
+
+
+@register_env("maniskill_gpu", ManiSkillGPUConfig)
+class ManiSkillGPUEnv(BatchedEnv):
+    @staticmethod
+    def validate_config(cfg: ManiSkillGPUConfig, num_envs: int | None = None) -> None:
+        if cfg.obs_mode not in ("state", "rgb"):
+            raise EnvError(f"env.obs_mode='{cfg.obs_mode}' is not supported; use 'state' or 'rgb'")
+        if cfg.reward_mode not in ("sparse", "dense", "normalized_dense", "none"):
+            raise EnvError(
+                f"env.reward_mode='{cfg.reward_mode}' is unknown; use sparse, dense or normalized_dense"
+            )
+        if cfg.sim_backend in ("physx_cuda", "gpu", "cuda"):
+            if not torch.cuda.is_available():
+                raise EnvError(
+                    f"env.sim_backend='{cfg.sim_backend}' needs a CUDA GPU and none is visible; "
+                    "use env=maniskill (CPU, several env workers) on this machine"
+                )
+        elif cfg.sim_backend in ("cpu", "physx_cpu"):
+            if (num_envs or cfg.num_envs) != 1:
+                raise EnvError(
+                    "ManiSkill's CPU backend simulates one scene per env: use env=maniskill for many CPU envs, "
+                    "or env.num_envs=1 here"
+                )
+        else:
+            raise EnvError(
+                f"env.sim_backend='{cfg.sim_backend}' is unknown; use physx_cuda (or cpu with num_envs=1)"
+            )
+        check_task(cfg.task)
+
+    def __init__(self, cfg: ManiSkillGPUConfig, num_envs: int, worker_index: int = 0, render: bool = False):
+        gym = _import_maniskill()
+        self.validate_config(cfg, num_envs)
+        self.cfg = cfg
+        self.num_envs = num_envs
+        self.worker_index = worker_index
+        self.instruction = instruction_for(cfg.task)
+        kwargs: dict[str, Any] = dict(
+            obs_mode=cfg.obs_mode,
+            control_mode=cfg.control_mode,
+            sim_backend="physx_cuda" if cfg.sim_backend in ("physx_cuda", "gpu", "cuda") else "physx_cpu",
+            num_envs=num_envs,
+            reward_mode=cfg.reward_mode,
+        )
+        if cfg.obs_mode == "rgb":
+            kwargs["sensor_configs"] = dict(width=cfg.image_size, height=cfg.image_size)
+        if render:
+            kwargs["render_mode"] = "rgb_array"
+            kwargs["human_render_camera_configs"] = dict(width=cfg.render_size, height=cfg.render_size)
+        if cfg.max_episode_steps > 0:
+            kwargs["max_episode_steps"] = cfg.max_episode_steps
+        if cfg.robot_uids:
+            kwargs["robot_uids"] = cfg.robot_uids
+        self._render = render
+        env = _make_quietly(gym, cfg.task, kwargs)
+        if cfg.obs_mode == "rgb":
+            from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper
+
+            env = FlattenRGBDObservationWrapper(env, rgb=True, depth=False, state=True)
+        self.env = env
+        self.base = env.unwrapped
+        self.device = torch.device(self.base.device)
+        self._slices = _camera_slices(env, cfg) if cfg.obs_mode == "rgb" and cfg.cameras else None
+        self.max_episode_steps = int(cfg.max_episode_steps or _time_limit(env))
+        space = self.base.single_action_space
+        low = np.asarray(space.low, dtype=np.float32).reshape(-1)
+        high = np.asarray(space.high, dtype=np.float32).reshape(-1)
+        first = self._convert(env.reset(seed=0)[0])
+        self.spec = EnvSpec(
+            state_dim=int(first["state"].shape[-1]),
+            action_dim=int(low.shape[0]),
+            action_low=low,
+            action_high=high,
+            image_keys=tuple(first["images"]),
+            image_size=(cfg.image_size, cfg.image_size) if cfg.obs_mode == "rgb" else None,
+            max_episode_steps=self.max_episode_steps,
+            task=cfg.task,
+            instruction=self.instruction,
+        )
+        self._low = torch.from_numpy(low).to(self.device)
+        self._high = torch.from_numpy(high).to(self.device)
+        self._ids: torch.Tensor | None = None
+        self._obs: Obs = first
+        self._ret = torch.zeros(num_envs, device=self.device)
+        self._len = torch.zeros(num_envs, dtype=torch.long, device=self.device)
+        self._succ_once = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
+
+    # -- observations -----------------------------------------------------------------------------
+    def _convert(self, obs: Any) -> Obs:
+        B = self.num_envs
+        if isinstance(obs, dict):
+            rgb = obs["rgb"].reshape(B, *obs["rgb"].shape[-3:])
+            slices = self._slices or {"base_camera": slice(0, 3)}
+            images = {k: rgb[..., sl].to(torch.uint8).contiguous() for k, sl in slices.items()}
+            state = obs["state"].float().reshape(B, -1)
+        else:
+            images, state = {}, obs.float().reshape(B, -1)
+        return {"state": state, "images": images, "instruction": [self.instruction] * B}
+
+    def _sync_groups(self, idx: torch.Tensor) -> None:
+        """Scenes in ``idx`` whose reset-state id is shared take the state of the group's first scene."""
+        if self._ids is None:
+            return
+        ids = self._ids.tolist()
+        first = {}
+        for j, k in enumerate(ids):
+            first.setdefault(k, j)
+        src = torch.tensor([first[ids[j]] for j in range(self.num_envs)], device=self.device)
+        if bool((src == torch.arange(self.num_envs, device=self.device))[idx].all()):
+            return
+        state = self.base.get_state()
+        new = state.clone()
+        new[idx] = state[src[idx]]
+        self.base.set_state(new)
+
+    def _partial_reset(self, idx: torch.Tensor) -> Obs:
+        seeds = self._ids.tolist() if self._ids is not None else None
+        obs, _ = self.env.reset(seed=seeds, options={"env_idx": idx})
+        if self._ids is not None:
+            self._sync_groups(idx)
+            obs = self.base.get_obs()
+            if self.cfg.obs_mode == "rgb":
+                obs = self.env.observation(obs)
+        return self._convert(obs)
+
+    # -- interface --------------------------------------------------------------------------------
+    def reset(self, seed: int | list[int] | None = None, reset_state_ids: list[int] | None = None) -> Obs:
+        B = self.num_envs
+        if reset_state_ids is not None and len(reset_state_ids) != B:
+            raise EnvError(f"reset_state_ids has {len(reset_state_ids)} ids for {B} envs")
+        self._ids = torch.tensor(reset_state_ids, device=self.device) if reset_state_ids is not None else None
+        seeds = list(reset_state_ids) if reset_state_ids is not None else resolve_seeds(seed, B)
+        raw, _ = self.env.reset(seed=None if seeds[0] is None else seeds)
+        if self._ids is not None:
+            self._sync_groups(torch.arange(B, device=self.device))
+            raw = self.base.get_obs()
+            if self.cfg.obs_mode == "rgb":
+                raw = self.env.observation(raw)
+        obs = self._convert(raw)
+        self._obs = obs
+        self._ret.zero_()
+        self._len.zero_()
+        self._succ_once.zero_()
+        return obs
+
+    def chunk_step(self, actions: torch.Tensor | np.ndarray) -> ChunkStepResult:
+        a = torch.as_tensor(actions, dtype=torch.float32, device=self.device)  # no host copy on GPU
+        if a.ndim != 3 or a.shape[0] != self.num_envs or a.shape[2] != self.spec.action_dim:
+            check_actions(a.cpu(), self.num_envs, self.spec.action_dim)  # raises the shared message
+        if not bool(torch.isfinite(a).all()):
+            check_actions(a.cpu(), self.num_envs, self.spec.action_dim)
+        a = torch.maximum(torch.minimum(a, self._high), self._low)
+        B, T, _ = a.shape
+        dev = self.device
+        rewards = torch.zeros(B, T, device=dev)
+        terminated = torch.zeros(B, T, dtype=torch.bool, device=dev)
+        truncated = torch.zeros(B, T, dtype=torch.bool, device=dev)
+        step_mask = torch.zeros(B, T, dtype=torch.bool, device=dev)
+        success = torch.zeros(B, T, dtype=torch.bool, device=dev)
+        done = torch.zeros(B, dtype=torch.bool, device=dev)
+        episode = {k: torch.full((B,), float("nan"), device=dev) for k in EPISODE_METRICS}
+        final = {
+            "state": self._obs["state"].clone(),
+            "images": {k: v.clone() for k, v in self._obs["images"].items()},
+        }
+        for t in range(T):
+            active = ~done
+            obs, r, term, trunc, info = self.env.step(a[:, t])
+            cur = self._convert(obs)
+            r = torch.as_tensor(r, device=dev).float().reshape(B)
+            s = (
+                info["success"].reshape(B).bool()
+                if "success" in info
+                else torch.zeros(B, dtype=torch.bool, device=dev)
+            )
+            term = torch.as_tensor(term, device=dev).reshape(B).bool()
+            if self.cfg.ignore_terminations:
+                term = torch.zeros_like(term)
+            step_mask[:, t] = active
+            rewards[:, t] = torch.where(active, r, 0.0)
+            success[:, t] = s & active
+            self._ret += rewards[:, t]
+            self._len += active.long()
+            self._succ_once |= s & active
+            trunc = (
+                torch.as_tensor(trunc, device=dev).reshape(B).bool() | (self._len >= self.max_episode_steps)
+            ) & ~term
+            ended = active & (term | trunc)
+            terminated[:, t] = ended & term
+            truncated[:, t] = ended & trunc
+            episode["success_once"] = torch.where(ended, self._succ_once.float(), episode["success_once"])
+            episode["success_at_end"] = torch.where(ended, s.float(), episode["success_at_end"])
+            episode["return"] = torch.where(ended, self._ret, episode["return"])
+            episode["episode_len"] = torch.where(ended, self._len.float(), episode["episode_len"])
+            live = active.clone()
+            final["state"][live] = cur["state"][live]
+            for k in final["images"]:
+                final["images"][k][live] = cur["images"][k][live]
+            self._obs = cur
+            done |= ended
+            if bool(done.all()):
+                break
+        final_obs = None
+        if bool(done.any()):
+            final_obs = {**final, "instruction": [self.instruction] * B}
+            idx = done.nonzero().flatten()
+            self._obs = self._partial_reset(idx)
+            self._ret[idx] = 0.0
+            self._len[idx] = 0
+            self._succ_once[idx] = False
+        return ChunkStepResult(
+            obs=self._obs,
+            rewards=rewards,
+            terminated=terminated,
+            truncated=truncated,
+            step_mask=step_mask,
+            final_obs=final_obs,
+            done=done,
+            episode=episode,
+            success=success,
+        )
+
+    def render(self) -> np.ndarray | None:
+        if not self._render:
+            return None
+        f = self.env.render()
+        f = f.cpu().numpy() if isinstance(f, torch.Tensor) else np.asarray(f)
+        return f.reshape(-1, *f.shape[-3:]).astype(np.uint8)
+
+    def close(self) -> None:
+        self.env.close()
