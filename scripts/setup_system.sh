@@ -28,7 +28,7 @@ have_pkg() { dpkg -s "$1" >/dev/null 2>&1; }
 
 # --- base packages: Vulkan loader, EGL/OSMesa for MuJoCo, ffmpeg-free video via imageio-ffmpeg ---
 NEED=()
-for p in libvulkan1 libegl1 libgl1 libosmesa6 libglvnd0; do
+for p in libvulkan1 libegl1 libegl-mesa0 libgl1-mesa-dri libgl1 libosmesa6 libglvnd0; do
   have_pkg "$p" || NEED+=("$p")
 done
 if [ "${#NEED[@]}" -gt 0 ]; then
