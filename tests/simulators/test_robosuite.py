@@ -72,3 +72,26 @@ def test_rgb_cameras_and_render_quality_switch():
     assert np.abs(imgs[True] - imgs[False]).mean() > 0.5
     with pytest.raises(EnvError, match="no camera"):
         RobosuiteEnv(RobosuiteConfig(obs_mode="rgb", cameras=["nope"]), num_envs=1)
+
+
+@needs_robosuite
+def test_simulator_crash_names_env_task_and_seed():
+    """A failure inside the simulator (injected at the robosuite boundary) is re-raised with the env's
+    index, task, seed and reset-state id, so a crashed env worker's report says which episode broke."""
+    from simulators.serial import SimulatorCrash
+    from tests.simulators.conftest import shared_env
+
+    env = shared_env("robosuite")
+    env.reset(seed=[40, 41])
+    scene = env.envs[1]
+
+    def broken_step(action):
+        raise FloatingPointError("mj_step diverged")
+
+    scene.step = broken_step
+    try:
+        with pytest.raises(SimulatorCrash, match=r"env 1 .*task 'Lift'.*seed 41.*step: FloatingPointError"):
+            env.chunk_step(torch.zeros(2, 1, 7))
+    finally:
+        del scene.step
+    assert tuple(env.chunk_step(torch.zeros(2, 1, 7)).rewards.shape) == (2, 1)
