@@ -12,6 +12,8 @@ from typing import Any
 
 import ray
 
+from vlarl.scheduler.placement import WorkerPlacement
+
 
 def start_ray(placement: Any) -> None:
     """Start a local Ray instance (the embedded default) or join ``placement.ray_address``."""
@@ -56,3 +58,8 @@ def plan(placement: Any, num_env_workers: int) -> Placement:
 def remote(cls: type, num_cpus: float, num_gpus: float = 0.0):
     """Wrap a plain worker class as a Ray actor class with the given logical resources."""
     return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(cls)
+
+
+def remote_on(cls: type, where: WorkerPlacement):
+    """A Ray actor class for ``cls`` with the resources ``where`` requests (devices, node label)."""
+    return ray.remote(cls).options(**where.ray_options)

@@ -1,4 +1,8 @@
-"""Actor (trainer) worker: owns the trainable policy and its optimizer (a Ray actor in training)."""
+"""Actor (trainer) worker: owns the trainable policy and its optimizer (a Ray actor in training).
+
+``version`` counts updates; ``sync_weights`` hands rollout workers the trainable parameters and the
+buffers (e.g. observation normalizer) tagged with that version; frozen parameters never travel.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +15,17 @@ from policies.base import PolicySpec
 from policies.registry import make_policy
 from vlarl.algorithms.registry import algorithm_spec
 from vlarl.data.trajectory import Trajectory
+from vlarl.scheduler.placement import WorkerPlacement, bind
+from vlarl.scheduler.timeline import Spans
 
 TRAINER_STATE = "trainer_state.pt"
 
 
 class ActorWorker:
     def __init__(self, policy_cfg: Any, alg_cfg: Any, spec: PolicySpec, seed: int, device: str = "cpu",
-                 torch_threads: int = 1):
+                 torch_threads: int = 1, placement: WorkerPlacement | None = None):
         torch.set_num_threads(torch_threads)
+        device = bind(placement) or device
         torch.manual_seed(seed)
         self.device = torch.device(device)
         self.alg = alg_cfg
@@ -29,12 +36,20 @@ class ActorWorker:
             self.reference = make_policy(policy_cfg, spec).to(self.device).eval().requires_grad_(False)
             self.reference.load_state_dict(self.policy.state_dict())
         self.update_fn = algorithm_spec(alg_cfg.name).update
-        self.version = 0
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=alg_cfg.lr, eps=1e-5)
         self.generator = torch.Generator().manual_seed(seed)
+        self.version = 0
+        self.spans = Spans("actor")
 
     def get_weights(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
+
+    def sync_weights(self) -> tuple[int, dict[str, torch.Tensor]]:
+        """(version, tensors) for rollout workers: parameters with ``requires_grad`` plus buffers."""
+        with self.spans("sync"):
+            keep = {n for n, p in self.policy.named_parameters() if p.requires_grad}
+            keep |= {n for n, _ in self.policy.named_buffers()}
+            return self.version, {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items() if k in keep}
 
     def set_lr(self, lr: float) -> None:
         for g in self.optimizer.param_groups:
@@ -43,13 +58,17 @@ class ActorWorker:
     def train(self, traj: Trajectory) -> dict[str, float]:
         """PPO on one rollout; then fold its observations into the normalizer (so the update used
         exactly the statistics the rollout was sampled with)."""
-        self.policy.train()
-        metrics = self.update_fn(self.policy, self.optimizer, traj, self.alg, self.generator,
-                                 reference=self.reference, version=self.version)
-        if traj.num_envs > 0:
-            self.policy.update_normalization(traj.flat_obs())
-        self.version += 1
+        with self.spans("train"):
+            self.policy.train()
+            metrics = self.update_fn(self.policy, self.optimizer, traj, self.alg, self.generator,
+                                     reference=self.reference, version=self.version)
+            if traj.num_envs > 0:
+                self.policy.update_normalization(traj.flat_obs())
+            self.version += 1
         return metrics
+
+    def pop_spans(self):
+        return self.spans.pop()
 
     def save(self, directory: str, extra: dict[str, Any]) -> None:
         """Write the policy (self-describing) and the trainer state into ``directory``."""
@@ -57,7 +76,7 @@ class ActorWorker:
         self.policy.save_pretrained(d)
         torch.save(
             {"optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
-             "torch_rng": torch.get_rng_state(), **extra},
+             "torch_rng": torch.get_rng_state(), "policy_version": self.version, **extra},
             d / TRAINER_STATE,
         )
 

@@ -1,4 +1,9 @@
-"""Env worker: one process holding a batch of simulator instances (a Ray actor in training)."""
+"""Env worker: one process holding a batch of simulator instances (a Ray actor in training).
+
+With ``stages`` S > 1 the worker holds S sub-batches (S ``BatchedEnv``s of ``num_envs / S`` envs each),
+so the runner can step sub-batch s while the rollout worker infers actions for sub-batch s+1.
+Row order: the worker's rows are its stages' rows concatenated (stage 0 first).
+"""
 
 from __future__ import annotations
 
@@ -8,27 +13,77 @@ import torch
 
 from simulators.base import ChunkStepResult, EnvSpec, Obs
 from simulators.registry import make_env
+from vlarl.data.trajectory import cat_obs
+from vlarl.scheduler.pipeline import cat_results
+from vlarl.scheduler.placement import WorkerPlacement, bind
+from vlarl.scheduler.timeline import Spans
 
 
 class EnvWorker:
-    """Holds ``num_envs`` envs of ``env_cfg``; several workers vectorize a CPU simulator."""
+    """Holds ``num_envs`` envs of ``env_cfg`` in ``stages`` sub-batches; several workers vectorize a
+    CPU simulator."""
 
-    def __init__(self, env_cfg: Any, num_envs: int, worker_index: int, torch_threads: int = 1):
+    def __init__(self, env_cfg: Any, num_envs: int, worker_index: int, torch_threads: int = 1,
+                 stages: int = 1, placement: WorkerPlacement | None = None):
         torch.set_num_threads(torch_threads)
         from vlarl import system_env
 
         system_env.apply()
+        bind(placement)
+        if stages < 1 or num_envs % stages != 0:
+            raise ValueError(f"{num_envs} envs per worker do not split into placement.pipeline_stages={stages} "
+                             f"sub-batches; set env.num_envs to a multiple of env.num_workers x pipeline_stages")
         self.worker_index = worker_index
-        self.env = make_env(env_cfg, num_envs=num_envs, worker_index=worker_index)
+        self.stages = stages
+        self.per_stage = num_envs // stages
+        self.envs = [make_env(env_cfg, num_envs=self.per_stage, worker_index=worker_index) for _ in range(stages)]
+        self.env = self.envs[0]
+        self.spans = Spans(f"env{worker_index}")
+        self._executed: list[tuple[int, int, torch.Tensor]] | None = None  # (step, stage, actions) when recording
 
     def spec(self) -> EnvSpec:
         return self.env.spec
 
     def reset(self, seeds: list[int] | int | None = None, reset_state_ids: list[int] | None = None) -> Obs:
-        return self.env.reset(seed=seeds, reset_state_ids=reset_state_ids)
+        """Reset every sub-batch; seeds / reset_state_ids are per env in worker row order."""
+        k = self.per_stage
+        out = []
+        for s, env in enumerate(self.envs):
+            sd = seeds[s * k:(s + 1) * k] if isinstance(seeds, list) else (
+                None if seeds is None else seeds + s * k)
+            ids = reset_state_ids[s * k:(s + 1) * k] if reset_state_ids is not None else None
+            out.append(env.reset(seed=sd, reset_state_ids=ids))
+        return out[0] if len(out) == 1 else cat_obs(out)
 
     def chunk_step(self, actions: torch.Tensor) -> ChunkStepResult:
-        return self.env.chunk_step(actions)
+        """All sub-batches, in turn: actions [num_envs, T, A] in worker row order."""
+        k = self.per_stage
+        return cat_results([self.chunk_step_stage(s, actions[s * k:(s + 1) * k]) for s in range(self.stages)])
+
+    def chunk_step_stage(self, stage: int, actions: Any, row: int = 0, step: int = -1) -> ChunkStepResult:
+        """Step sub-batch ``stage`` with rows ``[row, row + per_stage)`` of ``actions``.
+
+        ``actions`` is a [M, T, A] tensor, or the rollout worker's ``(ActionSample, ...)`` reply for the
+        whole stage batch (M = num_workers x per_stage), so it can come straight from the object store
+        without passing through the driver."""
+        if isinstance(actions, tuple):
+            actions = actions[0].actions
+        a = actions[row:row + self.per_stage]
+        if self._executed is not None:
+            self._executed.append((step, stage, a.clone()))
+        with self.spans("env", stage=stage, step=step):
+            return self.envs[stage].chunk_step(a)
+
+    def record_actions(self, on: bool = True) -> None:
+        """Keep every (step, stage, actions [per_stage, T, A]) executed from now on (for routing checks)."""
+        self._executed = [] if on else None
+
+    def executed_actions(self) -> list[tuple[int, int, torch.Tensor]]:
+        return list(self._executed or [])
+
+    def pop_spans(self):
+        return self.spans.pop()
 
     def close(self) -> None:
-        self.env.close()
+        for env in self.envs:
+            env.close()

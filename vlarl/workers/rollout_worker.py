@@ -1,4 +1,8 @@
-"""Rollout worker: runs the policy forward to sample action chunks (a Ray actor in training)."""
+"""Rollout worker: runs the policy forward to sample action chunks (a Ray actor in training).
+
+It holds a policy version: ``set_weights(weights, version)`` loads the actor's synced tensors (only
+trainable parameters and buffers travel) and every sample reports the version that produced it.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +12,36 @@ import torch
 
 from policies.base import ActionSample, PolicySpec
 from policies.registry import make_policy
+from simulators.base import ChunkStepResult
+from vlarl.data.trajectory import cat_obs
+from vlarl.scheduler.placement import WorkerPlacement, bind
+from vlarl.scheduler.timeline import Spans
 
 
 class RolloutWorker:
-    def __init__(self, policy_cfg: Any, spec: PolicySpec, seed: int, device: str = "cpu", torch_threads: int = 1):
+    def __init__(self, policy_cfg: Any, spec: PolicySpec, seed: int, device: str = "cpu", torch_threads: int = 1,
+                 placement: WorkerPlacement | None = None):
         torch.set_num_threads(torch_threads)
+        device = bind(placement) or device
         torch.manual_seed(seed)
         self.device = torch.device(device)
         self.policy = make_policy(policy_cfg, spec).to(self.device).eval()
+        self.version = 0
+        self.spans = Spans("rollout")
 
-    def set_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        self.policy.load_state_dict(state_dict)
+    def set_weights(self, state_dict: Any, version: int | None = None) -> int:
+        """Load weights: a full ``state_dict``, or the ``(version, tensors)`` pair of ``ActorWorker.sync_weights``
+        (a subset: trainable parameters and buffers). Returns the version now held."""
+        with self.spans("sync"):
+            if isinstance(state_dict, tuple):
+                version, state_dict = state_dict
+            full = state_dict.keys() == self.policy.state_dict().keys()
+            missing, unexpected = self.policy.load_state_dict(state_dict, strict=full)
+            if unexpected:
+                raise KeyError(f"weights name parameters this policy does not have: {unexpected[:5]}")
+            if version is not None:
+                self.version = int(version)
+        return self.version
 
     def _to_device(self, obs: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -28,23 +51,40 @@ class RolloutWorker:
         }
 
     @torch.no_grad()
-    def sample(self, obs: dict[str, Any], bootstrap_obs: dict[str, Any] | None = None):
+    def sample(self, obs: dict[str, Any], bootstrap_obs: dict[str, Any] | None = None, stage: int = -1,
+               step: int = -1):
         """Sample a chunk for ``obs``; also return V(bootstrap_obs) (final obs of truncated episodes)
         in the same call so bootstrapping costs no extra round trip. Returns (ActionSample, values|None)."""
-        s = self.policy.sample(self._to_device(obs))
-        boot = None
-        if bootstrap_obs is not None:
-            v = self.policy.value(self._to_device(bootstrap_obs))
-            boot = v.cpu() if v is not None else None
-        out = ActionSample(
-            actions=s.actions.cpu(),
-            logprob=s.logprob.cpu(),
-            value=s.value.cpu() if s.value is not None else None,
-            replay={k: v.cpu() for k, v in s.replay.items()},
-        )
+        with self.spans("infer", stage=stage, step=step):
+            s = self.policy.sample(self._to_device(obs))
+            boot = None
+            if bootstrap_obs is not None:
+                v = self.policy.value(self._to_device(bootstrap_obs))
+                boot = v.cpu() if v is not None else None
+            out = ActionSample(
+                actions=s.actions.cpu(),
+                logprob=s.logprob.cpu(),
+                value=s.value.cpu() if s.value is not None else None,
+                replay={k: v.cpu() for k, v in s.replay.items()},
+            )
         return out, boot
+
+    def sample_after(self, stage: int, step: int, *results: ChunkStepResult):
+        """``sample`` on the observations of the env workers' last ``chunk_step_stage`` replies for one
+        stage (worker order), bootstrapping truncated episodes from their final obs. The replies come
+        from the object store, so the driver never holds them on the critical path."""
+        obs = cat_obs([r.obs for r in results])
+        trunc = any(bool(r.truncated.any()) for r in results)
+        boot = cat_obs([r.final_obs if r.final_obs is not None else r.obs for r in results]) if trunc else None
+        return self.sample(obs, boot, stage, step)
 
     @torch.no_grad()
     def value(self, obs: dict[str, Any]) -> torch.Tensor | None:
         v = self.policy.value(self._to_device(obs))
         return v.cpu() if v is not None else None
+
+    def get_version(self) -> int:
+        return self.version
+
+    def pop_spans(self):
+        return self.spans.pop()

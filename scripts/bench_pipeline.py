@@ -1,0 +1,134 @@
+"""Placement modes side by side: env steps/s of collocated, disaggregated and hybrid (S = 1, 2, 4).
+
+All configurations are built once (one Ray instance, every worker pinned per its placement) and then
+measured in interleaved rounds, so a busy machine slows them alike; each row reports the median over
+rounds. From the collocated run's per-phase spans it derives t_env (wall seconds of simulation per
+chunk step, env workers in parallel) and t_infer (inference per chunk step) and prints
+
+    ideal bound   = (t_env + t_infer) / max(t_env, t_infer)          (the issue's pipelining bound)
+    model         = vlarl.scheduler.autotune's prediction for the same device split
+
+next to the measured speedup of every mode over collocated. Real ManiSkill PushCube (state, CPU) and a
+real MLP policy whose width sets the inference cost (a VLA's inference is heavy; --hidden 256,256 is
+the default experiment's light policy).
+
+    python scripts/bench_pipeline.py
+    python scripts/bench_pipeline.py --hidden 256,256 --num-envs 16 --steps 20 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+MODES = {
+    "collocated": ["placement=collocated", "env.num_workers=2", "placement.pipeline_stages=1"],
+    "disaggregated S=1": ["placement=disaggregated", "env.num_workers=1", "placement.pipeline_stages=1"],
+    "disaggregated S=2": ["placement=disaggregated", "env.num_workers=1", "placement.pipeline_stages=2"],
+    "hybrid S=1": ["placement=hybrid", "env.num_workers=1", "placement.pipeline_stages=1"],
+    "hybrid S=2": ["placement=hybrid", "env.num_workers=1", "placement.pipeline_stages=2"],
+    "hybrid S=4": ["placement=hybrid", "env.num_workers=1", "placement.pipeline_stages=4"],
+}
+
+
+def build(overrides: list[str], run_dir: str):
+    import ray
+
+    from vlarl.config import load_train_config
+    from vlarl.runner import Runner
+
+    cfg = load_train_config([*overrides, "logger.tensorboard=false", "logger.progress_bar=false"])
+    r = Runner(cfg, run_dir)
+    r.setup()
+    ray.get(r.rollout.set_weights.remote(r.actor.get_weights.remote()))
+    r._bench_obs = r._reset_envs()
+    return r
+
+
+def measure(r, steps: int) -> tuple[float, dict[str, float]]:
+    """(env steps/s of one collect of ``steps`` chunk steps, phase seconds per chunk step)."""
+    import ray
+
+    from vlarl.scheduler.timeline import phase_totals
+
+    ray.get([w.pop_spans.remote() for w in [*r.env_workers, r.rollout]])
+    t = time.perf_counter()
+    _, r._bench_obs, n = r.collect(r._bench_obs)  # algorithm.num_steps = steps
+    dt = time.perf_counter() - t
+    spans = ray.get([w.pop_spans.remote() for w in [*r.env_workers, r.rollout]])
+    per_step = {k: v / steps for k, v in phase_totals(spans).items()}
+    per_step["wall"] = dt / steps
+    return n / dt, per_step
+
+
+def main() -> int:
+    torch.set_num_threads(1)
+    from vlarl import system_env
+
+    system_env.apply()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hidden", default="1024,1024,1024", help="MLP hidden sizes (sets the inference cost)")
+    ap.add_argument("--num-envs", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=20, help="chunk steps per measured collect")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--modes", nargs="*", default=list(MODES), help=f"subset of {list(MODES)}")
+    args = ap.parse_args()
+
+    import ray
+
+    from vlarl import scheduler
+    from vlarl.config.schema import PlacementConfig
+    from vlarl.scheduler.autotune import choose, pipelined_step
+
+    common = [f"env.num_envs={args.num_envs}", f"policy.hidden_sizes=[{args.hidden}]", "algorithm.num_minibatches=1",
+              f"algorithm.num_steps={args.steps}"]
+    n_dev = 2
+    scheduler.start_ray(PlacementConfig(num_cpus=n_dev * len(args.modes)))  # each config fits; idle ones sleep
+    runners, results = {}, {m: [] for m in args.modes}
+    phases: dict[str, list[dict[str, float]]] = {m: [] for m in args.modes}
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            for m in args.modes:
+                runners[m] = build([*common, *MODES[m]], f"{d}/{len(runners)}")
+                measure(runners[m], args.steps)  # warm-up
+            for _ in range(args.rounds):
+                for m in args.modes:
+                    sps, ph = measure(runners[m], args.steps)
+                    results[m].append(sps)
+                    phases[m].append(ph)
+        finally:
+            for r in runners.values():
+                for w in [*r.env_workers, r.rollout, r.actor]:
+                    ray.kill(w)
+            ray.shutdown()
+
+    med = {m: statistics.median(v) for m, v in results.items()}
+    base = "collocated" if "collocated" in med else args.modes[0]
+    ph = {k: statistics.median(p[k] for p in phases[base]) for k in ("env", "infer", "wall")}
+    W_col = 2
+    t_env = ph["env"] / W_col  # env workers run in parallel: wall seconds of simulation per step
+    t_inf = ph["infer"]
+    bound = (t_env + t_inf) / max(t_env, t_inf)
+    overhead = max(0.0, ph["wall"] - t_env - t_inf)
+    best = choose(ph["env"], t_inf, overhead, n_dev, args.num_envs)
+    print(f"\nManiSkill PushCube-v1 (state, CPU), {args.num_envs} envs, MLP [{args.hidden}], {args.steps} chunk steps x "
+          f"{args.rounds} rounds, {n_dev} cores; median env steps/s")
+    print(f"collocated phases per chunk step: t_env {t_env * 1e3:.1f} ms (2 workers in parallel), t_infer "
+          f"{t_inf * 1e3:.1f} ms, other {overhead * 1e3:.1f} ms -> ideal bound (t_env+t_infer)/max = {bound:.2f}x")
+    print(f"autotune: S={best.stages}, env on {best.env_devices} of {n_dev} cores, predicted {best.predicted_speedup:.2f}x")
+    print(f"\n{'mode':<20} {'steps/s':>9} {'speedup':>8} {'/bound':>7} {'model':>6}")
+    for m in args.modes:
+        sp = med[m] / med[base]
+        S = int(m.split("S=")[1]) if "S=" in m else 1
+        model = (ph["wall"] / pipelined_step(ph["env"], t_inf, S, 1, overhead)) if m != base else 1.0
+        print(f"{m:<20} {med[m]:>9.0f} {sp:>7.2f}x {sp / bound:>7.2f} {model:>5.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

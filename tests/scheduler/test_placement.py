@@ -1,0 +1,87 @@
+"""Placement parsing and validation: every mode's device sets, the Ray resources derived from them,
+and a one-line error for every impossible placement."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from vlarl.config import load_train_config
+from vlarl.config.schema import ComponentPlacement, PlacementConfig
+from vlarl.scheduler.placement import PlacementError, resolve
+
+
+def _fits(plan, key: str, n: int) -> None:
+    """The workers of one node (label) ask for at most its n devices; amounts above 1 are whole."""
+    load: dict[str, float] = defaultdict(float)
+    for w in [*plan.env, plan.rollout, plan.actor]:
+        amount = w.ray_options[key]
+        assert amount <= 1 or amount == int(amount), amount
+        load[str(w.ray_options.get("resources"))] += amount
+    assert max(load.values()) <= n + 1e-9, load
+
+
+def test_yaml_groups_load_and_keep_old_keys():
+    cfg = load_train_config(["placement=hybrid", "placement.num_cpus=2", "placement.ray_address=auto"])
+    p = cfg.placement
+    assert (p.mode, p.pipeline_stages, p.num_cpus, p.ray_address) == ("hybrid", 2, 2, "auto")
+    cfg = load_train_config(["placement=disaggregated", "placement.env.devices=[0]", "placement.env.resource=n1"])
+    assert cfg.placement.mode == "disaggregated" and cfg.placement.env.devices == [0]
+    assert cfg.placement.env.resource == "n1"
+    assert load_train_config([]).placement.mode == "collocated"
+
+
+def test_collocated_shares_all_devices_and_fits():
+    plan = resolve(PlacementConfig(), num_env_workers=2, num_envs=16, device_type="cpu", num_devices=2)
+    assert [w.devices for w in plan.env] == [[0, 1], [0, 1]]
+    assert plan.rollout.devices == plan.actor.devices == [0, 1]
+    assert not plan.overlap and not plan.env[0].pin  # collocated: unpinned, take turns
+    _fits(plan, "num_cpus", 2)
+
+
+def test_hybrid_and_disaggregated_default_split():
+    hyb = resolve(PlacementConfig(mode="hybrid", pipeline_stages=2), 1, 16, device_type="cpu", num_devices=2)
+    assert (hyb.env[0].devices, hyb.rollout.devices, hyb.actor.devices) == ([0], [1], [0, 1])
+    assert hyb.overlap and hyb.env[0].pin and hyb.stages == 2
+    _fits(hyb, "num_cpus", 2)
+    dis = resolve(PlacementConfig(mode="disaggregated"), 2, 16, device_type="cpu", num_devices=4)
+    assert [w.devices for w in dis.env] == [[0], [1]] and dis.rollout.devices == [2, 3] == dis.actor.devices
+    _fits(dis, "num_cpus", 4)
+
+
+def test_explicit_sets_gpu_fractions_and_node_labels():
+    p = PlacementConfig(mode="hybrid", env=ComponentPlacement(devices=[0, 1, 2], resource="env_node"),
+                        rollout=ComponentPlacement(devices=[3]))
+    plan = resolve(p, 3, 24, device_type="gpu", num_devices=4)
+    assert [w.devices for w in plan.env] == [[0], [1], [2]]
+    assert plan.rollout.torch_device == "cuda:3" and plan.actor.devices == [0, 1, 2, 3]
+    assert plan.env[0].ray_options["resources"] == {"env_node": 0.001}
+    assert "resources" not in plan.rollout.ray_options
+    _fits(plan, "num_gpus", 4)
+
+
+@pytest.mark.parametrize("kwargs, workers, envs, group, needle", [
+    (dict(mode="magic"), 1, 4, 1, "placement.mode='magic' is unknown"),
+    (dict(mode="hybrid", env=ComponentPlacement(devices=[0, 1]), rollout=ComponentPlacement(devices=[1])), 1, 4, 1,
+     "needs disjoint env and rollout devices"),
+    (dict(mode="disaggregated", actor=ComponentPlacement(devices=[0, 1])), 1, 4, 1, "keeps the actor off the env"),
+    (dict(mode="hybrid", actor=ComponentPlacement(devices=[1])), 1, 4, 1, "trains the actor on all 2 devices"),
+    (dict(mode="collocated", env=ComponentPlacement(devices=[0])), 1, 4, 1, "remove placement.env.devices"),
+    (dict(mode="hybrid", rollout=ComponentPlacement(devices=[5])), 1, 4, 1, "names device(s) [5]"),
+    (dict(mode="hybrid"), 2, 4, 1, "env.num_workers=2 env workers do not fit on 1 env core"),
+    (dict(mode="hybrid", pipeline_stages=4), 1, 6, 1, "not divisible by env.num_workers x placement.pipeline_stages"),
+    (dict(mode="hybrid", pipeline_stages=2), 1, 8, 8, "= 1 x 2 x 8 = 16"),
+    (dict(pipeline_stages=0), 1, 4, 1, "placement.pipeline_stages=0 must be >= 1"),
+])
+def test_impossible_placements_fail_with_the_key(kwargs, workers, envs, group, needle):
+    with pytest.raises(PlacementError) as e:
+        resolve(PlacementConfig(**kwargs), workers, envs, group, device_type="cpu", num_devices=2)
+    assert needle in str(e.value), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_one_device_refuses_split_modes():
+    with pytest.raises(PlacementError, match="needs at least 2 devices"):
+        resolve(PlacementConfig(mode="hybrid"), 1, 4, device_type="cpu", num_devices=1)
+    resolve(PlacementConfig(), 1, 4, device_type="cpu", num_devices=1)  # collocated runs anywhere

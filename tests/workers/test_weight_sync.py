@@ -1,0 +1,73 @@
+"""Weight sync from the actor to rollout workers: versioned, only trainable parameters and buffers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from policies.base import PolicySpec
+from policies.mlp import MLPPolicyConfig
+from vlarl.config.schema import PPOConfig
+from vlarl.data.trajectory import Trajectory
+from vlarl.workers import ActorWorker, RolloutWorker
+
+SPEC = PolicySpec(state_dim=5, action_dim=2, action_low=[-1.0, -1.0], action_high=[1.0, 1.0], max_episode_steps=10)
+CFG = MLPPolicyConfig(hidden_sizes=[8, 8])
+
+
+def _trajectory(rollout: RolloutWorker, N: int = 4, B: int = 3) -> Trajectory:
+    """A rollout of the rollout worker's own samples on fixed observations and rewards."""
+    g = torch.Generator().manual_seed(1)
+    obs_list, samples = [], []
+    for _ in range(N):
+        obs = {"state": torch.randn(B, 5, generator=g), "images": {}, "instruction": [""] * B}
+        s, _ = rollout.sample(obs)
+        obs_list.append(obs)
+        samples.append(s)
+    return Trajectory(
+        obs={"state": torch.stack([o["state"] for o in obs_list]), "images": {}, "instruction": [""] * B},
+        replay={"actions": torch.stack([s.replay["actions"] for s in samples])},
+        logprob=torch.stack([s.logprob for s in samples]), values=torch.stack([s.value for s in samples]),
+        rewards=torch.randn(N, B, generator=g), dones=torch.zeros(N, B), truncated=torch.zeros(N, B),
+        final_values=torch.zeros(N, B), next_value=torch.zeros(B),
+    )
+
+
+def test_sync_is_versioned_and_makes_rollout_equal_actor():
+    actor = ActorWorker(CFG, PPOConfig(num_minibatches=1, update_epochs=2, lr=1e-2), SPEC, seed=0)
+    rollout = RolloutWorker(CFG, SPEC, seed=1)
+    assert rollout.set_weights(actor.sync_weights()) == 0
+    for it in (1, 2):
+        actor.train(_trajectory(rollout))
+        assert actor.version == it
+        stale = {k: v.clone() for k, v in rollout.policy.state_dict().items()}
+        version, weights = actor.sync_weights()
+        assert version == it and rollout.set_weights((version, weights)) == it and rollout.get_version() == it
+        now = rollout.policy.state_dict()
+        for k, v in actor.policy.state_dict().items():
+            torch.testing.assert_close(now[k], v, rtol=0, atol=0)
+        assert any(not torch.equal(stale[k], now[k]) for k in now)  # the update reached the rollout
+
+
+def test_frozen_parameters_do_not_travel():
+    actor = ActorWorker(CFG, PPOConfig(num_minibatches=1), SPEC, seed=0)
+    frozen = [n for n, _ in actor.policy.named_parameters()][0]
+    dict(actor.policy.named_parameters())[frozen].requires_grad_(False)
+    _, weights = actor.sync_weights()
+    assert frozen not in weights
+    assert set(dict(actor.policy.named_buffers())) <= set(weights)  # normalizer stats travel
+    rollout = RolloutWorker(CFG, SPEC, seed=5)
+    before = rollout.policy.state_dict()[frozen].clone()
+    rollout.set_weights((3, weights))
+    torch.testing.assert_close(rollout.policy.state_dict()[frozen], before, rtol=0, atol=0)
+    with pytest.raises(KeyError, match="does not have"):
+        rollout.set_weights((4, {**weights, "bogus.weight": torch.zeros(1)}))
+
+
+def test_checkpoint_keeps_the_version(tmp_path):
+    actor = ActorWorker(CFG, PPOConfig(num_minibatches=1), SPEC, seed=0)
+    actor.train(_trajectory(RolloutWorker(CFG, SPEC, seed=1)))
+    actor.save(str(tmp_path), {"iteration": 1, "env_steps": 12})
+    again = ActorWorker(CFG, PPOConfig(num_minibatches=1), SPEC, seed=0)
+    state = again.load(str(tmp_path))
+    assert again.version == 1 and state["iteration"] == 1

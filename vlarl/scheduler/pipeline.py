@@ -1,0 +1,159 @@
+"""Pipeline stages: route every env sub-batch's observations to the rollout worker and its actions back.
+
+Each of the W env workers holds S sub-batches (``EnvWorker.chunk_step_stage``). Stage s of the whole
+batch is sub-batch s of every worker (M = W x m rows, worker order); the rollout worker samples one
+chunk per stage and step, and worker k steps rows ``[k*m, (k+1)*m)`` of that reply. In a mode with
+overlap the driver submits the whole dependency graph of an iteration at once, so while the env
+workers simulate stage s the rollout worker already infers stage s+1 (the data moves through Ray's
+object store, never through the driver). Without overlap (collocated) the driver waits for each phase,
+so the components take turns.
+
+Row order: global env row ``k*P + s*m + j`` (worker k, stage s, row j; P = S*m rows per worker), the
+same order as one unstaged batch, so trajectories keep their layout whatever S is. The rollout worker
+processes stages in the order (step, stage) in every mode, so on a fixed seed all modes with the same
+S draw the same samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+import torch
+
+from policies.base import ActionSample
+from simulators.base import ChunkStepResult
+from vlarl.data.trajectory import cat_obs, split_obs
+
+
+def cat_results(results: list[ChunkStepResult]) -> ChunkStepResult:
+    """Concatenate the sub-batch results of one worker along the env dim (stage order)."""
+    if len(results) == 1:
+        return results[0]
+    cat = torch.cat
+    finals = [r.final_obs if r.final_obs is not None else r.obs for r in results]
+    has_final = any(r.final_obs is not None for r in results)
+    succ = [r.success for r in results]
+    return ChunkStepResult(
+        obs=cat_obs([r.obs for r in results]),
+        rewards=cat([r.rewards for r in results]),
+        terminated=cat([r.terminated for r in results]),
+        truncated=cat([r.truncated for r in results]),
+        step_mask=cat([r.step_mask for r in results]),
+        final_obs=cat_obs(finals) if has_final else None,
+        done=cat([r.done for r in results]),
+        episode={k: cat([r.episode[k] for r in results]) for k in results[0].episode},
+        success=cat(succ) if all(s is not None for s in succ) else None,
+    )
+
+
+@dataclass
+class StepRecord:
+    """One chunk step of the whole batch in global row order (B = W x S x m)."""
+
+    obs: dict[str, Any] | None  # observation the actions were sampled for, [B, ...] (set by staged_steps)
+    sample: ActionSample  # [B, ...]
+    boot: torch.Tensor | None  # V(final obs) of episodes truncated in the previous step, [B] (None: none)
+    results: list[ChunkStepResult]  # one per env worker, its stages concatenated
+
+
+def stage_to_global(parts: list[torch.Tensor], workers: int) -> torch.Tensor:
+    """S stage tensors [W*m, ...] (worker order) -> one [W*S*m, ...] tensor in global row order."""
+    S = len(parts)
+    if S == 1:
+        return parts[0]
+    x = torch.stack(parts)  # [S, W*m, ...]
+    m = x.shape[1] // workers
+    x = x.view(S, workers, m, *x.shape[2:]).transpose(0, 1)
+    return x.reshape(workers * S * m, *x.shape[3:])
+
+
+def stage_rows(worker: int, stage: int, per_stage: int, stages: int) -> range:
+    """Global rows of sub-batch ``stage`` of env worker ``worker``."""
+    start = worker * stages * per_stage + stage * per_stage
+    return range(start, start + per_stage)
+
+
+def _sample_to_global(parts: list[ActionSample], workers: int) -> ActionSample:
+    if len(parts) == 1:
+        return parts[0]
+    g = lambda xs: stage_to_global(xs, workers)  # noqa: E731
+    return ActionSample(
+        actions=g([p.actions for p in parts]),
+        logprob=g([p.logprob for p in parts]),
+        value=g([p.value for p in parts]) if parts[0].value is not None else None,
+        replay={k: g([p.replay[k] for p in parts]) for k in parts[0].replay},
+    )
+
+
+class StagedRollout:
+    """Drives W env workers (S sub-batches each) and one rollout worker for ``num_steps`` chunk steps."""
+
+    def __init__(self, env_workers: list[Any], rollout: Any, stages: int, overlap: bool):
+        self.env_workers = env_workers
+        self.rollout = rollout
+        self.stages = stages
+        self.overlap = overlap
+
+    def run(self, obs_parts: list[dict[str, Any]], num_steps: int) -> Iterator[StepRecord]:
+        """``obs_parts``: the current observation of each env worker (its stages concatenated).
+        Yields one ``StepRecord`` per chunk step, in order."""
+        W, S = len(self.env_workers), self.stages
+        m = obs_parts[0]["state"].shape[0] // S
+        # stage s's first observation: sub-batch s of every worker, in worker order
+        stage_obs = [cat_obs([split_obs(o, S)[s] for o in obs_parts]) for s in range(S)]
+        samples: list[list[Any]] = []
+        steps: list[list[list[Any]]] = []
+        for t in range(num_steps):
+            samples.append([])
+            steps.append([])
+            for s in range(S):
+                if t == 0:
+                    ref = self.rollout.sample.remote(stage_obs[s], None, s, t)
+                else:
+                    ref = self.rollout.sample_after.remote(s, t, *steps[t - 1][s])
+                samples[t].append(ref)
+                if not self.overlap:
+                    ray.wait([ref])
+                refs = [w.chunk_step_stage.remote(s, ref, k * m, t) for k, w in enumerate(self.env_workers)]
+                steps[t].append(refs)
+                if not self.overlap:
+                    ray.wait(refs, num_returns=len(refs))
+            if t >= 1:  # step t-1 is no longer needed for submitting: free its references
+                rec = self._record(samples[t - 1], steps[t - 1], W) if self.overlap else None
+                samples[t - 1], steps[t - 1] = None, None  # type: ignore[call-overload]
+                if rec is not None:
+                    yield rec
+            if not self.overlap:
+                yield self._record(samples[t], steps[t], W)
+        if self.overlap:
+            yield self._record(samples[-1], steps[-1], W)
+
+    def _record(self, sample_refs: list[Any], step_refs: list[list[Any]], W: int) -> StepRecord:
+        replies = ray.get(sample_refs)  # [(ActionSample, boot)] per stage
+        flat = ray.get([ref for refs in step_refs for ref in refs])
+        results = [flat[s * W:(s + 1) * W] for s in range(self.stages)]  # [S][W] ChunkStepResult
+        per_worker = [cat_results([results[s][k] for s in range(self.stages)]) for k in range(W)]
+        boots = [b for _, b in replies]
+        if all(b is None for b in boots):
+            boot = None
+        else:
+            ref = next(b for b in boots if b is not None)
+            boot = stage_to_global([b if b is not None else torch.zeros_like(ref) for b in boots], W)
+        sample = _sample_to_global([s for s, _ in replies], W)
+        return StepRecord(obs=None, sample=sample, boot=boot, results=per_worker)
+
+
+def staged_steps(runner_envs: list[Any], rollout: Any, obs_parts: list[dict[str, Any]], num_steps: int,
+                 stages: int, overlap: bool) -> Iterator[StepRecord]:
+    """``StagedRollout.run`` with every record's ``obs`` filled in (the previous step's worker obs)."""
+    prev = obs_parts
+    for rec in StagedRollout(runner_envs, rollout, stages, overlap).run(obs_parts, num_steps):
+        rec.obs = cat_obs(prev)
+        prev = [r.obs for r in rec.results]
+        yield rec
+
+
+__all__ = ["StagedRollout", "StepRecord", "cat_results", "stage_rows", "stage_to_global", "staged_steps"]

@@ -1,0 +1,234 @@
+"""Placement as data: which devices each component's workers run on, and what they ask Ray for.
+
+A *device* is a GPU where there are GPUs and a CPU core where there are none; device ``i`` of a node is
+its i-th GPU, or the i-th core of the node's CPU affinity set. Modes (``placement.mode``):
+
+    collocated     every component on all devices; they take turns (no overlap)
+    disaggregated  env on its own set; rollout on another; actor on the rollout's set (never the env's)
+    hybrid         env and rollout on disjoint sets; actor on all devices
+
+``resolve`` turns a ``PlacementConfig`` into one ``WorkerPlacement`` per worker (its devices and the
+Ray resources it requests, so that every worker of a node fits exactly) or raises ``PlacementError``
+with a message that names the key and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+MODES = ("collocated", "disaggregated", "hybrid")
+COMPONENTS = ("env", "rollout", "actor", "reward")
+# Keep a little head-room under each device's capacity so float rounding never blocks scheduling.
+_FILL = 0.95
+
+
+class PlacementError(ValueError):
+    """An impossible placement; the message names the config key and a fix."""
+
+
+@dataclass
+class WorkerPlacement:
+    """Where one worker runs. ``devices`` are node-local device indices; ``ray_options`` go to
+    ``ray.remote(...).options``."""
+
+    component: str
+    index: int
+    devices: list[int]
+    device_type: str  # "cpu" | "gpu"
+    pin: bool
+    ray_options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def torch_device(self) -> str:
+        return f"cuda:{self.devices[0]}" if self.device_type == "gpu" else "cpu"
+
+
+@dataclass
+class PlacementPlan:
+    mode: str
+    device_type: str
+    num_devices: int
+    stages: int
+    overlap: bool  # stages of different sub-batches run at the same time
+    env: list[WorkerPlacement]
+    rollout: WorkerPlacement
+    actor: WorkerPlacement
+    reward: WorkerPlacement
+
+    def describe(self) -> str:
+        def sets(ws: list[WorkerPlacement]) -> str:
+            return " ".join(str(w.devices) for w in ws)
+
+        kind = "GPU" if self.device_type == "gpu" else "core"
+        return (f"placement {self.mode} on {self.num_devices} {kind}s, {self.stages} pipeline stage(s): "
+                f"env {sets(self.env)} | rollout {self.rollout.devices} | actor {self.actor.devices}")
+
+
+def detect_device_type(requested: str = "auto") -> str:
+    if requested not in ("auto", "cpu", "gpu"):
+        raise PlacementError(f"placement.device_type='{requested}' is unknown; choose auto, cpu or gpu")
+    if requested != "auto":
+        return requested
+    try:
+        import torch
+
+        return "gpu" if torch.cuda.is_available() else "cpu"
+    except Exception:
+        return "cpu"
+
+
+def count_devices(device_type: str) -> int:
+    if device_type == "gpu":
+        import torch
+
+        return torch.cuda.device_count()
+    return len(os.sched_getaffinity(0))
+
+
+def node_cores() -> list[int]:
+    """The CPU cores of this node in device order (device i = cores[i])."""
+    return sorted(os.sched_getaffinity(0))
+
+
+def _default_sets(mode: str, n: int) -> dict[str, list[int]]:
+    alldev = list(range(n))
+    if mode == "collocated":
+        return {c: alldev for c in COMPONENTS}
+    k = max(1, n // 2)
+    env, roll = alldev[:k], alldev[k:]
+    actor = alldev if mode == "hybrid" else roll
+    return {"env": env, "rollout": roll, "actor": actor, "reward": roll}
+
+
+def resolve(p: Any, num_env_workers: int, num_envs: int, group_size: int = 1,
+            device_type: str | None = None, num_devices: int | None = None) -> PlacementPlan:
+    """Validate ``p`` (a PlacementConfig) and assign devices and Ray resources to every worker."""
+    if p.mode not in MODES:
+        raise PlacementError(f"placement.mode='{p.mode}' is unknown; choose one of {list(MODES)}")
+    dtype = detect_device_type(device_type or p.device_type)
+    n = num_devices if num_devices is not None else (p.num_devices or count_devices(dtype))
+    if n < 1:
+        raise PlacementError(f"no {dtype} devices are visible; set placement.device_type=cpu or placement.num_devices")
+    S = int(p.pipeline_stages)
+    if S < 1:
+        raise PlacementError(f"placement.pipeline_stages={S} must be >= 1")
+    W = int(num_env_workers)
+    unit = W * S * max(1, group_size)
+    if num_envs % unit != 0:
+        lo = max(unit, num_envs // unit * unit)
+        raise PlacementError(
+            f"env.num_envs={num_envs} is not divisible by env.num_workers x placement.pipeline_stages x group size "
+            f"= {W} x {S} x {group_size} = {unit}; set env.num_envs to a multiple of {unit} (e.g. {lo} or {lo + unit})"
+        )
+    defaults = _default_sets(p.mode, n)
+    if p.mode != "collocated" and n < 2:
+        raise PlacementError(
+            f"placement.mode={p.mode} needs at least 2 devices (env and rollout on disjoint sets) but {n} "
+            f"{dtype} device(s) are available; use placement=collocated or raise placement.num_devices"
+        )
+    sets: dict[str, list[int]] = {}
+    for c in COMPONENTS:
+        given = [int(d) for d in getattr(p, c).devices]
+        bad = [d for d in given if not 0 <= d < n]
+        if bad:
+            raise PlacementError(f"placement.{c}.devices={given} names device(s) {bad}, but only 0..{n - 1} exist")
+        if len(set(given)) != len(given):
+            raise PlacementError(f"placement.{c}.devices={given} lists a device twice")
+        if given and p.mode == "collocated" and sorted(given) != list(range(n)):
+            raise PlacementError(
+                f"placement.mode=collocated puts every component on all {n} devices, but placement.{c}.devices={given}; "
+                f"remove placement.{c}.devices or use placement=disaggregated / hybrid"
+            )
+        sets[c] = sorted(given) if given else list(defaults[c])
+    env, roll, actor = set(sets["env"]), set(sets["rollout"]), set(sets["actor"])
+    if p.mode in ("disaggregated", "hybrid") and env & roll:
+        raise PlacementError(
+            f"placement.mode={p.mode} needs disjoint env and rollout devices, but placement.env.devices={sets['env']} "
+            f"and placement.rollout.devices={sets['rollout']} share {sorted(env & roll)}"
+        )
+    if p.mode == "disaggregated" and env & actor:
+        raise PlacementError(
+            f"placement.mode=disaggregated keeps the actor off the env devices, but placement.actor.devices="
+            f"{sets['actor']} overlaps placement.env.devices={sets['env']}; use placement=hybrid to train on all devices"
+        )
+    if p.mode == "hybrid" and sets["actor"] != list(range(n)):
+        raise PlacementError(
+            f"placement.mode=hybrid trains the actor on all {n} devices, but placement.actor.devices={sets['actor']}; "
+            f"remove placement.actor.devices or use placement=disaggregated"
+        )
+    # env workers: each gets its own slice of the env set (or, collocated, all devices)
+    if p.mode == "collocated":
+        env_sets = [sets["env"]] * W
+    else:
+        if dtype == "cpu" and W > len(sets["env"]):
+            raise PlacementError(
+                f"env.num_workers={W} env workers do not fit on {len(sets['env'])} env core(s) {sets['env']} in "
+                f"placement.mode={p.mode}; set env.num_workers<={len(sets['env'])} or give placement.env.devices more cores"
+            )
+        E = sets["env"]
+        env_sets = ([E[k * len(E) // W:(k + 1) * len(E) // W] for k in range(W)] if W <= len(E)
+                    else [[E[k % len(E)]] for k in range(W)])
+    pin = bool(p.pin_cpus) and dtype == "cpu" and p.mode != "collocated"
+    workers = [WorkerPlacement("env", k, list(s), dtype, pin) for k, s in enumerate(env_sets)]
+    workers += [WorkerPlacement(c, 0, list(sets[c]), dtype, pin) for c in ("rollout", "actor", "reward")]
+    _assign_resources(workers, n, p, dtype)
+    env_w = workers[:W]
+    rollout, actor, reward = workers[W:]
+    return PlacementPlan(p.mode, dtype, n, S, p.mode != "collocated", env_w, rollout, actor, reward)
+
+
+def _assign_resources(workers: list[WorkerPlacement], n: int, p: Any, dtype: str) -> None:
+    """Each device's capacity (1 CPU or 1 GPU) is shared evenly by the workers on it; workers on
+    different nodes (different ``resource`` labels) never share a device. The reward worker is
+    accounted for only when it is placed (it is optional)."""
+    occupants: dict[tuple[str, int], int] = {}
+    label = {c: getattr(p, c).resource for c in COMPONENTS}
+    counted = [w for w in workers if w.component != "reward"]
+    for w in counted:
+        for d in w.devices:
+            occupants[(label[w.component], d)] = occupants.get((label[w.component], d), 0) + 1
+    for w in workers:
+        lab = label[w.component]
+        share = sum(1.0 / max(1, occupants.get((lab, d), 0) + (w.component == "reward")) for d in w.devices)
+        amount = round(_FILL * share, 4)
+        amount = float(int(amount)) if amount >= 1 else amount  # Ray takes fractions only below 1
+        opts: dict[str, Any] = {"num_cpus": amount}
+        if dtype == "gpu":  # Ray accounts the fractions; the worker binds the physical GPU index itself
+            opts = {"num_cpus": 0.01, "num_gpus": amount,
+                    "runtime_env": {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}}
+        if lab:
+            opts["resources"] = {lab: 0.001}
+        w.ray_options = opts
+
+
+def bind(w: WorkerPlacement | None) -> str | None:
+    """Called inside a worker process: pin it to its cores (CPU devices) and return its torch device
+    ("cpu" / "cuda:i"), or None without a placement (the caller's own device choice stands)."""
+    if w is None:
+        return None
+    if w.device_type == "cpu" and w.pin:
+        cores = node_cores()
+        os.sched_setaffinity(0, {cores[d % len(cores)] for d in w.devices})
+    return w.torch_device
+
+
+def resolve_for_training(cfg: Any, torch_device: str) -> PlacementPlan:
+    """``resolve`` for a TrainConfig: devices follow ``cfg.device`` unless ``placement.device_type`` is set;
+    the GRPO group size enters the divisibility check when sub-batches are split off (S > 1 or a
+    non-collocated mode)."""
+    p = cfg.placement
+    dtype = p.device_type if p.device_type != "auto" else ("gpu" if str(torch_device).startswith("cuda") else "cpu")
+    staged = p.pipeline_stages > 1 or p.mode != "collocated"
+    group = group_size_of(cfg.algorithm) if staged else 1
+    return resolve(p, cfg.env.num_workers, cfg.env.num_envs, group, device_type=dtype)
+
+
+def group_size_of(alg_cfg: Any) -> int:
+    """GRPO group size when the algorithm has one (envs of a group share a reset state)."""
+    return int(getattr(alg_cfg, "group_size", 1) or 1)
+
+
+__all__ = ["MODES", "PlacementError", "PlacementPlan", "WorkerPlacement", "bind", "count_devices", "detect_device_type",
+           "group_size_of", "node_cores", "resolve", "resolve_for_training"]
