@@ -31,8 +31,20 @@ def available_policies() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def _load_for(name: str) -> None:
+    """Import only the module that defines ``name`` when its module follows the ``policies.<name>``
+    convention (loading a checkpoint then skips every other family's heavy imports)."""
+    if name in _REGISTRY:
+        return
+    mod = f"policies.{name}"
+    if mod in BUILTIN_MODULES:
+        importlib.import_module(mod)
+    if name not in _REGISTRY:
+        _load_builtins()
+
+
 def policy_config_class(name: str) -> type:
-    _load_builtins()
+    _load_for(name)
     if name not in _REGISTRY:
         raise KeyError(f"unknown policy '{name}'; choose policy=<one of {available_policies()}>")
     return _REGISTRY[name][0]

@@ -22,5 +22,10 @@ fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 echo "[setup] installing vlarl[$EXTRAS] with $TORCH_SPEC"
 "$VENV/bin/python" -m pip install -q "$TORCH_SPEC" -e ".[$EXTRAS]"
+# openpi's client (for the policy-server compatibility tests) pins numpy<2 but works with numpy 2:
+# install it without its dependencies so it cannot downgrade numpy.
+if [[ "$EXTRAS" == *all* || "$EXTRAS" == *robot* ]]; then
+  "$VENV/bin/python" -m pip install -q --no-deps openpi-client
+fi
 VLARL_PYTHON="$VENV/bin/python" bash "$ROOT/scripts/setup_system.sh"
 echo "[setup] done: activate with 'source $VENV/bin/activate'"
