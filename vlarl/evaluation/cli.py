@@ -2,6 +2,7 @@
 
     vlarl-eval checkpoint=<dir> [env=...] [env.task=...] episodes=.. seed=.. num_envs=.. video_episodes=..
     vlarl-eval checkpoint=<dir> suite=libero_spatial [tasks=[0,3]] [num_envs=..] [video_episodes=..]
+    vlarl-eval checkpoint=ws://<host>:<port> env.task=PushCube-v1 output=<dir>   (a running policy server)
     vlarl-eval --compare a/eval.json b/eval.json [metric=success_at_end]
 
 Every user error is one line on stderr (exit code 2) naming the problem and the fix.
@@ -64,6 +65,7 @@ def main(args: list[str]) -> int:
     from vlarl.checkpoint import load_env_config
     from vlarl.config import ConfigError, load_eval_config
     from vlarl.evaluation.protocol import check_policy_fits_env, evaluate
+    from vlarl.evaluation.remote import RemotePolicy, is_server_address
     from vlarl.evaluation.suites import SuiteError, build_env_config, evaluate_suite, get_suite, suite_tasks
 
     given = {a.split("=", 1)[0] for a in args if "=" in a}
@@ -74,8 +76,9 @@ def main(args: list[str]) -> int:
         cfg = load_eval_config(args)
         if cfg.episodes < 1 or cfg.num_envs < 1 or cfg.video_episodes < 0:
             raise ConfigError("episodes and num_envs must be >= 1 and video_episodes >= 0")
-        policy = Policy.from_pretrained(cfg.checkpoint)
-        saved = load_env_config(cfg.checkpoint)
+        remote = is_server_address(cfg.checkpoint)
+        policy = RemotePolicy(cfg.checkpoint) if remote else Policy.from_pretrained(cfg.checkpoint)
+        saved = None if remote else load_env_config(cfg.checkpoint)
         saved_cfg = _env_from_saved(saved) if saved else None
         user_env = {k: getattr(cfg.env, k) for k in user_env_keys}
         suite = get_suite(cfg.suite) if cfg.suite else None
@@ -105,8 +108,10 @@ def main(args: list[str]) -> int:
         return _fail(str(e))
     policy.eval()
     seed = cfg.seed if (suite is None or "seed" in given) else suite.seed
+    if remote and not cfg.output:
+        return _fail("evaluating a policy server needs output=<dir> for the results")
     out = Path(cfg.output) if cfg.output else Path(cfg.checkpoint) / "eval" / f"{label}_seed{seed}"
-    extra = {"checkpoint": str(Path(cfg.checkpoint).resolve())}
+    extra = {"checkpoint": cfg.checkpoint if remote else str(Path(cfg.checkpoint).resolve())}
     try:
         if suite is None:
             summary = evaluate(policy, env_cfg, cfg.episodes, cfg.seed, cfg.num_envs, out, cfg.video_episodes,
@@ -117,8 +122,11 @@ def main(args: list[str]) -> int:
                 env_cfg=env_cfg, tasks=list(cfg.tasks) or None,
                 episodes_per_task=cfg.episodes if "episodes" in given else 0, seed=seed,
             )
-    except (EnvError, SuiteError) as e:
+    except (EnvError, SuiteError, CheckpointError) as e:
         return _fail(str(e))
+    finally:
+        if remote:
+            policy.close()
     from vlarl.evaluation.report import markdown_table
 
     lo, hi = summary["success_once_ci95"]
