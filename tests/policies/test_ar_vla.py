@@ -118,7 +118,7 @@ def test_bf16_backbone_keeps_fp32_log_probs_and_gradient_checkpointing_switch(vl
     torch.testing.assert_close(g1, g2, atol=1e-6, rtol=1e-4)
 
 
-def test_freezing_and_lora_select_the_trainable_parameters(vla_spec, obs):
+def test_freezing_and_lora_select_the_trainable_parameters(vla_spec, obs, tmp_path):
     frozen = _policy(vla_spec, freeze_vlm=True)
     assert not any(p.requires_grad for p in frozen.backbone.parameters())
     assert frozen.action_queries.requires_grad and frozen.value_head[0].weight.requires_grad
@@ -132,6 +132,12 @@ def test_freezing_and_lora_select_the_trainable_parameters(vla_spec, obs):
     s = lora.sample(obs)
     lora.evaluate(obs, s.replay)[0].sum().backward()
     assert any(p.grad is not None for n, p in lora.named_parameters() if "lora_B" in n)
+    with torch.no_grad():  # make the adapters matter, then round-trip them through a checkpoint
+        for n, p in lora.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)
+    loaded = ARVLAPolicy.from_pretrained(lora.save_pretrained(tmp_path / "lora"))
+    assert torch.equal(loaded.act(obs), lora.act(obs))
 
 
 def test_ppo_update_changes_weights(vla_spec):
