@@ -149,7 +149,8 @@ def clipped_update(
                 stats["grad_norm"].append(float(gnorm))
             lr_ = info["log_ratio"][lmask]
             stats["policy_loss"].append(float(pg_loss.detach()))
-            stats["value_loss"].append(float(v_loss.detach()))
+            if batch.returns is not None:
+                stats["value_loss"].append(float(v_loss.detach()))
             stats["entropy"].append(float(ent.detach()))
             stats["approx_kl"].append(float(((lr_.exp() - 1) - lr_).mean()) if lr_.numel() else 0.0)
             stats["clipfrac"].append(float(info["clipped"][lmask].float().mean()) if lr_.numel() else 0.0)
