@@ -56,6 +56,7 @@ class Runner:
         self.wall_offset = 0.0  # wall seconds spent by earlier (resumed) segments of this run
         self.stats = EpisodeStats(window=max(32, cfg.env.num_envs * 2))
         self._traced_iterations = 0
+        self.rollout_version = 0  # version of the weights the rollout worker holds (actor updates so far)
 
     # -- set-up ---------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -140,7 +141,7 @@ class Runner:
             steps += int(sum(int(r.step_mask.sum()) for r in results))
             for r in results:
                 self.stats.add(r.episode)
-            extras.add(results, policy_version=self.iteration)
+            extras.add(results, policy_version=self.rollout_version)
             obs_parts = [r.obs for r in results]
             boot_obs = cat_obs([r.final_obs if r.final_obs is not None else r.obs for r in results]) if trunc.any() else None
         # values of the last step: V(next obs) for GAE, V(final obs) for truncated episodes
@@ -196,6 +197,8 @@ class Runner:
             self.resume(ckpt)
             print(f"[vlarl] resumed from {ckpt} at iteration {self.iteration}, {self.env_steps} env steps")
         ray.get(self.rollout.set_weights.remote(self.actor.get_weights.remote()))
+        self.rollout_version = ray.get(self.rollout.set_weights.remote(self.actor.sync_weights.remote()))
+        prefetched = None  # asynchronous mode: the rollout collected while the actor trained
         obs_parts = self._reset_envs()
         chunk = int(getattr(cfg.policy, "chunk_size", 1))
         t_start = time.time()
@@ -213,10 +216,15 @@ class Runner:
                     self.actor.set_lr.remote(cfg.algorithm.lr * frac)
                 t0 = time.time()
                 collect = {"steps": self.collect, "groups": self.collect_groups}[algorithm_spec(cfg.algorithm.name).rollout]
-                traj, obs_parts, steps = collect(obs_parts)
+                traj, obs_parts, steps = prefetched if prefetched is not None else collect(obs_parts)
                 t1 = time.time()
-                train_metrics = ray.get(self.actor.train.remote(traj))
-                ray.get(self.rollout.set_weights.remote(self.actor.sync_weights.remote()))  # versioned
+                train_ref, prefetched = self.actor.train.remote(traj), None
+                if cfg.placement.async_rollout and self.env_steps + steps < cfg.total_env_steps:
+                    # the next rollout runs on the current weights while the actor trains: one version stale
+                    prefetched = collect(obs_parts)
+                    obs_parts = prefetched[1]
+                train_metrics = ray.get(train_ref)
+                self.rollout_version = ray.get(self.rollout.set_weights.remote(self.actor.sync_weights.remote()))
                 t2 = time.time()
                 phase_metrics = self._phase_metrics(t2 - t0)
                 self.iteration += 1

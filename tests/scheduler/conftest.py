@@ -1,13 +1,9 @@
-"""One local Ray instance for the scheduler tests; runners built from a tiny PushCube config."""
+"""One local Ray instance shared by a module's scheduler tests."""
 
 from __future__ import annotations
 
 import pytest
 import ray
-import torch
-
-SMALL = ["env.num_envs=4", "algorithm.num_steps=6", "algorithm.num_minibatches=2", "algorithm.update_epochs=1",
-         "policy.hidden_sizes=[16,16]", "logger.tensorboard=false", "logger.progress_bar=false"]
 
 
 @pytest.fixture(scope="module")
@@ -18,35 +14,3 @@ def ray_local():
     scheduler.start_ray(PlacementConfig())
     yield
     ray.shutdown()
-
-
-def run_iterations(overrides: list[str], run_dir, iterations: int = 2):
-    """Build a Runner, collect + train ``iterations`` times (synced weights in between); returns the
-    trajectories, train metrics and the rollout's policy versions. Kills its actors, keeps Ray up."""
-    from vlarl.config import load_train_config
-    from vlarl.runner import Runner
-
-    cfg = load_train_config([*SMALL, *overrides])
-    r = Runner(cfg, run_dir)
-    r.setup()
-    try:
-        ray.get(r.rollout.set_weights.remote(r.actor.get_weights.remote()))
-        obs = r._reset_envs()
-        trajs, metrics, versions = [], [], []
-        for _ in range(iterations):
-            traj, obs, _ = r.collect(obs)
-            trajs.append(traj)
-            metrics.append(ray.get(r.actor.train.remote(traj)))
-            versions.append(ray.get(r.rollout.set_weights.remote(r.actor.sync_weights.remote())))
-        return trajs, metrics, versions
-    finally:
-        for w in [*r.env_workers, r.rollout, r.actor]:
-            ray.kill(w)
-
-
-def assert_same_trajectory(a, b) -> None:
-    for name in ("logprob", "values", "rewards", "dones", "truncated", "final_values", "next_value"):
-        torch.testing.assert_close(getattr(a, name), getattr(b, name), rtol=0, atol=0, msg=name)
-    torch.testing.assert_close(a.obs["state"], b.obs["state"], rtol=0, atol=0)
-    for k in a.replay:
-        torch.testing.assert_close(a.replay[k], b.replay[k], rtol=0, atol=0)

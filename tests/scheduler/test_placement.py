@@ -85,3 +85,8 @@ def test_one_device_refuses_split_modes():
     with pytest.raises(PlacementError, match="needs at least 2 devices"):
         resolve(PlacementConfig(mode="hybrid"), 1, 4, device_type="cpu", num_devices=1)
     resolve(PlacementConfig(), 1, 4, device_type="cpu", num_devices=1)  # collocated runs anywhere
+
+
+def test_requests_fit_when_ray_gets_fewer_cpus_than_cores():
+    plan = resolve(PlacementConfig(num_cpus=1), 2, 16, device_type="cpu", num_devices=2)
+    _fits(plan, "num_cpus", 1)

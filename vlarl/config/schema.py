@@ -113,6 +113,8 @@ class PlacementConfig:
     rollout: ComponentPlacement = field(default_factory=ComponentPlacement)
     actor: ComponentPlacement = field(default_factory=ComponentPlacement)
     reward: ComponentPlacement = field(default_factory=ComponentPlacement)
+    async_rollout: bool = False  # collect the next rollout (one policy version stale) while the actor trains;
+    # pair with algorithm.max_staleness >= 1 and the algorithm's off-policy correction
     timeline: bool = True  # write a Chrome trace of one iteration to <run_dir>/timeline.json
     timeline_iteration: int = 2  # which iteration of this run segment to trace (1 = first)
 

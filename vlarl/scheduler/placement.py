@@ -192,7 +192,9 @@ def _assign_resources(workers: list[WorkerPlacement], n: int, p: Any, dtype: str
     for w in workers:
         lab = label[w.component]
         share = sum(1.0 / max(1, occupants.get((lab, d), 0) + (w.component == "reward")) for d in w.devices)
-        amount = round(_FILL * share, 4)
+        # a device's capacity in Ray's logical units: placement.num_cpus may give Ray fewer CPUs than cores
+        cap = min(1.0, p.num_cpus / n) if dtype == "cpu" and getattr(p, "num_cpus", 0) else 1.0
+        amount = round(_FILL * share * cap, 4)
         amount = float(int(amount)) if amount >= 1 else amount  # Ray takes fractions only below 1
         opts: dict[str, Any] = {"num_cpus": amount}
         if dtype == "gpu":  # Ray accounts the fractions; the worker binds the physical GPU index itself

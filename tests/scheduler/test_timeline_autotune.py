@@ -1,0 +1,53 @@
+"""Phase timers, the Chrome-trace timeline, and the auto-tuning model that picks S and the device split."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from vlarl.scheduler.autotune import choose, pipelined_step
+from vlarl.scheduler.timeline import Spans, busy_by_worker, phase_totals, write_trace
+
+
+def test_spans_totals_and_chrome_trace(tmp_path):
+    env, roll = Spans("env0"), Spans("rollout")
+    with env("env", stage=0, step=0):
+        time.sleep(0.01)
+    with roll("infer", stage=1, step=0):
+        time.sleep(0.005)
+    with env("env", stage=1, step=0):
+        pass
+    spans = [env.pop(), roll.pop()]
+    assert env.events == []  # popped
+    totals = phase_totals(spans)
+    assert totals["env"] >= 0.01 and 0.005 <= totals["infer"] < totals["env"]
+    assert busy_by_worker(spans)["rollout"] == pytest.approx(totals["infer"])
+    trace = json.loads(write_trace(tmp_path / "t.json", spans).read_text())["traceEvents"]
+    meta = {e["pid"]: e["args"]["name"] for e in trace if e["ph"] == "M"}
+    boxes = [e for e in trace if e["ph"] == "X"]
+    assert sorted(meta.values()) == ["env0", "rollout"]
+    assert [b["name"] for b in boxes] == ["env s0", "env s1", "infer s1"]
+    assert min(b["ts"] for b in boxes) == 0 and all(b["dur"] >= 0 for b in boxes)
+    first_env = boxes[0]
+    infer = boxes[2]
+    assert infer["ts"] >= first_env["ts"] + first_env["dur"]  # recorded after the first env span ended
+
+
+def test_pipeline_model_matches_hand_computation():
+    # env 20 ms per step on one core, inference 10 ms, 1 ms per stage: S=2 hides half the inference
+    assert pipelined_step(0.02, 0.01, 2, 1, 0.001) == pytest.approx(0.02 + 0.005 + 0.002)
+    assert pipelined_step(0.02, 0.01, 1, 2, 0.0) == pytest.approx(0.01 + 0.01)
+
+
+def test_choose_balances_devices_and_stages():
+    # heavy inference, cheap per-stage cost: deep pipeline, and the model predicts a speedup
+    c = choose(t_env=0.04, t_infer=0.04, overhead=0.0005, num_devices=2, num_envs=16)
+    assert c.stages == 8 and c.env_devices == 1 and c.predicted_speedup > 1.2
+    # cheap inference and a costly round trip: no pipelining, collocated stays faster
+    c = choose(t_env=0.04, t_infer=0.002, overhead=0.01, num_devices=2, num_envs=16)
+    assert c.stages == 1 and c.predicted_speedup < 1.0
+    # S must divide the batch; more devices go to the env when it is the bottleneck
+    c = choose(t_env=0.12, t_infer=0.02, overhead=0.001, num_devices=4, num_envs=6, candidates=(1, 2, 4))
+    assert c.stages in (1, 2) and c.env_devices == 3
