@@ -142,6 +142,9 @@ class Policy(nn.Module, abc.ABC):
         klass = policy_class(meta["policy"])
         if cls is not Policy and not issubclass(klass, cls):
             raise CheckpointError(f"'{d}' holds a '{meta['policy']}' policy, not a {cls.__name__}")
+        if cls is Policy and klass.from_pretrained.__func__ is not Policy.from_pretrained.__func__:
+            # families that save more than weights (tokenizers, backbone configs) load themselves
+            return klass.from_pretrained(d, map_location=map_location)
         config = _dataclass_from_dict(klass.config_class, meta["config"])
         spec = _dataclass_from_dict(PolicySpec, meta["spec"])
         policy = klass(config, spec)
