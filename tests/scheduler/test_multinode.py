@@ -42,75 +42,85 @@ def _stop(procs: list[subprocess.Popen]) -> None:
                 continue
 
 
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 @pytest.fixture
 def two_node_cluster(monkeypatch):
     port = _free_port()
     tmp = tempfile.mkdtemp(prefix="rmn", dir="/tmp")  # short: Ray's unix sockets live under it
     # a private cluster on 127.0.0.1 only: no token (the user's ~/.ray token stays untouched and unused)
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_AUTH_MODE"] = "disabled"
     common = ["--node-ip-address=127.0.0.1", "--num-cpus=2", "--block", "--disable-usage-stats"]
     procs = [subprocess.Popen([RAY, "start", "--head", f"--port={port}", "--include-dashboard=false",
                                f"--temp-dir={tmp}", "--resources", json.dumps({"env_node": 1}), *common],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)]
-    address = f"127.0.0.1:{port}"
     try:
-        import ray
-
         deadline = time.time() + 120
-        while True:  # the head is up when a driver can connect
-            try:
-                ray.init(address=address, log_to_driver=False)
-                break
-            except Exception:
-                if time.time() > deadline:
-                    raise
-                time.sleep(2)
-        procs.append(subprocess.Popen([RAY, "start", f"--address={address}", "--resources",
+        while not _port_open(port):
+            assert time.time() < deadline and procs[0].poll() is None, "Ray head did not start"
+            time.sleep(1)
+        procs.append(subprocess.Popen([RAY, "start", f"--address=127.0.0.1:{port}", "--resources",
                                        json.dumps({"train_node": 1}), *common],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                                       start_new_session=True))
-        while len([n for n in ray.nodes() if n["Alive"]]) < 2:
-            assert time.time() < deadline, "second Ray node did not join"
-            time.sleep(1)
-        ray.shutdown()
-        yield address
+        yield f"127.0.0.1:{port}", env
     finally:
-        import ray
-
-        ray.shutdown()
         _stop(procs)
+
+
+# The driver runs in its own process: Ray keeps per-process state (auth mode, the connected cluster)
+# that must not leak from or into other tests.
+DRIVER = r"""
+import json, sys, time
+import ray, torch
+torch.set_num_threads(1)
+from vlarl import system_env
+system_env.apply()
+from vlarl.config import load_train_config
+from vlarl.runner import Runner
+
+address, run_dir = sys.argv[1], sys.argv[2]
+ray.init(address=address, log_to_driver=False)
+deadline = time.time() + 120
+while len([n for n in ray.nodes() if n["Alive"]]) < 2:
+    assert time.time() < deadline, "second Ray node did not join"
+    time.sleep(1)
+cfg = load_train_config([
+    "placement=collocated", f"placement.ray_address={address}", "placement.env.resource=env_node",
+    "placement.rollout.resource=train_node", "placement.actor.resource=train_node",
+    "env.num_envs=2", "env.num_workers=2", "algorithm.num_steps=5", "algorithm.num_minibatches=1",
+    "policy.hidden_sizes=[16,16]", "total_env_steps=20", "eval.episodes=2", "eval.num_envs=2",
+    "eval.video_episodes=0", "logger.tensorboard=false", "logger.progress_bar=false", "checkpoint_every=1",
+])
+r = Runner(cfg, run_dir)
+try:
+    r.setup()
+    nodes = {n["NodeID"]: sorted(k for k in n["Resources"] if k.endswith("_node")) for n in ray.nodes() if n["Alive"]}
+    def node_of(actor):
+        return nodes[ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))]
+    where = {"env": [node_of(w) for w in r.env_workers], "rollout": node_of(r.rollout), "actor": node_of(r.actor)}
+    final = r.train()
+finally:
+    r.close()
+print("RESULT " + json.dumps({"where": where, "episodes": final["episodes"]}))
+"""
 
 
 @pytest.mark.slow
 def test_env_on_one_node_rollout_and_actor_on_the_other(two_node_cluster, tmp_path):
-    import ray
-
-    from vlarl.config import load_train_config
-    from vlarl.runner import Runner
-
-    cfg = load_train_config([
-        "placement=collocated", f"placement.ray_address={two_node_cluster}", "placement.env.resource=env_node",
-        "placement.rollout.resource=train_node", "placement.actor.resource=train_node",
-        "env.num_envs=2", "env.num_workers=2", "algorithm.num_steps=5", "algorithm.num_minibatches=1",
-        "policy.hidden_sizes=[16,16]", "total_env_steps=20", "eval.episodes=2", "eval.num_envs=2",
-        "eval.video_episodes=0", "logger.tensorboard=false", "logger.progress_bar=false", "checkpoint_every=1",
-    ])
-    (tmp_path / "run").mkdir()
-    r = Runner(cfg, tmp_path / "run")
-    try:
-        r.setup()
-        nodes = {n["NodeID"]: n["Resources"] for n in ray.nodes() if n["Alive"]}
-
-        def node_of(actor):
-            return ray.get(actor.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()))
-
-        assert all("env_node" in nodes[node_of(w)] for w in r.env_workers)
-        assert "train_node" in nodes[node_of(r.rollout)] and "train_node" in nodes[node_of(r.actor)]
-        final = r.train()
-    finally:
-        r.close()
-    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    address, env = two_node_cluster
+    run = tmp_path / "run"
+    run.mkdir()
+    p = subprocess.run([sys.executable, "-c", DRIVER, address, str(run)], capture_output=True, text=True,
+                       timeout=900, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    out = json.loads(next(x for x in p.stdout.splitlines() if x.startswith("RESULT "))[7:])
+    assert out["where"] == {"env": [["env_node"], ["env_node"]], "rollout": ["train_node"], "actor": ["train_node"]}
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [x["env_steps"] for x in rows if "iteration" in x] == [10, 20]
-    assert final["episodes"] == 2 and (tmp_path / "run" / "checkpoints" / "latest" / "model.safetensors").is_file()
+    assert out["episodes"] == 2 and (run / "checkpoints" / "latest" / "model.safetensors").is_file()
