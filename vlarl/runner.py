@@ -173,8 +173,10 @@ class Runner:
                                                    int(getattr(self.cfg.policy, "chunk_size", 1)))
         rounds, trajs, steps = 1 + alg.dynamic_sampling_rounds, [], 0
         target = B // alg.group_size
+        # one fresh set of reset states per call (a prefetched async rollout must not reuse the last one)
+        self._group_batch = max(getattr(self, "_group_batch", -1) + 1, self.iteration)
         for r in range(rounds):
-            base = self.cfg.seed * 100_003 + (self.iteration * rounds + r) * target
+            base = self.cfg.seed * 100_003 + (self._group_batch * rounds + r) * target
             ids = group_reset_ids(B, alg.group_size, base)
             obs_parts = ray.get([w.reset.remote(None, ids[i * self.per_worker:(i + 1) * self.per_worker])
                                  for i, w in enumerate(self.env_workers)])
