@@ -39,6 +39,11 @@ def main() -> int:
     if proc.returncode != 0:
         print(f"training failed with exit code {proc.returncode}")
         return proc.returncode
+    # the same checkpoint, held-out seeds, sampling from the policy instead of its mean
+    stoch_dir = run_dir / "eval_stochastic"
+    subprocess.run([str(Path(sys.executable).parent / "vlarl-eval"), f"checkpoint={run_dir / 'checkpoints' / 'latest'}",
+                    "episodes=100", "num_envs=10", "deterministic=false", f"output={stoch_dir}"], check=False)
+    stoch = json.loads((stoch_dir / "eval.json").read_text()) if (stoch_dir / "eval.json").is_file() else None
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     train = [r for r in rows if "iteration" in r]
     final = json.loads((run_dir / "eval" / "eval.json").read_text())
@@ -46,7 +51,10 @@ def main() -> int:
     print("\n## success curve (held-out evaluations during training)")
     print(f"{'iter':>5} {'env_steps':>10} {'wall_s':>8} {'rollout_succ':>12} {'eval_succ':>10}")
     t_target = None
+    t_rollout = None
     for r in train:
+        if t_rollout is None and r["rollout/success_once"] >= args.target:
+            t_rollout = (r["perf/wall_s"], r["env_steps"])
         ev = r.get("eval/success_once")
         if ev is not None or r is train[-1]:
             print(f"{int(r['iteration']):>5} {int(r['env_steps']):>10} {r['perf/wall_s']:>8.0f} "
@@ -62,12 +70,20 @@ def main() -> int:
     print(f"{'command wall time incl. start-up+eval (s)':<40} {total_wall:.0f}")
     tt = f"{t_target[0]:.0f} s ({int(t_target[1])} steps)" if t_target else "not reached"
     print(f"{f'time to {args.target:.0%} held-out success':<40} {tt}")
+    tr = f"{t_rollout[0]:.0f} s ({int(t_rollout[1])} steps)" if t_rollout else "not reached"
+    print(f"{f'time to {args.target:.0%} rollout success':<40} {tr}")
     lo, hi = final["success_once_ci95"]
     print(f"{'final held-out success_once':<40} {final['success_once']:.3f} [{lo:.3f}, {hi:.3f}] "
           f"over {final['episodes']} episodes (seeds {final['seeds'][0]}..{final['seeds'][1]})")
     print(f"{'final held-out success_at_end':<40} {final['success_at_end']:.3f}")
+    if stoch is not None:
+        lo2, hi2 = stoch["success_once_ci95"]
+        print(f"{'held-out success_once, sampled actions':<40} {stoch['success_once']:.3f} [{lo2:.3f}, {hi2:.3f}] "
+              f"over {stoch['episodes']} episodes")
     ok = final["success_once"] >= args.target and total_wall <= 20 * 60
-    print(f"{'target met (>= target, <= 20 min)':<40} {ok}")
+    print(f"{'target met by act() (mean actions)':<40} {ok}")
+    if stoch is not None:
+        print(f"{'target met by sampled actions':<40} {stoch['success_once'] >= args.target and total_wall <= 20 * 60}")
     try:
         import matplotlib
 
