@@ -178,6 +178,16 @@ def validate_train_config(cfg: TrainConfig) -> None:
         raise ConfigError(f"total_env_steps={cfg.total_env_steps} must be >= 1")
     if cfg.device not in ("cpu", "cuda", "auto"):
         raise ConfigError(f"device='{cfg.device}' is unknown; choose cpu, cuda or auto")
+    # impossible placements fail here, before a run directory exists
+    from vlarl.scheduler.placement import PlacementError, resolve_for_training
+
+    try:
+        import torch
+
+        dev = "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()) else "cpu"
+        resolve_for_training(cfg, dev)
+    except PlacementError as e:
+        raise ConfigError(str(e)) from e
 
 
 def load_eval_config(overrides: list[str] | None = None) -> Any:
