@@ -31,7 +31,7 @@ def test_config_composes_and_errors_name_the_key(tiny_policy_dir, capsys):
 
 @pytest.mark.robot
 def test_deploy_with_policy_server_records_episodes(franky_sim, tmp_path):
-    from conftest import build_tiny_policy
+    from robot_policies import build_tiny_policy
 
     policy = build_tiny_policy(state_dim=STATE_DIM, action_dim=7, chunk=4, image_keys=("base",), gain=5.0)
     with PolicyServer(Policy.from_pretrained(policy.save_pretrained(tmp_path / "ckpt")), port=0) as server:

@@ -43,7 +43,7 @@ def _settle(env: FrankaEnv, steps: int = 8) -> None:
 
 
 def test_policy_drives_sim_through_safety_layer(franky_sim, tmp_path):
-    from conftest import build_tiny_policy
+    from robot_policies import build_tiny_policy
 
     ckpt = build_tiny_policy(state_dim=STATE_DIM, action_dim=7, chunk=4, image_keys=("base",),
                              gain=20.0).save_pretrained(tmp_path / "ckpt")

@@ -23,10 +23,10 @@ def _fits(plan, key: str, n: int) -> None:
 
 
 def test_yaml_groups_load_and_keep_old_keys():
-    cfg = load_train_config(["placement=hybrid", "placement.num_cpus=2", "placement.ray_address=auto"])
+    cfg = load_train_config(["placement=hybrid", "env.num_workers=1", "placement.num_cpus=2", "placement.ray_address=auto"])
     p = cfg.placement
     assert (p.mode, p.pipeline_stages, p.num_cpus, p.ray_address) == ("hybrid", 2, 2, "auto")
-    cfg = load_train_config(["placement=disaggregated", "placement.env.devices=[0]", "placement.env.resource=n1"])
+    cfg = load_train_config(["placement=disaggregated", "env.num_workers=1", "placement.env.devices=[0]", "placement.env.resource=n1"])
     assert cfg.placement.mode == "disaggregated" and cfg.placement.env.devices == [0]
     assert cfg.placement.env.resource == "n1"
     assert load_train_config([]).placement.mode == "collocated"
