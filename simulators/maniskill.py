@@ -109,22 +109,7 @@ class ManiSkillEnv(BatchedEnv):
         self.num_envs = num_envs
         self.worker_index = worker_index
         self.instruction = instruction_for(cfg.task)
-        kwargs: dict[str, Any] = dict(
-            obs_mode="state" if cfg.obs_mode == "state" else "rgb",
-            control_mode=cfg.control_mode,
-            sim_backend="cpu",
-            num_envs=1,
-            reward_mode=cfg.reward_mode,
-        )
-        if cfg.obs_mode == "rgb":
-            kwargs["sensor_configs"] = dict(width=cfg.image_size, height=cfg.image_size)
-        if render:
-            kwargs["render_mode"] = "rgb_array"
-            kwargs["human_render_camera_configs"] = dict(width=cfg.render_size, height=cfg.render_size)
-        if cfg.max_episode_steps > 0:
-            kwargs["max_episode_steps"] = cfg.max_episode_steps
-        if cfg.robot_uids:
-            kwargs["robot_uids"] = cfg.robot_uids
+        kwargs = make_kwargs(cfg, sim_backend="cpu", num_envs=1, render=render)
         self._render = render
         self.envs = []
         for _ in range(num_envs):
@@ -308,6 +293,27 @@ def _camera_slices(env: Any, cfg: ManiSkillConfig) -> dict[str, slice]:
         )
     return {c: slice(3 * sensors.index(c), 3 * sensors.index(c) + 3) for c in cfg.cameras}
 
+
+
+def make_kwargs(cfg: ManiSkillConfig, sim_backend: str, num_envs: int, render: bool) -> dict[str, Any]:
+    """``gym.make`` keyword arguments for a ManiSkill task, shared by the CPU and GPU adapters."""
+    kwargs: dict[str, Any] = dict(
+        obs_mode="state" if cfg.obs_mode == "state" else "rgb",
+        control_mode=cfg.control_mode,
+        sim_backend=sim_backend,
+        num_envs=num_envs,
+        reward_mode=cfg.reward_mode,
+    )
+    if cfg.obs_mode == "rgb":
+        kwargs["sensor_configs"] = dict(width=cfg.image_size, height=cfg.image_size)
+    if render:
+        kwargs["render_mode"] = "rgb_array"
+        kwargs["human_render_camera_configs"] = dict(width=cfg.render_size, height=cfg.render_size)
+    if cfg.max_episode_steps > 0:
+        kwargs["max_episode_steps"] = cfg.max_episode_steps
+    if cfg.robot_uids:
+        kwargs["robot_uids"] = cfg.robot_uids
+    return kwargs
 
 def _time_limit(env: Any) -> int:
     e = env

@@ -32,6 +32,7 @@ from simulators.maniskill import (
     _time_limit,
     check_task,
     instruction_for,
+    make_kwargs,
 )
 from simulators.registry import register_env
 from simulators.serial import check_actions, resolve_seeds
@@ -80,22 +81,8 @@ class ManiSkillGPUEnv(BatchedEnv):
         self.num_envs = num_envs
         self.worker_index = worker_index
         self.instruction = instruction_for(cfg.task)
-        kwargs: dict[str, Any] = dict(
-            obs_mode=cfg.obs_mode,
-            control_mode=cfg.control_mode,
-            sim_backend="physx_cuda" if cfg.sim_backend in ("physx_cuda", "gpu", "cuda") else "physx_cpu",
-            num_envs=num_envs,
-            reward_mode=cfg.reward_mode,
-        )
-        if cfg.obs_mode == "rgb":
-            kwargs["sensor_configs"] = dict(width=cfg.image_size, height=cfg.image_size)
-        if render:
-            kwargs["render_mode"] = "rgb_array"
-            kwargs["human_render_camera_configs"] = dict(width=cfg.render_size, height=cfg.render_size)
-        if cfg.max_episode_steps > 0:
-            kwargs["max_episode_steps"] = cfg.max_episode_steps
-        if cfg.robot_uids:
-            kwargs["robot_uids"] = cfg.robot_uids
+        backend = "physx_cuda" if cfg.sim_backend in ("physx_cuda", "gpu", "cuda") else "physx_cpu"
+        kwargs = make_kwargs(cfg, sim_backend=backend, num_envs=num_envs, render=render)
         self._render = render
         env = _make_quietly(gym, cfg.task, kwargs)
         if cfg.obs_mode == "rgb":
