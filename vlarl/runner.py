@@ -79,6 +79,17 @@ class Runner:
         self.actor = scheduler.remote_on(ActorWorker, self.plan.actor).remote(
             cfg.policy, cfg.algorithm, self.policy_spec, cfg.seed, device, cfg.torch_threads, self.plan.actor)
         self.per_worker = per_worker
+        # optional dense process reward from a VLM critic (vlarl.rewards, vlarl.workers.reward_worker)
+        self.reward_worker, self.reward_cam = None, ""
+        if cfg.reward.enabled:
+            from vlarl.rewards import reward_camera, validate_reward_config
+            from vlarl.workers.reward_worker import RewardWorker
+
+            validate_reward_config(cfg.reward)
+            self.reward_cam = reward_camera(cfg.reward, self.env_spec.image_keys)
+            # no CPU reservation: the placement plan sizes env/rollout/actor to fill the devices, and the
+            # critic runs between rollout steps, taking turns with the rollout worker
+            self.reward_worker = scheduler.remote(RewardWorker, 0.0).remote(cfg.reward, cfg.torch_threads)
 
     def _phase_metrics(self, wall_s: float) -> dict[str, float]:
         """Per-phase seconds of the last iteration from the workers' spans (env and infer summed over
@@ -111,6 +122,8 @@ class Runner:
     def _reset_envs(self) -> list[dict[str, Any]]:
         """Training seeds: small integers derived from ``seed`` and the iteration (never eval's)."""
         base = self.cfg.seed * 100_003 + self.iteration * self.cfg.env.num_envs
+        if getattr(self, "reward_worker", None) is not None:
+            ray.get(self.reward_worker.reset_state.remote())  # episodes start afresh: forget start frames
         return ray.get([
             w.reset.remote([base + i * self.per_worker + j for j in range(self.per_worker)])
             for i, w in enumerate(self.env_workers)
@@ -123,7 +136,7 @@ class Runner:
         extras = StepExtras()
         obs_hist, replays, logprobs, values = [], [], [], []
         rewards, dones, truncs, final_values = [], [], [], []
-        boot_obs, steps = None, 0
+        boot_obs, steps, next_frames = None, 0, []
         # env sub-batches and inference in pipeline stages (vlarl.scheduler.pipeline); rows in global order
         for t, rec in enumerate(scheduler.staged_steps(self.env_workers, self.rollout, obs_parts, N,
                                                        self.plan.stages, self.plan.overlap)):
@@ -142,6 +155,10 @@ class Runner:
             for r in results:
                 self.stats.add(r.episode)
             extras.add(results, policy_version=self.rollout_version)
+            if self.reward_worker is not None:
+                from vlarl.rewards import end_of_chunk_frames
+
+                next_frames.append(end_of_chunk_frames(results, self.reward_cam))
             obs_parts = [r.obs for r in results]
             boot_obs = cat_obs([r.final_obs if r.final_obs is not None else r.obs for r in results]) if trunc.any() else None
         # values of the last step: V(next obs) for GAE, V(final obs) for truncated episodes
@@ -162,6 +179,10 @@ class Runner:
             next_value=next_value,
             extras=extras.stack(),
         )
+        if next_frames:
+            from vlarl.rewards import next_frames_key
+
+            traj.extras[next_frames_key(self.reward_cam)] = torch.stack(next_frames)
         return traj, obs_parts, steps
 
     def collect_groups(self, obs_parts: list[dict[str, Any]]) -> tuple[Trajectory, list[dict[str, Any]], int]:
@@ -202,7 +223,6 @@ class Runner:
         self.rollout_version = ray.get(self.rollout.set_weights.remote(self.actor.sync_weights.remote()))
         prefetched = None  # asynchronous mode: the rollout collected while the actor trained
         obs_parts = self._reset_envs()
-        chunk = int(getattr(cfg.policy, "chunk_size", 1))
         t_start = time.time()
         bar = tqdm(total=cfg.total_env_steps, initial=min(self.env_steps, cfg.total_env_steps), unit="step",
                    desc=cfg.experiment_name, disable=not cfg.logger.progress_bar, dynamic_ncols=True)
@@ -219,6 +239,11 @@ class Runner:
                 t0 = time.time()
                 collect = {"steps": self.collect, "groups": self.collect_groups}[algorithm_spec(cfg.algorithm.name).rollout]
                 traj, obs_parts, steps = prefetched if prefetched is not None else collect(obs_parts)
+                reward_metrics = {}
+                if self.reward_worker is not None:
+                    from vlarl.rewards import apply_process_reward
+
+                    reward_metrics = apply_process_reward(traj, self.reward_worker, cfg.reward, cfg.algorithm.gamma)
                 t1 = time.time()
                 train_ref, prefetched = self.actor.train.remote(traj), None
                 if cfg.placement.async_rollout and self.env_steps + steps < cfg.total_env_steps:
@@ -237,6 +262,7 @@ class Runner:
                 metrics = {
                     **{f"train/{k}": v for k, v in train_metrics.items()},
                     **{f"rollout/{k}": v for k, v in summ.items()},
+                    **{f"reward/{k}": v for k, v in reward_metrics.items()},
                     "rollout/chunk_reward": float(traj.rewards.mean()),
                     "perf/env_steps_per_s": sps,
                     "perf/collect_s": t1 - t0,

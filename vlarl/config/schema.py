@@ -11,6 +11,8 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from vlarl.rewards import RewardConfig
+
 
 @dataclass
 class AlgorithmConfig:
@@ -148,6 +150,7 @@ class TrainConfig:
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)  # process reward from a VLM critic (off: "none")
     experiment_name: str = "default"
     seed: int = 0
     total_env_steps: int = 1_000_000
