@@ -30,6 +30,13 @@ from vlarl.checkpoint import latest_checkpoint, save_checkpoint
 from vlarl.data.metrics import EpisodeStats
 from vlarl.data.trajectory import Trajectory, cat_obs, stack_obs
 from vlarl.logging import MetricLogger
+from vlarl.rewards import (
+    apply_process_reward,
+    end_of_chunk_frames,
+    next_frames_key,
+    reward_camera,
+    validate_reward_config,
+)
 from vlarl.workers import ActorWorker, EnvWorker, RolloutWorker
 
 
@@ -57,6 +64,7 @@ class Runner:
         self.stats = EpisodeStats(window=max(32, cfg.env.num_envs * 2))
         self._traced_iterations = 0
         self.rollout_version = 0  # version of the weights the rollout worker holds (actor updates so far)
+        self.reward_worker, self.reward_cam = None, ""  # set in setup() when reward.enabled
 
     # -- set-up ---------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -80,10 +88,8 @@ class Runner:
             cfg.policy, cfg.algorithm, self.policy_spec, cfg.seed, device, cfg.torch_threads, self.plan.actor)
         self.per_worker = per_worker
         # optional dense process reward from a VLM critic (vlarl.rewards, vlarl.workers.reward_worker)
-        self.reward_worker, self.reward_cam = None, ""
         if cfg.reward.enabled:
-            from vlarl.rewards import reward_camera, validate_reward_config
-            from vlarl.workers.reward_worker import RewardWorker
+            from vlarl.workers.reward_worker import RewardWorker  # loads the critic's model code
 
             validate_reward_config(cfg.reward)
             self.reward_cam = reward_camera(cfg.reward, self.env_spec.image_keys)
@@ -122,7 +128,7 @@ class Runner:
     def _reset_envs(self) -> list[dict[str, Any]]:
         """Training seeds: small integers derived from ``seed`` and the iteration (never eval's)."""
         base = self.cfg.seed * 100_003 + self.iteration * self.cfg.env.num_envs
-        if getattr(self, "reward_worker", None) is not None:
+        if self.reward_worker is not None:
             ray.get(self.reward_worker.reset_state.remote())  # episodes start afresh: forget start frames
         return ray.get([
             w.reset.remote([base + i * self.per_worker + j for j in range(self.per_worker)])
@@ -156,8 +162,6 @@ class Runner:
                 self.stats.add(r.episode)
             extras.add(results, policy_version=self.rollout_version)
             if self.reward_worker is not None:
-                from vlarl.rewards import end_of_chunk_frames
-
                 next_frames.append(end_of_chunk_frames(results, self.reward_cam))
             obs_parts = [r.obs for r in results]
             boot_obs = cat_obs([r.final_obs if r.final_obs is not None else r.obs for r in results]) if trunc.any() else None
@@ -180,8 +184,6 @@ class Runner:
             extras=extras.stack(),
         )
         if next_frames:
-            from vlarl.rewards import next_frames_key
-
             traj.extras[next_frames_key(self.reward_cam)] = torch.stack(next_frames)
         return traj, obs_parts, steps
 
@@ -241,8 +243,6 @@ class Runner:
                 traj, obs_parts, steps = prefetched if prefetched is not None else collect(obs_parts)
                 reward_metrics = {}
                 if self.reward_worker is not None:
-                    from vlarl.rewards import apply_process_reward
-
                     reward_metrics = apply_process_reward(traj, self.reward_worker, cfg.reward, cfg.algorithm.gamma)
                 t1 = time.time()
                 train_ref, prefetched = self.actor.train.remote(traj), None

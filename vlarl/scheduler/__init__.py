@@ -1,6 +1,6 @@
 """Ray cluster start-up, placement of workers on devices, pipeline stages and timelines."""
 
-from vlarl.scheduler.cluster import Placement, plan, remote, remote_on, start_ray, stop_ray
+from vlarl.scheduler.cluster import remote, remote_on, start_ray, stop_ray
 from vlarl.scheduler.pipeline import StagedRollout, StepRecord, staged_steps
 from vlarl.scheduler.placement import (
     PlacementError,
@@ -11,6 +11,6 @@ from vlarl.scheduler.placement import (
     resolve_for_training,
 )
 
-__all__ = ["Placement", "PlacementError", "PlacementPlan", "StagedRollout", "StepRecord", "WorkerPlacement",
-           "group_size_of", "plan", "remote", "remote_on", "resolve", "resolve_for_training", "staged_steps",
+__all__ = ["PlacementError", "PlacementPlan", "StagedRollout", "StepRecord", "WorkerPlacement",
+           "group_size_of", "remote", "remote_on", "resolve", "resolve_for_training", "staged_steps",
            "start_ray", "stop_ray"]

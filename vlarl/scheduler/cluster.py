@@ -7,7 +7,6 @@ component is a Ray actor; collocated placement gives each a fractional share of 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -37,22 +36,6 @@ def start_ray(placement: Any) -> None:
 def stop_ray() -> None:
     if ray.is_initialized():
         ray.shutdown()
-
-
-@dataclass
-class Placement:
-    """Logical resources each component asks Ray for (fractions of a device)."""
-
-    env_cpus: float
-    rollout_cpus: float
-    actor_cpus: float
-
-
-def plan(placement: Any, num_env_workers: int) -> Placement:
-    """Collocated: components share all cores, so each asks for a fraction that lets all fit."""
-    total = float(ray.cluster_resources().get("CPU", 1))
-    share = total / (num_env_workers + 2)
-    return Placement(env_cpus=share, rollout_cpus=share, actor_cpus=share)
 
 
 def remote(cls: type, num_cpus: float, num_gpus: float = 0.0):
