@@ -9,7 +9,8 @@ Every family (autoregressive, flow, diffusion) sees a backbone as:
 
 Kinds (``backbone.kind``), chosen by a registry: ``siglip_llama`` / ``siglip_qwen2`` / ``siglip_gemma``
 (a SigLIP vision tower + linear projector + a causal LM, the OpenVLA/Prismatic composition),
-``paligemma`` and ``idefics3`` (native HF VLM classes; Idefics3 is SmolVLM's architecture).
+``paligemma``, ``idefics3`` and ``qwen2_5_vl`` (native HF VLM classes; Idefics3 is SmolVLM's
+architecture; Qwen2.5-VL brings its own patchifying and 3-D M-RoPE positions).
 ``pretrained_path`` points at a *local* directory in HF layout; nothing is fetched from a hub.
 """
 
@@ -30,7 +31,7 @@ from policies.vlm.tokenizer import build_byte_tokenizer
 
 @dataclass
 class BackboneConfig:
-    kind: str = "siglip_llama"  # siglip_llama | siglip_qwen2 | siglip_gemma | paligemma | idefics3
+    kind: str = "siglip_llama"  # siglip_llama | siglip_qwen2 | siglip_gemma | paligemma | idefics3 | qwen2_5_vl
     pretrained_path: str | None = None  # local HF directory (weights + tokenizer); None = tiny random
     # tiny-model sizes (ignored when pretrained_path holds a config)
     hidden_size: int = 32
@@ -249,10 +250,124 @@ class NativeVLM(VLMBackbone):
         return {"": self.vlm}
 
 
+# -- Qwen2.5-VL: windowed ViT + patch merger, language model with 3-D M-RoPE positions ------------
+def _mrope_section(head_dim: int) -> list[int]:
+    """Split of the rotary half-dim into (temporal, height, width) parts, in Qwen's 1:1.5:1.5 ratio."""
+    half = head_dim // 2
+    t = half // 4
+    h = (half - t) // 2
+    return [t, h, half - t - h]
+
+
+class Qwen25VLBackbone(VLMBackbone):
+    """Qwen2.5-VL on its native HF classes (``Qwen2_5_VLForConditionalGeneration``).
+
+    Qwen's image processor is replaced by tensor code here (so it runs on device and under autograd):
+    each camera image [3, S, S] becomes the flat patches ``(channel, temporal, patch, patch)`` that the
+    processor emits, ordered by 2x2 merge windows, the still frame repeated over ``temporal_patch_size``;
+    the ViT merges them into ``(S / patch / merge)^2`` tokens per camera. Positions are Qwen's 3-D M-RoPE
+    ids: camera ``c``'s tokens get ``(start, start + row, start + col)`` and the next camera / the text
+    continue at ``start + max(rows, cols)``, as ``get_rope_index`` numbers an ``[image | text]`` prompt.
+    The sequence layout is remembered from the last ``embed_images`` call (a policy's cameras and
+    resolution are fixed, so it is constant); without images positions are plain 1-D.
+    """
+
+    def __init__(self, cfg: BackboneConfig, tokenizer: PreTrainedTokenizerBase, source: ModelSource):
+        super().__init__(cfg, tokenizer)
+        from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+        self.kind = cfg.kind
+        vocab = len(tokenizer)
+
+        def build():
+            text = {k: v for k, v in _text_kwargs(cfg, vocab).items() if k != "head_dim"}
+            text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6,
+                                       "mrope_section": _mrope_section(cfg.hidden_size // cfg.num_heads)}
+            merge = 2
+            vision = dict(depth=cfg.vision_layers, hidden_size=cfg.vision_hidden_size,
+                          intermediate_size=2 * cfg.vision_hidden_size, num_heads=cfg.vision_heads,
+                          patch_size=cfg.patch_size, spatial_merge_size=merge, temporal_patch_size=2,
+                          window_size=2 * merge * cfg.patch_size, out_hidden_size=cfg.hidden_size,
+                          fullatt_block_indexes=[cfg.vision_layers - 1])
+            pad = tokenizer.pad_token_id
+            text.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=pad)
+            return Qwen2_5_VLConfig(vision_config=vision, text_config=text, image_token_id=pad,
+                                    video_token_id=pad, vision_start_token_id=pad, vision_end_token_id=pad)
+
+        vlm = source.build(Qwen2_5_VLForConditionalGeneration, "", build)
+        self.visual = vlm.model.visual
+        self.language_model = vlm.model.language_model
+        self.lm_head = vlm.lm_head
+        self._vlm = [vlm]  # kept out of the module tree (its children are registered above)
+        self._image_layout: tuple[int, int, int] | None = None  # (cameras, rows, cols) of merged tokens
+        vc = self.visual.config
+        step = vc.patch_size * vc.spatial_merge_size
+        if cfg.image_size % step:
+            raise ValueError(f"policy.backbone.image_size={cfg.image_size} must be a multiple of patch_size x "
+                             f"spatial_merge_size = {step} for qwen2_5_vl (e.g. {step * max(1, cfg.image_size // step)})")
+
+    def patchify(self, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[N, 3, S, S] -> (flat patches [N * gh * gw, 3 * temporal * p * p], grid_thw [N, 3]) as Qwen's processor."""
+        vc = self.visual.config
+        p, m, tp = vc.patch_size, vc.spatial_merge_size, vc.temporal_patch_size
+        N, ch, height, width = pixels.shape
+        gh, gw = height // p, width // p
+        x = pixels.reshape(N, ch, gh // m, m, p, gw // m, m, p).permute(0, 2, 5, 3, 6, 1, 4, 7)
+        x = x.unsqueeze(6).expand(-1, -1, -1, -1, -1, -1, tp, -1, -1).reshape(N * gh * gw, ch * tp * p * p)
+        grid = torch.tensor([[1, gh, gw]] * N, dtype=torch.long, device=pixels.device)
+        return x, grid
+
+    def embed_images(self, pixels: torch.Tensor) -> torch.Tensor:
+        B, C = pixels.shape[:2]
+        patches, grid = self.patchify(pixels.flatten(0, 1))
+        m = self.visual.config.spatial_merge_size
+        self._image_layout = (C, int(grid[0, 1]) // m, int(grid[0, 2]) // m)
+        feats = self.visual(patches.to(self.visual.dtype), grid_thw=grid).pooler_output
+        return feats.reshape(B, -1, self.hidden_size)
+
+    def position_ids(self, batch: int, length: int, past: int, device: torch.device) -> torch.Tensor:
+        """M-RoPE ids [3, B, length] of sequence positions ``past .. past + length - 1``."""
+        parts, start = [], 0
+        if self._image_layout is not None:
+            C, rows, cols = self._image_layout
+            r = torch.arange(rows, device=device).repeat_interleave(cols)
+            c = torch.arange(cols, device=device).repeat(rows)
+            for _ in range(C):
+                parts.append(torch.stack([torch.zeros_like(r), r, c]) + start)
+                start += max(rows, cols)
+        n_img = sum(x.shape[1] for x in parts)
+        n_text = max(past + length - n_img, 0)
+        parts.append(torch.arange(n_text, device=device).expand(3, -1) + start)
+        pos = torch.cat(parts, 1)[:, past : past + length]
+        return pos[:, None].expand(3, batch, length)
+
+    def forward(self, inputs_embeds, attention_mask=None, past_key_values=None, use_cache: bool = False):
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        B, L = inputs_embeds.shape[:2]
+        out = self.language_model(
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=self.position_ids(B, L, past, inputs_embeds.device),
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+        )
+        return out.last_hidden_state, out.past_key_values
+
+    def resize_token_embeddings(self, n: int) -> None:
+        vlm = self._vlm[0]
+        if vlm.get_input_embeddings().num_embeddings < n:
+            vlm.resize_token_embeddings(n, mean_resizing=False)
+            self.lm_head = vlm.lm_head
+
+    def hf_models(self) -> dict[str, nn.Module]:
+        return {"": self._vlm[0]}
+
+
 BACKBONES: dict[str, Callable[..., VLMBackbone]] = {
     **{k: ComposedVLM for k in _COMPOSED_LMS},
     "paligemma": NativeVLM,
     "idefics3": NativeVLM,
+    "qwen2_5_vl": Qwen25VLBackbone,
 }
 
 
