@@ -18,6 +18,7 @@ from typing import Any
 
 LATEST = "latest"
 ENV_CONFIG_NAME = "env.json"
+REFERENCE_NAME = "reference.safetensors"  # the frozen KL reference policy (only when algorithm.kl_coef > 0)
 
 
 def checkpoint_root(run_dir: str | Path) -> Path:
@@ -91,6 +92,38 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
         return link.resolve()
     ckpts = sorted(p for p in root.glob("iter_*") if p.is_dir())
     return ckpts[-1] if ckpts else None
+
+
+def save_reference(worker: Any, directory: str) -> bool:
+    """Runs inside the actor worker (``ray.actor.__ray_call__``): write its frozen KL reference policy
+    beside the trained one, so a resumed run penalizes KL to the same weights (they need not be the
+    seeded initial ones, e.g. after ``init_from``). No file when KL is off. Returns whether one was written."""
+    from safetensors.torch import save_file
+
+    ref = getattr(worker, "reference", None)
+    if ref is None:
+        return False
+    save_file({k: v.detach().cpu().contiguous() for k, v in ref.state_dict().items()}, str(Path(directory) / REFERENCE_NAME))
+    return True
+
+
+def load_reference(worker: Any, directory: str) -> bool:
+    """Runs inside the actor worker: restore the KL reference saved by ``save_reference``. A checkpoint
+    written with KL off (or before references were saved) keeps the reference the worker built, with a
+    warning. Returns whether the saved one was loaded."""
+    from safetensors.torch import load_file
+
+    ref = getattr(worker, "reference", None)
+    path = Path(directory) / REFERENCE_NAME
+    if ref is None:
+        return False
+    if not path.is_file():
+        print(f"[vlarl] warning: {directory} holds no {REFERENCE_NAME} (saved with algorithm.kl_coef=0?); "
+              "the KL reference is the freshly built starting policy")
+        return False
+    device = next(iter(ref.state_dict().values())).device
+    ref.load_state_dict(load_file(str(path), device=str(device)))
+    return True
 
 
 def load_env_config(checkpoint: str | Path) -> dict[str, Any] | None:

@@ -8,9 +8,12 @@ import torch
 from vlarl.algorithms.grpo import (
     episode_scores,
     first_episode_mask,
+    grpo_batch,
     group_advantages,
     group_reset_ids,
     informative_groups,
+    pad_steps,
+    reward_to_go_advantages,
     select_groups,
 )
 from vlarl.config.schema import GRPOConfig
@@ -93,3 +96,47 @@ def test_select_groups_filters_and_refills_from_later_rounds():
     assert t.extras["episode_success"][1].tolist() == [0.0, 1.0, 1.0, 0.0]
     no_filter, c = select_groups([r1, r2], GRPOConfig(group_size=2), target_groups=2)
     assert no_filter is r1 and c["groups_kept"] == 2.0
+
+
+def test_reward_to_go_advantages_hand_computed():
+    # one group of 2 envs, 3 steps; env 1's step 2 lies after its episode (not valid)
+    r = torch.tensor([[1.0, 0.0], [2.0, 0.0], [3.0, 9.0]])
+    valid = torch.tensor([[1, 1], [1, 1], [1, 0]], dtype=torch.bool)
+    # valid rewards 1, 2, 3, 0, 0: mean 1.2 -> env 0: -0.2, 0.8, 1.8; env 1: -1.2, -1.2 (the 9 is ignored)
+    centred = reward_to_go_advantages(r, valid, 2, scale_by_std=False)
+    assert centred[:, 0].tolist() == pytest.approx([2.4, 2.6, 1.8]) and centred[:, 1].tolist() == pytest.approx([-2.4, -1.2, 0])
+    std = math.sqrt((0.04 + 0.64 + 3.24 + 1.44 + 1.44) / 5)
+    scaled = reward_to_go_advantages(r, valid, 2, eps=0.0)
+    assert scaled.flatten().tolist() == pytest.approx((centred / std).flatten().tolist(), rel=1e-5)
+    # groups are separate and a group of equal rewards gives 0, not NaN
+    two = reward_to_go_advantages(torch.tensor([[1.0, 0.0, 5.0, 5.0]]), torch.ones(1, 4, dtype=torch.bool), 2, eps=0.0)
+    assert two.tolist() == [[1.0, -1.0, 0.0, 0.0]]
+
+
+def test_grpo_batch_reward_to_go_trains_only_first_episode_steps():
+    t = _traj([1.0, 0.0], [3.0, 0.0])
+    t.rewards = torch.tensor([[1.0, 0.0], [2.0, 0.0]])
+    t.dones = torch.tensor([[0.0, 1.0], [1.0, 0.0]])  # env 1 ends at step 0: its step 1 is a new episode
+    t.extras["episode_return"] = torch.tensor([[NAN, 0.0], [3.0, NAN]])
+    t.extras["episode_success"] = torch.tensor([[NAN, 0.0], [1.0, NAN]])
+    b, info = grpo_batch(t, GRPOConfig(group_size=2, score="reward_to_go", scale_by_std=False))
+    # flat order is step-major: (t0,e0), (t0,e1), (t1,e0), (t1,e1); valid rewards 1, 0, 2: mean 1
+    assert b.valid.tolist() == [True, True, True, False]
+    assert b.advantages.tolist() == pytest.approx([1.0, -1.0, 1.0, 0.0])
+    assert info["score_mean"] == pytest.approx(1.5)
+    # score=return: one advantage per episode on all its steps, masked after the end
+    b2, _ = grpo_batch(t, GRPOConfig(group_size=2, score="return", scale_by_std=False))
+    assert b2.advantages.tolist() == pytest.approx([1.5, -1.5, 1.5, -1.5]) and b2.valid.tolist() == b.valid.tolist()
+
+
+def test_pad_steps_lets_rounds_of_different_length_concatenate():
+    short, long_ = _traj([1.0, 0.0], [1.0, 0.0]), _traj([0.0, 1.0], [0.0, 1.0])
+    long_ = pad_steps(long_, 3)  # a round that ran one chunk step longer
+    assert long_.num_steps == 3 and long_.extras["step_mask"][2].sum() == 0 and long_.dones[2].sum() == 0
+    assert torch.isnan(long_.extras["episode_success"][2]).all()
+    assert torch.equal(long_.obs["state"][2], long_.obs["state"][1])
+    cfg = GRPOConfig(group_size=2, filter_groups=True)
+    t, counts = select_groups([short, long_], cfg, target_groups=2)
+    assert t.num_steps == 3 and t.num_envs == 4 and counts["groups_kept"] == 2.0
+    b, _ = grpo_batch(t, cfg)
+    assert b.valid.view(3, 4)[2].sum() == 0 and b.valid.view(3, 4)[:2].all()  # padding is never trained on

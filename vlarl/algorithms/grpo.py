@@ -9,6 +9,11 @@ them one reset-state id). Each env plays one episode; its score is the episode's
 or only ``score - mean`` with ``scale_by_std=False``. Groups in which every member succeeded or every
 member failed carry no signal; ``filter_groups`` drops them (and counts them), and
 ``dynamic_sampling_rounds`` lets the runner roll out fresh groups to refill the batch (DAPO).
+
+``score=reward_to_go`` is GRPO with process supervision (Shao et al. 2024, DeepSeekMath sec. 4.1.3):
+every chunk reward of the group's first episodes is normalized with the group's mean and std over all
+those rewards, and step t's advantage is the sum of its episode's normalized rewards from t on. A step
+is then credited only with what came after it, which matters with dense rewards and long episodes.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from vlarl.algorithms.ppo import behaviour_version_of, step_mask_of
 from vlarl.algorithms.update import UpdateBatch, clipped_update
 from vlarl.data.trajectory import Trajectory
 
-SCORES = ("success", "return")
+SCORES = ("success", "return", "reward_to_go")
 
 
 def group_reset_ids(num_envs: int, group_size: int, base: int) -> list[int]:
@@ -62,6 +67,33 @@ def episode_scores(traj: Trajectory, score: str) -> tuple[torch.Tensor, torch.Te
     succ = torch.nan_to_num(succ, nan=0.0)
     s = succ if score == "success" else torch.nan_to_num(ret, nan=0.0)
     return s.float(), succ.float(), finished
+
+
+def reward_to_go_advantages(
+    rewards: torch.Tensor,
+    valid: torch.Tensor,
+    group_size: int,
+    eps: float = 1e-6,
+    scale_by_std: bool = True,
+) -> torch.Tensor:
+    """Process-supervision GRPO advantages. rewards, valid: [N, B] (valid = step of a finished first
+    episode) -> advantages [N, B]: A[t, b] = sum_{s >= t} valid[s, b] * (r[s, b] - mu_g) / (sigma_g + eps),
+    with mu_g / sigma_g the mean / population std of the valid rewards of b's group g; 0 where not valid.
+    A group whose rewards are all equal (std 0) gets 0 (or only the centring with ``scale_by_std=False``)."""
+    N, B = rewards.shape
+    if B % group_size:
+        raise ValueError(f"batch of {B} envs is not a multiple of algorithm.group_size={group_size}")
+    m = valid.double().T.reshape(-1, group_size * N)  # [G, K*N]: a group's steps in one row
+    r = rewards.double().T.reshape(-1, group_size * N)
+    n = m.sum(1, keepdim=True).clamp_min(1.0)
+    mean = (r * m).sum(1, keepdim=True) / n
+    norm = (r - mean) * m
+    if scale_by_std:
+        std = ((norm.pow(2)).sum(1, keepdim=True) / n).sqrt()
+        norm = torch.where(std > 0, norm / (std + eps), torch.zeros_like(norm))
+    norm = norm.reshape(B, N).T  # back to [N, B]
+    to_go = norm.flip(0).cumsum(0).flip(0)
+    return (to_go * valid.double()).float()
 
 
 def group_advantages(
@@ -113,11 +145,42 @@ def index_envs(traj: Trajectory, envs: torch.Tensor) -> Trajectory:
     )
 
 
+def pad_steps(traj: Trajectory, num_steps: int) -> Trajectory:
+    """Extend a grouped rollout that stopped early (every env's episode had ended) to ``num_steps``
+    chunk steps, so rounds of different length concatenate. Pad steps repeat each env's last step with
+    nothing executed (step_mask False), no reward, no episode end and NaN episode metrics, so they lie
+    outside every first episode and are never trained on."""
+    N = traj.num_steps
+    if num_steps <= N:
+        return traj
+    k = num_steps - N
+
+    def rep(x: torch.Tensor) -> torch.Tensor:  # repeat the last step k times
+        return torch.cat([x, x[-1:].expand(k, *x.shape[1:])])
+
+    def fill(x: torch.Tensor, value: float) -> torch.Tensor:
+        return torch.cat([x, torch.full((k, *x.shape[1:]), value, dtype=x.dtype)])
+
+    pad_value = {"step_mask": False, "step_rewards": 0.0, "episode_return": float("nan"),
+                 "episode_success": float("nan")}
+    extras = {key: (fill(v, pad_value[key]) if key in pad_value else rep(v)) if v.ndim >= 2 and v.shape[0] == N
+              else v for key, v in traj.extras.items()}
+    return replace(
+        traj, obs={**traj.obs, "state": rep(traj.obs["state"]),
+                   "images": {n: rep(v) for n, v in traj.obs["images"].items()}},
+        replay={n: rep(v) for n, v in traj.replay.items()}, logprob=rep(traj.logprob), values=rep(traj.values),
+        rewards=fill(traj.rewards, 0.0), dones=fill(traj.dones, 0.0), truncated=fill(traj.truncated, 0.0),
+        final_values=fill(traj.final_values, 0.0), extras=extras,
+    )
+
+
 def cat_envs(trajs: list[Trajectory]) -> Trajectory:
-    """Concatenate trajectories of equal length along the env dim."""
-    t0 = trajs[0]
+    """Concatenate trajectories along the env dim (shorter ones padded with ``pad_steps``)."""
     if len(trajs) == 1:
-        return t0
+        return trajs[0]
+    N = max(t.num_steps for t in trajs)
+    trajs = [pad_steps(t, N) for t in trajs]
+    t0 = trajs[0]
     cat = lambda xs, d=1: torch.cat(xs, d)  # noqa: E731
     return replace(
         t0,
@@ -168,20 +231,25 @@ def select_groups(trajs: list[Trajectory], cfg: Any, target_groups: int) -> tupl
 def grpo_batch(traj: Trajectory, cfg: Any, version: int = 0) -> tuple[UpdateBatch, dict[str, float]]:
     """Flatten a grouped rollout: each env's first episode, its group advantage on every step."""
     scores, succ, finished = episode_scores(traj, cfg.score)
-    adv_env = group_advantages(scores, cfg.group_size, cfg.adv_eps, cfg.scale_by_std, finished)
+    N, B = traj.num_steps, traj.num_envs
+    ended = traj.dones.bool() | traj.truncated.bool()
+    in_first, _, _ = first_episode_mask(ended)
+    if cfg.score == "reward_to_go":
+        adv = reward_to_go_advantages(traj.rewards, in_first & finished.unsqueeze(0), cfg.group_size,
+                                      cfg.adv_eps, cfg.scale_by_std)
+    else:  # one advantage per episode, on each of its steps
+        adv = group_advantages(scores, cfg.group_size, cfg.adv_eps, cfg.scale_by_std, finished)
+        adv = adv.unsqueeze(0).expand(N, B).contiguous()
     if cfg.filter_groups:  # the runner already selected; a direct call filters here
         keep, _, _ = informative_groups(succ, cfg.group_size)
         finished = finished & keep.repeat_interleave(cfg.group_size)
-    ended = traj.dones.bool() | traj.truncated.bool()
-    in_first, _, _ = first_episode_mask(ended)
     valid = in_first & finished.unsqueeze(0)
-    N, B = traj.num_steps, traj.num_envs
     batch = UpdateBatch(
         obs=traj.flat_obs(),
         replay={k: traj.flat(v) for k, v in traj.replay.items()},
         logprob=traj.flat(traj.logprob),
         step_mask=traj.flat(step_mask_of(traj)),
-        advantages=traj.flat(adv_env.unsqueeze(0).expand(N, B).contiguous()),
+        advantages=traj.flat(adv),
         valid=traj.flat(valid),
         traj_ids=traj.flat(torch.arange(B).unsqueeze(0).expand(N, B).contiguous()),
         behaviour_version=traj.flat(behaviour_version_of(traj, version)),

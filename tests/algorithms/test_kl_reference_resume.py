@@ -1,0 +1,59 @@
+"""The frozen KL reference travels with the checkpoint: a run resumed from a checkpoint penalizes KL to
+the same reference as the uninterrupted run, even when that reference is not the seeded initial
+policy (e.g. a run started with ``init_from``). Real ActorWorkers and real checkpoint files."""
+
+import torch
+from test_config_keys import POLICY, SPEC, make_traj
+
+from vlarl.checkpoint import REFERENCE_NAME, load_reference, save_reference
+from vlarl.config.schema import GRPOConfig, PPOConfig
+from vlarl.workers.actor_worker import ActorWorker
+
+CFG = PPOConfig(kl_coef=0.5, update_epochs=2, num_minibatches=2, lr=1e-2, target_kl=0.0)
+
+
+def _worker(start: dict[str, torch.Tensor] | None, cfg=CFG) -> ActorWorker:
+    torch.manual_seed(0)
+    w = ActorWorker(POLICY, cfg, SPEC, seed=0)
+    if start is not None:  # what init_from does: policy and reference start from other weights
+        w.policy.load_state_dict(start)
+        w.reference.load_state_dict(start)
+    return w
+
+
+def _params(w: ActorWorker) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in w.policy.parameters()])
+
+
+def test_resumed_run_has_the_uninterrupted_kl(tmp_path):
+    torch.manual_seed(7)
+    start = ActorWorker(POLICY, CFG, SPEC, seed=7).policy.state_dict()  # not the seed-0 initial weights
+    t1, t2 = make_traj(1), make_traj(2)
+    whole = _worker(start)
+    whole.train(t1)
+    want = whole.train(t2)
+
+    first = _worker(start)
+    first.train(t1)
+    first.save(str(tmp_path), {"iteration": 1, "env_steps": 0})
+    assert save_reference(first, str(tmp_path)) and (tmp_path / REFERENCE_NAME).is_file()
+
+    resumed = _worker(None)  # a fresh process rebuilds its reference from the seed
+    resumed.load(str(tmp_path))
+    assert load_reference(resumed, str(tmp_path))
+    got = resumed.train(t2)
+    assert want["kl_ref"] > 0 and got["kl_ref"] == want["kl_ref"]
+    assert torch.equal(_params(resumed), _params(whole))
+
+    rebuilt = _worker(None)  # the old behaviour: reference rebuilt from seeded initial weights
+    rebuilt.load(str(tmp_path))
+    assert rebuilt.train(t2)["kl_ref"] != want["kl_ref"]
+
+
+def test_no_reference_file_without_kl(tmp_path):
+    w = _worker(None, GRPOConfig(group_size=2))
+    assert w.reference is None
+    assert not save_reference(w, str(tmp_path)) and not (tmp_path / REFERENCE_NAME).exists()
+    assert not load_reference(w, str(tmp_path))
+    with_kl = _worker(None)
+    assert not load_reference(with_kl, str(tmp_path))  # KL on, old checkpoint: keeps the built one, warns
