@@ -6,7 +6,7 @@ import importlib
 
 _REGISTRY: dict[str, tuple[type, str]] = {}
 # Modules that register policies when imported; each family adds itself here.
-BUILTIN_MODULES = ["policies.mlp", "policies.ar_vla", "policies.flow_vla", "policies.diffusion"]
+BUILTIN_MODULES = ["policies.mlp", "policies.cnn", "policies.ar_vla", "policies.flow_vla", "policies.diffusion"]
 
 
 def register_policy(name: str, config_cls: type):
