@@ -28,7 +28,7 @@ from vlarl.algorithms.grpo import group_reset_ids, select_groups
 from vlarl.algorithms.registry import algorithm_spec, episode_horizon
 from vlarl.checkpoint import latest_checkpoint, save_checkpoint
 from vlarl.data.metrics import EpisodeStats
-from vlarl.data.trajectory import Trajectory, cat_obs, stack_obs
+from vlarl.data.trajectory import Trajectory, cat_obs, stack_cat_obs
 from vlarl.logging import MetricLogger
 from vlarl.rewards import (
     apply_process_reward,
@@ -37,6 +37,7 @@ from vlarl.rewards import (
     reward_camera,
     validate_reward_config,
 )
+from vlarl.scheduler.transport import from_wire, to_wire
 from vlarl.workers import ActorWorker, EnvWorker, RolloutWorker
 
 
@@ -142,21 +143,21 @@ class Runner:
         extras = StepExtras()
         obs_hist, replays, logprobs, values = [], [], [], []
         rewards, dones, truncs, final_values = [], [], [], []
-        boot_obs, steps, next_frames = None, 0, []
+        steps, next_frames, results = 0, [], []
+        obs_parts = from_wire(obs_parts)  # env replies arrive as numpy (zero-copy object store buffers)
         # env sub-batches and inference in pipeline stages (vlarl.scheduler.pipeline); rows in global order
         for t, rec in enumerate(scheduler.staged_steps(self.env_workers, self.rollout, obs_parts, N,
                                                        self.plan.stages, self.plan.overlap)):
-            obs, sample, boot, results = rec.obs, rec.sample, rec.boot, rec.results
+            sample, boot, results = rec.sample, rec.boot, rec.results
             if t > 0:
                 final_values.append(boot if boot is not None else torch.zeros_like(sample.value))
-            obs_hist.append(obs)
+            obs_hist.append(rec.obs_parts)  # worker parts; stacked with one copy at the end
             replays.append(sample.replay)
             logprobs.append(sample.logprob)
-            values.append(sample.value if sample.value is not None else torch.zeros(obs["state"].shape[0]))
+            values.append(sample.value if sample.value is not None else torch.zeros(sample.actions.shape[0]))
             rewards.append(torch.cat([r.rewards.sum(-1) for r in results]))
             dones.append(torch.cat([r.terminated.any(-1) for r in results]).float())
-            trunc = torch.cat([r.truncated.any(-1) for r in results])
-            truncs.append(trunc.float())
+            truncs.append(torch.cat([r.truncated.any(-1) for r in results]).float())
             steps += int(sum(int(r.step_mask.sum()) for r in results))
             for r in results:
                 self.stats.add(r.episode)
@@ -164,15 +165,15 @@ class Runner:
             if self.reward_worker is not None:
                 next_frames.append(end_of_chunk_frames(results, self.reward_cam))
             obs_parts = [r.obs for r in results]
-            boot_obs = cat_obs([r.final_obs if r.final_obs is not None else r.obs for r in results]) if trunc.any() else None
-        # values of the last step: V(next obs) for GAE, V(final obs) for truncated episodes
-        next_value = ray.get(self.rollout.value.remote(cat_obs(obs_parts)))
-        last_boot = ray.get(self.rollout.value.remote(boot_obs)) if boot_obs is not None else None
+        # values of the last step in one round trip: V(next obs) for GAE, V(final obs) for truncated episodes
+        boot_obs = (cat_obs([r.final_obs if r.final_obs is not None else r.obs for r in results])
+                    if bool(truncs[-1].any()) else None)
+        next_value, last_boot = ray.get(self.rollout.values.remote(to_wire(cat_obs(obs_parts)), to_wire(boot_obs)))
         final_values.append(last_boot if last_boot is not None else torch.zeros_like(values[-1]))
         if next_value is None:
             next_value = torch.zeros_like(values[-1])
         traj = Trajectory(
-            obs=stack_obs(obs_hist),
+            obs=stack_cat_obs(obs_hist),
             replay={k: torch.stack([r[k] for r in replays]) for k in replays[0]},
             logprob=torch.stack(logprobs),
             values=torch.stack(values),

@@ -9,6 +9,7 @@ from policies.base import PolicySpec
 from policies.mlp import MLPPolicyConfig
 from vlarl.config.schema import PPOConfig
 from vlarl.data.trajectory import Trajectory
+from vlarl.scheduler.transport import from_wire
 from vlarl.workers import ActorWorker, RolloutWorker
 
 SPEC = PolicySpec(state_dim=5, action_dim=2, action_low=[-1.0, -1.0], action_high=[1.0, 1.0], max_episode_steps=10)
@@ -21,7 +22,7 @@ def _trajectory(rollout: RolloutWorker, N: int = 4, B: int = 3) -> Trajectory:
     obs_list, samples = [], []
     for _ in range(N):
         obs = {"state": torch.randn(B, 5, generator=g), "images": {}, "instruction": [""] * B}
-        s, _ = rollout.sample(obs)
+        s, _ = from_wire(rollout.sample(obs))  # replies leave workers as numpy (wire form)
         obs_list.append(obs)
         samples.append(s)
     return Trajectory(

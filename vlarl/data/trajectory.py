@@ -29,6 +29,30 @@ def stack_obs(obs_list: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def stack_cat_obs(steps: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """``stack_obs([cat_obs(parts) for parts in steps])`` with one copy: N steps of W worker parts
+    [b_k, ...] -> [N, sum(b_k), ...], written straight into preallocated tensors."""
+
+    def fill(get) -> torch.Tensor:
+        first = get(steps[0][0])
+        B = sum(get(p).shape[0] for p in steps[0])
+        out = torch.empty((len(steps), B, *first.shape[1:]), dtype=first.dtype)
+        for t, parts in enumerate(steps):
+            row = 0
+            for p in parts:
+                x = get(p)
+                out[t, row:row + x.shape[0]] = x
+                row += x.shape[0]
+        return out
+
+    first = steps[0]
+    return {
+        "state": fill(lambda o: o["state"]),
+        "images": {k: fill(lambda o, k=k: o["images"][k]) for k in first[0]["images"]},
+        "instruction": [s for o in first for s in o["instruction"]],
+    }
+
+
 def cat_obs(obs_list: list[dict[str, Any]]) -> dict[str, Any]:
     """Concatenate observations of several env workers along the batch dim."""
     return {

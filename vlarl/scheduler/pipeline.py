@@ -5,8 +5,8 @@ batch is sub-batch s of every worker (M = W x m rows, worker order); the rollout
 chunk per stage and step, and worker k steps rows ``[k*m, (k+1)*m)`` of that reply. In a mode with
 overlap the driver submits the whole dependency graph of an iteration at once, so while the env
 workers simulate stage s the rollout worker already infers stage s+1 (the data moves through Ray's
-object store, never through the driver). Without overlap (collocated) the driver waits for each phase,
-so the components take turns.
+object store, never through the driver). Without overlap (collocated) each inference also depends on the
+previous stage's simulation, so the components take turns. Arrays travel as numpy (``transport``).
 
 Row order: global env row ``k*P + s*m + j`` (worker k, stage s, row j; P = S*m rows per worker), the
 same order as one unstaged batch, so trajectories keep their layout whatever S is. The rollout worker
@@ -26,6 +26,7 @@ import torch
 from policies.base import ActionSample
 from simulators.base import ChunkStepResult
 from vlarl.data.trajectory import cat_obs, split_obs
+from vlarl.scheduler.transport import from_wire, to_wire
 
 
 def cat_results(results: list[ChunkStepResult]) -> ChunkStepResult:
@@ -53,10 +54,16 @@ def cat_results(results: list[ChunkStepResult]) -> ChunkStepResult:
 class StepRecord:
     """One chunk step of the whole batch in global row order (B = W x S x m)."""
 
-    obs: dict[str, Any] | None  # observation the actions were sampled for, [B, ...] (set by staged_steps)
     sample: ActionSample  # [B, ...]
     boot: torch.Tensor | None  # V(final obs) of episodes truncated in the previous step, [B] (None: none)
     results: list[ChunkStepResult]  # one per env worker, its stages concatenated
+    obs_parts: list[dict[str, Any]] | None = None  # per env worker: the obs the actions were sampled for
+
+    @property
+    def obs(self) -> dict[str, Any]:
+        """The observation the actions were sampled for, [B, ...] (a copy; ``obs_parts`` avoids it)."""
+        assert self.obs_parts is not None, "obs_parts is set by staged_steps"
+        return cat_obs(self.obs_parts)
 
 
 def stage_to_global(parts: list[torch.Tensor], workers: int) -> torch.Tensor:
@@ -89,7 +96,12 @@ def _sample_to_global(parts: list[ActionSample], workers: int) -> ActionSample:
 
 
 class StagedRollout:
-    """Drives W env workers (S sub-batches each) and one rollout worker for ``num_steps`` chunk steps."""
+    """Drives W env workers (S sub-batches each) and one rollout worker for ``num_steps`` chunk steps.
+
+    The driver submits step t+1's whole dependency graph before it reads step t, so it never waits on
+    a phase. With ``overlap`` the graph has only the data edges (stage s+1 infers while stage s
+    simulates); without it every inference also waits for the previous stage's simulation, so the
+    components take turns exactly as before, but with no driver round trip in between."""
 
     def __init__(self, env_workers: list[Any], rollout: Any, stages: int, overlap: bool):
         self.env_workers = env_workers
@@ -101,39 +113,38 @@ class StagedRollout:
         """``obs_parts``: the current observation of each env worker (its stages concatenated).
         Yields one ``StepRecord`` per chunk step, in order."""
         W, S = len(self.env_workers), self.stages
+        obs_parts = from_wire(obs_parts)
         m = obs_parts[0]["state"].shape[0] // S
         # stage s's first observation: sub-batch s of every worker, in worker order
-        stage_obs = [cat_obs([split_obs(o, S)[s] for o in obs_parts]) for s in range(S)]
+        stage_obs = [to_wire(cat_obs([split_obs(o, S)[s] for o in obs_parts])) for s in range(S)]
         samples: list[list[Any]] = []
         steps: list[list[list[Any]]] = []
+        last: list[Any] = []  # env replies of the stage simulated last (turn-taking edge when not overlapping)
         for t in range(num_steps):
             samples.append([])
             steps.append([])
             for s in range(S):
+                # turn-taking: wait for the previous stage's simulation unless it is already a data input
+                after = [] if self.overlap or (S == 1) else last
                 if t == 0:
-                    ref = self.rollout.sample.remote(stage_obs[s], None, s, t)
+                    ref = self.rollout.sample.remote(stage_obs[s], None, s, t, *after)
                 else:
-                    ref = self.rollout.sample_after.remote(s, t, *steps[t - 1][s])
+                    data = steps[t - 1][s]
+                    extra = [r for r in after if all(r is not d for d in data)]
+                    ref = self.rollout.sample_after.remote(s, t, *data, *extra, wait_only=len(extra))
                 samples[t].append(ref)
-                if not self.overlap:
-                    ray.wait([ref])
                 refs = [w.chunk_step_stage.remote(s, ref, k * m, t) for k, w in enumerate(self.env_workers)]
                 steps[t].append(refs)
-                if not self.overlap:
-                    ray.wait(refs, num_returns=len(refs))
+                last = refs
             if t >= 1:  # step t-1 is no longer needed for submitting: free its references
-                rec = self._record(samples[t - 1], steps[t - 1], W) if self.overlap else None
+                rec = self._record(samples[t - 1], steps[t - 1], W)
                 samples[t - 1], steps[t - 1] = None, None  # type: ignore[call-overload]
-                if rec is not None:
-                    yield rec
-            if not self.overlap:
-                yield self._record(samples[t], steps[t], W)
-        if self.overlap:
-            yield self._record(samples[-1], steps[-1], W)
+                yield rec
+        yield self._record(samples[-1], steps[-1], W)
 
     def _record(self, sample_refs: list[Any], step_refs: list[list[Any]], W: int) -> StepRecord:
-        replies = ray.get(sample_refs)  # [(ActionSample, boot)] per stage
-        flat = ray.get([ref for refs in step_refs for ref in refs])
+        got = from_wire(ray.get([*sample_refs, *(ref for refs in step_refs for ref in refs)]))  # one round trip
+        replies, flat = got[:self.stages], got[self.stages:]  # [(ActionSample, boot)] per stage, [S*W] results
         results = [flat[s * W:(s + 1) * W] for s in range(self.stages)]  # [S][W] ChunkStepResult
         per_worker = [cat_results([results[s][k] for s in range(self.stages)]) for k in range(W)]
         boots = [b for _, b in replies]
@@ -143,15 +154,15 @@ class StagedRollout:
             ref = next(b for b in boots if b is not None)
             boot = stage_to_global([b if b is not None else torch.zeros_like(ref) for b in boots], W)
         sample = _sample_to_global([s for s, _ in replies], W)
-        return StepRecord(obs=None, sample=sample, boot=boot, results=per_worker)
+        return StepRecord(sample=sample, boot=boot, results=per_worker)
 
 
 def staged_steps(runner_envs: list[Any], rollout: Any, obs_parts: list[dict[str, Any]], num_steps: int,
                  stages: int, overlap: bool) -> Iterator[StepRecord]:
-    """``StagedRollout.run`` with every record's ``obs`` filled in (the previous step's worker obs)."""
-    prev = obs_parts
-    for rec in StagedRollout(runner_envs, rollout, stages, overlap).run(obs_parts, num_steps):
-        rec.obs = cat_obs(prev)
+    """``StagedRollout.run`` with every record's ``obs_parts`` filled in (the previous step's worker obs)."""
+    prev = from_wire(obs_parts)
+    for rec in StagedRollout(runner_envs, rollout, stages, overlap).run(prev, num_steps):
+        rec.obs_parts = prev
         prev = [r.obs for r in rec.results]
         yield rec
 

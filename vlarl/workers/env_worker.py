@@ -3,6 +3,8 @@
 With ``stages`` S > 1 the worker holds S sub-batches (S ``BatchedEnv``s of ``num_envs / S`` envs each),
 so the runner can step sub-batch s while the rollout worker infers actions for sub-batch s+1.
 Row order: the worker's rows are its stages' rows concatenated (stage 0 first).
+Replies (observations, ``ChunkStepResult``) leave the worker as numpy arrays (``vlarl.scheduler.transport``)
+so Ray's object store holds their images zero-copy; consumers wrap them with ``from_wire``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from vlarl.data.trajectory import cat_obs
 from vlarl.scheduler.pipeline import cat_results
 from vlarl.scheduler.placement import WorkerPlacement, bind
 from vlarl.scheduler.timeline import Spans
+from vlarl.scheduler.transport import from_wire, to_wire
 
 
 class EnvWorker:
@@ -45,7 +48,8 @@ class EnvWorker:
         return self.env.spec
 
     def reset(self, seeds: list[int] | int | None = None, reset_state_ids: list[int] | None = None) -> Obs:
-        """Reset every sub-batch; seeds / reset_state_ids are per env in worker row order."""
+        """Reset every sub-batch; seeds / reset_state_ids are per env in worker row order. Numpy arrays
+        (wire form)."""
         k = self.per_stage
         out = []
         for s, env in enumerate(self.envs):
@@ -53,12 +57,13 @@ class EnvWorker:
                 None if seeds is None else seeds + s * k)
             ids = reset_state_ids[s * k:(s + 1) * k] if reset_state_ids is not None else None
             out.append(env.reset(seed=sd, reset_state_ids=ids))
-        return out[0] if len(out) == 1 else cat_obs(out)
+        return to_wire(out[0] if len(out) == 1 else cat_obs(out))
 
     def chunk_step(self, actions: torch.Tensor) -> ChunkStepResult:
-        """All sub-batches, in turn: actions [num_envs, T, A] in worker row order."""
+        """All sub-batches, in turn: actions [num_envs, T, A] in worker row order (wire form reply)."""
         k = self.per_stage
-        return cat_results([self.chunk_step_stage(s, actions[s * k:(s + 1) * k]) for s in range(self.stages)])
+        actions = from_wire(actions)
+        return to_wire(cat_results([self._step(s, actions[s * k:(s + 1) * k], -1) for s in range(self.stages)]))
 
     def chunk_step_stage(self, stage: int, actions: Any, row: int = 0, step: int = -1) -> ChunkStepResult:
         """Step sub-batch ``stage`` with rows ``[row, row + per_stage)`` of ``actions``.
@@ -68,7 +73,10 @@ class EnvWorker:
         without passing through the driver."""
         if isinstance(actions, tuple):
             actions = actions[0].actions
-        a = actions[row:row + self.per_stage]
+        # actions may be a read-only object-store buffer: the copy is small and lets simulators write into it
+        return to_wire(self._step(stage, from_wire(actions)[row:row + self.per_stage].clone(), step))
+
+    def _step(self, stage: int, a: torch.Tensor, step: int) -> ChunkStepResult:
         if self._executed is not None:
             self._executed.append((step, stage, a.clone()))
         with self.spans("env", stage=stage, step=step):

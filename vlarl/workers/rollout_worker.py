@@ -2,6 +2,8 @@
 
 It holds a policy version: ``set_weights(weights, version)`` loads the actor's synced tensors (only
 trainable parameters and buffers travel) and every sample reports the version that produced it.
+Observations arrive in wire form (numpy from the object store, ``vlarl.scheduler.transport``) and are
+wrapped without a copy; replies leave the same way.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from simulators.base import ChunkStepResult
 from vlarl.data.trajectory import cat_obs
 from vlarl.scheduler.placement import WorkerPlacement, bind
 from vlarl.scheduler.timeline import Spans
+from vlarl.scheduler.transport import from_wire, to_wire
 
 
 class RolloutWorker:
@@ -44,6 +47,7 @@ class RolloutWorker:
         return self.version
 
     def _to_device(self, obs: dict[str, Any]) -> dict[str, Any]:
+        obs = from_wire(obs)
         return {
             "state": obs["state"].to(self.device),
             "images": {k: v.to(self.device) for k, v in obs["images"].items()},
@@ -52,9 +56,10 @@ class RolloutWorker:
 
     @torch.no_grad()
     def sample(self, obs: dict[str, Any], bootstrap_obs: dict[str, Any] | None = None, stage: int = -1,
-               step: int = -1):
+               step: int = -1, *after: Any):
         """Sample a chunk for ``obs``; also return V(bootstrap_obs) (final obs of truncated episodes)
-        in the same call so bootstrapping costs no extra round trip. Returns (ActionSample, values|None)."""
+        in the same call so bootstrapping costs no extra round trip. Returns (ActionSample, values|None)
+        in wire form. ``after``: replies this call only waits for (turn-taking order), unused."""
         with self.spans("infer", stage=stage, step=step):
             s = self.policy.sample(self._to_device(obs))
             boot = None
@@ -67,21 +72,29 @@ class RolloutWorker:
                 value=s.value.cpu() if s.value is not None else None,
                 replay={k: v.cpu() for k, v in s.replay.items()},
             )
-        return out, boot
+        return to_wire((out, boot))
 
-    def sample_after(self, stage: int, step: int, *results: ChunkStepResult):
+    def sample_after(self, stage: int, step: int, *results: ChunkStepResult, wait_only: int = 0):
         """``sample`` on the observations of the env workers' last ``chunk_step_stage`` replies for one
         stage (worker order), bootstrapping truncated episodes from their final obs. The replies come
-        from the object store, so the driver never holds them on the critical path."""
+        from the object store, so the driver never holds them on the critical path. The last
+        ``wait_only`` arguments are only waited for (turn-taking order) and are not used."""
+        results = from_wire(results[:len(results) - wait_only])
         obs = cat_obs([r.obs for r in results])
         trunc = any(bool(r.truncated.any()) for r in results)
         boot = cat_obs([r.final_obs if r.final_obs is not None else r.obs for r in results]) if trunc else None
         return self.sample(obs, boot, stage, step)
 
     @torch.no_grad()
-    def value(self, obs: dict[str, Any]) -> torch.Tensor | None:
+    def value(self, obs: dict[str, Any] | None) -> torch.Tensor | None:
+        if obs is None:
+            return None
         v = self.policy.value(self._to_device(obs))
         return v.cpu() if v is not None else None
+
+    def values(self, *obs: dict[str, Any] | None) -> list[torch.Tensor | None]:
+        """``value`` of several observation batches in one round trip (None stays None)."""
+        return [self.value(o) for o in obs]
 
     def get_version(self) -> int:
         return self.version
