@@ -87,6 +87,17 @@ INSTRUCTIONS: dict[str, str] = {
 
 REWARD_MODES = ("sparse", "dense", "normalized_dense", "none")
 
+# Scene datasets some tasks load without declaring them as download ids (ManiSkill 3.0.1 then stops
+# with a FileNotFoundError, not a prompt). Keyed by task id prefix.
+SCENE_ASSETS: dict[str, list[str]] = {
+    "ReplicaCADPrepareGroceries": ["ReplicaCAD", "ReplicaCADRearrange"],
+    "ReplicaCADSetTable": ["ReplicaCAD", "ReplicaCADRearrange"],
+    "ReplicaCADTidyHouse": ["ReplicaCAD", "ReplicaCADRearrange"],
+    "ReplicaCAD_": ["ReplicaCAD"],
+    "SceneManipulation-": ["ReplicaCAD"],
+    "ArchitecTHOR_": ["AI2THOR"],
+}
+
 
 def instruction_for(task: str) -> str:
     """The task's instruction; an unlisted task gets a phrase made from its id ("PushCube-v1" -> "push cube")."""
@@ -196,6 +207,9 @@ def missing_assets(task: str, robot_uids: str = "") -> list[tuple[str, Path]]:
 
     spec = registered_tasks()[task]
     needed = list(spec.asset_download_ids or [])
+    for prefix, ids in SCENE_ASSETS.items():
+        if task.startswith(prefix):
+            needed += [a for a in ids if a not in needed]
     robots = robot_uids or default_robot(task)
     for uid in robots if isinstance(robots, (tuple, list)) else [robots]:
         if isinstance(uid, str) and uid in REGISTERED_AGENTS:
@@ -206,6 +220,19 @@ def missing_assets(task: str, robot_uids: str = "") -> list[tuple[str, Path]]:
         if absent:
             missing.append((asset_id, absent[0] if len(absent) == 1 else absent[0].parent))
     return missing
+
+
+def asset_for_path(path: str | Path) -> str | None:
+    """The download id whose files would live at ``path`` (a file ManiSkill failed to open), if any."""
+    from mani_skill.utils import assets
+
+    path = Path(path)
+    best, best_len = None, -1
+    for i, src in assets.DATA_SOURCES.items():
+        root = Path(src.output_dir) / src.target_path
+        if (root == path or root in path.parents or path in root.parents) and len(str(root)) > best_len:
+            best, best_len = i, len(str(root))
+    return best
 
 
 def asset_dir() -> Path:
