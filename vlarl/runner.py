@@ -88,6 +88,12 @@ class Runner:
         self.actor = scheduler.remote_on(ActorWorker, self.plan.actor).remote(
             cfg.policy, cfg.algorithm, self.policy_spec, cfg.seed, device, cfg.torch_threads, self.plan.actor)
         self.per_worker = per_worker
+        if cfg.init_from:  # start from saved policy weights (e.g. SFT); resume= still wins in train()
+            from vlarl.init_from import load_init_weights, load_into_worker
+
+            state = load_init_weights(cfg.init_from, cfg.policy, self.policy_spec, cfg.env)
+            ray.get([self.actor.__ray_call__.remote(load_into_worker, state), self.rollout.set_weights.remote(state)])
+            print(f"[vlarl] policy initialized from {cfg.init_from}")
         # optional dense process reward from a VLM critic (vlarl.rewards, vlarl.workers.reward_worker)
         if cfg.reward.enabled:
             from vlarl.workers.reward_worker import RewardWorker  # loads the critic's model code

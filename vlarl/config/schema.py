@@ -159,6 +159,7 @@ class TrainConfig:
     keep_checkpoints: int = 3
     run_dir: str = ""  # "" = outputs/<date>/<time>_<experiment_name>
     resume: str = ""  # a previous run directory to continue
+    init_from: str = ""  # a policy dir (save_pretrained or <run>/checkpoints/latest) to start from; weights only
     device: str = "cpu"  # "cpu" | "cuda" | "auto"
     torch_threads: int = 1
 
