@@ -26,7 +26,7 @@ from vlarl import scheduler
 from vlarl.algorithms.extras import StepExtras
 from vlarl.algorithms.grpo import group_reset_ids, select_groups
 from vlarl.algorithms.registry import algorithm_spec, episode_horizon
-from vlarl.checkpoint import latest_checkpoint, save_checkpoint
+from vlarl.checkpoint import latest_checkpoint, load_reference, save_checkpoint, save_reference
 from vlarl.data.metrics import EpisodeStats
 from vlarl.data.trajectory import Trajectory, cat_obs, stack_cat_obs
 from vlarl.logging import MetricLogger
@@ -128,6 +128,7 @@ class Runner:
 
     def resume(self, checkpoint: Path) -> None:
         state = ray.get(self.actor.load.remote(str(checkpoint)))
+        ray.get(self.actor.__ray_call__.remote(load_reference, str(checkpoint)))  # KL reference, if saved
         self.iteration = int(state["iteration"])
         self.env_steps = int(state["env_steps"])
         self.wall_offset = float(state.get("wall_s", 0.0))
@@ -143,8 +144,10 @@ class Runner:
         ])
 
     # -- one rollout ----------------------------------------------------------------------------
-    def collect(self, obs_parts: list[dict[str, Any]], num_steps: int = 0) -> tuple[Trajectory, list[dict[str, Any]], int]:
-        """Step every env ``num_steps`` (default ``algorithm.num_steps``) chunks; returns (trajectory, next obs, env steps)."""
+    def collect(self, obs_parts: list[dict[str, Any]], num_steps: int = 0,
+                until_all_ended: bool = False) -> tuple[Trajectory, list[dict[str, Any]], int]:
+        """Step every env ``num_steps`` (default ``algorithm.num_steps``) chunks; returns (trajectory, next obs, env steps).
+        ``until_all_ended``: stop early once every env has ended an episode (GRPO scores one episode each)."""
         N = num_steps or self.cfg.algorithm.num_steps
         extras = StepExtras()
         obs_hist, replays, logprobs, values = [], [], [], []
@@ -171,6 +174,9 @@ class Runner:
             if self.reward_worker is not None:
                 next_frames.append(end_of_chunk_frames(results, self.reward_cam))
             obs_parts = [r.obs for r in results]
+            ended = (dones[-1] + truncs[-1]).bool() | (ended if t else False)
+            if until_all_ended and bool(ended.all()):
+                break  # the pipeline already submitted one more step; its replies are dropped
         # values of the last step in one round trip: V(next obs) for GAE, V(final obs) for truncated episodes
         boot_obs = (cat_obs([r.final_obs if r.final_obs is not None else r.obs for r in results])
                     if bool(truncs[-1].any()) else None)
@@ -210,7 +216,7 @@ class Runner:
             ids = group_reset_ids(B, alg.group_size, base)
             obs_parts = ray.get([w.reset.remote(None, ids[i * self.per_worker:(i + 1) * self.per_worker])
                                  for i, w in enumerate(self.env_workers)])
-            traj, obs_parts, n = self.collect(obs_parts, horizon)
+            traj, obs_parts, n = self.collect(obs_parts, horizon, until_all_ended=True)
             trajs.append(traj)
             steps += n
             _, counts = select_groups(trajs, alg, target)
@@ -304,7 +310,8 @@ class Runner:
                  "wall_s": self.wall_offset + segment_wall_s}
         return save_checkpoint(
             self.run_dir, self.iteration,
-            lambda d: ray.get(self.actor.save.remote(str(d), extra)),
+            lambda d: ray.get([self.actor.save.remote(str(d), extra),
+                               self.actor.__ray_call__.remote(save_reference, str(d))]),  # reference: KL on
             env_cfg=self.cfg.env, keep=self.cfg.keep_checkpoints,
         )
 
