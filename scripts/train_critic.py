@@ -28,38 +28,7 @@ if str(ROOT) not in sys.path:
 
 
 # -- recording ------------------------------------------------------------------------------------
-def _scripted_pushcube_action(u, phase: int, fail_dir: float, rng: np.random.Generator, speed: float):
-    """A privileged PushCube controller for pd_ee_delta_pos: hover behind the cube, descend, push +x.
-
-    ``fail_dir`` != 0 turns the push sideways (y) so the episode fails while looking similar.
-    Returns (action [4], next phase).
-    """
-    tcp = u.agent.tcp.pose.p[0].clone()
-    cube = u.obj.pose.p[0].clone()
-    behind = cube.clone()
-    behind[0] -= 0.06
-    behind[2] = 0.025
-    if phase == 0:
-        tgt = behind.clone()
-        tgt[2] = 0.1
-        if (tcp[:2] - behind[:2]).norm() < 0.012:
-            phase = 1
-    if phase == 1:
-        tgt = behind.clone()
-        if abs(float(tcp[2] - behind[2])) < 0.01:
-            phase = 2
-    if phase == 2:
-        tgt = tcp.clone()
-        if fail_dir == 0.0:
-            tgt[0] += 0.05
-            tgt[1] = cube[1]
-        else:
-            tgt[1] += 0.05 * fail_dir
-            tgt[0] -= 0.01
-        tgt[2] = 0.025
-    d = (tgt - tcp) / 0.1 * 1.5 + torch.from_numpy(rng.normal(0, 0.05, 3)).float()
-    a = torch.cat([d.clamp(-speed, speed), torch.tensor([-1.0])])
-    return a, phase
+from scripts.pushcube_expert import scripted_pushcube_action as _scripted_pushcube_action  # noqa: E402
 
 
 def record(out: Path, episodes: int, failures: int, seed: int, image_size: int, max_steps: int) -> Path:
