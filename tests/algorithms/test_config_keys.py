@@ -172,6 +172,12 @@ def test_skip_nonfinite_grads_skips_and_counts():
         train_once(replace(cfg, skip_nonfinite_grads=False), traj)
 
 
+def test_score_reward_to_go_differs_from_return():
+    a, _ = train_once(GRPOConfig(**GRPO_BASE, score="return"))
+    b, m = train_once(GRPOConfig(**GRPO_BASE, score="reward_to_go"))
+    assert m["samples"] > 0 and not torch.allclose(params(a), params(b))
+
+
 def test_seq_mean_token_mean_differs_from_token_mean_with_padding():
     a, _ = train_once(PPOConfig(**PPO_BASE, logprob_level="token", loss_agg_mode="token-mean"))
     b, _ = train_once(PPOConfig(**PPO_BASE, logprob_level="token", loss_agg_mode="seq-mean-token-mean"))
