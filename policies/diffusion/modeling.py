@@ -7,7 +7,9 @@ Gaussian policy step ``x_{t-1} ~ N(mu_theta(x_t, t), std_t^2)`` (DPPO), ``std_t`
 posterior std (DDPM) or ``eta`` times it (DDIM), floored at ``min_std`` so the likelihood stays
 proper; the chain is kept in ``replay`` and ``evaluate`` re-scores those steps. Earlier steps use
 the mean (deterministic). ``act`` runs the deterministic chain (DDIM eta = 0, or the DDPM mean)
-from the prior's mode (zeros). Actions are normalized to [-1, 1] (``clip_sample`` keeps x0 there).
+from the prior's mode (zeros) with coefficients precomputed from the scheduler (``deterministic.py``),
+so it has no Python control flow on tensors and can be exported. Actions are normalized to [-1, 1]
+(``clip_sample`` keeps x0 there).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 from diffusers import DDIMScheduler, DDPMScheduler
 
 from policies.base import ActionSample, PolicySpec
+from policies.diffusion.deterministic import denoising_table, deterministic_step
 from policies.registry import register_policy
 from policies.vlm.action_expert import ChainVLAPolicy, gaussian_entropy, gaussian_logprob
 from policies.vlm.backbone import BackboneConfig
@@ -71,6 +74,10 @@ class DiffusionPolicy(ChainVLAPolicy):
         self.noise_scheduler.set_timesteps(config.num_inference_steps)
         K = config.num_inference_steps
         self.n_rl = K if config.rl_steps <= 0 else min(config.rl_steps, K)
+        table = denoising_table(self.noise_scheduler)  # act()'s chain as tensors (buffers follow .to(device))
+        self._clip_range, self._chain_timesteps = table.clip_range, table.timesteps
+        for name, value in table.tensors().items():
+            self.register_buffer(f"_chain_{name}", value, persistent=False)
         self._finish_init()
 
     @property
@@ -136,14 +143,20 @@ class DiffusionPolicy(ChainVLAPolicy):
             ent = ent + gaussian_entropy(std).expand_as(lp)
         return lp, ent, value
 
+    def _chain_coefficients(self) -> dict[str, torch.Tensor]:
+        names = ("sqrt_alpha_prod", "sqrt_beta_prod", "c_x0", "c_eps", "c_x")
+        return {n: getattr(self, f"_chain_{n}").float() for n in names}
+
     @torch.no_grad()
     def act(self, obs: dict[str, Any]) -> torch.Tensor:
+        """Deterministic chain from zeros; plain tensor code (traceable by torch.export / ONNX)."""
         memory, pad, _ = self.context(obs)
         B = memory.shape[0]
-        x = torch.zeros(self.chunk_shape(B), device=self.device)
-        for t in self.timesteps:
-            eps, _ = self.expert(x, torch.full((B,), float(t), device=self.device), memory, pad)
-            x, _ = self._step(eps, t, x, False)
+        coef = self._chain_coefficients()
+        x = torch.zeros(self.chunk_shape(B), device=memory.device)
+        for k, t in enumerate(self._chain_timesteps):
+            eps, _ = self.expert(x, torch.full((B,), float(t), device=memory.device), memory, pad)
+            x = deterministic_step(coef, k, eps.float(), x, self._clip_range)
         return self.unnormalize_actions(x)
 
     def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor, generator: torch.Generator | None = None):

@@ -57,12 +57,12 @@ def test_hf_export_merges_lora_and_carries_the_processor(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", ["ar_vla", "flow_vla", "diffusion"])
+@pytest.mark.parametrize("family", ["ar_vla", "flow_vla"])
 def test_vla_family_exports_match_eager_or_fail_clearly(family, tmp_path):
     policy = _family(family)
     try:
         manifest = export_policy(policy, tmp_path, ["torch_export", "onnx"])
-    except ExportError as e:  # e.g. a diffusers scheduler step that calls .item() on the timestep
+    except ExportError as e:
         assert f"of policy '{family}' failed" in str(e) and "must be tensor code" in str(e)
         assert not (tmp_path / "policy.pt2").exists()
         pytest.skip(f"{family} act() is not traceable yet: {e}")
@@ -70,3 +70,25 @@ def test_vla_family_exports_match_eager_or_fail_clearly(family, tmp_path):
         assert max(rep["max_abs_err"].values()) <= 1e-4
     inputs = [i["name"] for i in manifest["inputs"]]
     assert inputs == ["state", "base", "wrist"]
+
+
+@pytest.mark.slow  # two exports of a tiny VLM + expert chain: ~70 s CPU, ~4 min wall on the busy 2-core machine
+@pytest.mark.parametrize("kw", [dict(scheduler="ddim", num_inference_steps=5),
+                                dict(scheduler="ddpm", num_inference_steps=4, rl_steps=2)], ids=["ddim", "ddpm"])
+def test_diffusion_exports_match_eager_in_onnxruntime_and_torch_export(kw, tmp_path):
+    """The precomputed DDIM/DDPM chain makes diffusion act() traceable: both exports must succeed (no skip)."""
+    import onnxruntime as ort
+
+    policy = _family("diffusion", **kw)
+    manifest = export_policy(policy, tmp_path, ["torch_export", "onnx"])
+    for rep in manifest["formats"].values():  # checked by the exporter at batch 1 and 8
+        assert set(rep["max_abs_err"]) == {"1", "8"} and max(rep["max_abs_err"].values()) <= 1e-4
+    session = ort.InferenceSession(str(tmp_path / "policy.onnx"), providers=["CPUExecutionProvider"])
+    program = torch.export.load(str(tmp_path / "policy.pt2")).module()
+    x = random_inputs(policy, 3, torch.Generator().manual_seed(11))  # a batch size the exporter did not check
+    with torch.no_grad():
+        ref = policy.act(obs_from_inputs(policy, x, SPEC.instruction)).numpy()
+    got = session.run(["actions"], {"state": x[0].numpy(), "base": x[1].numpy(), "wrist": x[2].numpy()})[0]
+    np.testing.assert_allclose(got, ref, atol=1e-4, rtol=0)
+    np.testing.assert_allclose(program(*x).numpy(), ref, atol=1e-4, rtol=0)
+    assert np.ptp(ref) > 1e-3  # the chain produced varied actions, not a constant

@@ -105,3 +105,44 @@ def test_state_only_env_and_value_for_bootstrapping(obs):
     s = pol.sample(o)
     torch.testing.assert_close(pol.evaluate(o, s.replay)[0], s.logprob, atol=1e-5, rtol=0)
     torch.testing.assert_close(pol.value(o), s.value, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("scheduler", ["ddim", "ddpm"])
+@pytest.mark.parametrize("train_steps,inference_steps,beta_schedule",
+                         [(100, 5, "squaredcos_cap_v2"), (1000, 10, "linear"), (100, 100, "squaredcos_cap_v2")])
+def test_precomputed_chain_equals_diffusers_step_loop(scheduler, train_steps, inference_steps, beta_schedule):
+    """act()'s traceable chain is diffusers' deterministic step (DDIM eta = 0 / DDPM posterior mean) on random inputs."""
+    from diffusers import DDIMScheduler, DDPMScheduler
+
+    from policies.diffusion.deterministic import denoising_table, deterministic_step
+
+    cls = {"ddim": DDIMScheduler, "ddpm": DDPMScheduler}[scheduler]
+    sch = cls(num_train_timesteps=train_steps, beta_schedule=beta_schedule, clip_sample=True, prediction_type="epsilon")
+    sch.set_timesteps(inference_steps)
+    table = denoising_table(sch)
+    coef = table.tensors()
+    assert table.timesteps == [int(t) for t in sch.timesteps] and coef["c_x0"].shape == (inference_steps,)
+    g = torch.Generator().manual_seed(0)
+    ours = ref = torch.randn(6, 4, 3, generator=g) * 2
+    for k, t in enumerate(table.timesteps):
+        eps = torch.randn(6, 4, 3, generator=g) * 1.5  # random "model outputs" (large enough that x0 clipping bites)
+        if scheduler == "ddim":
+            ref = sch.step(eps, t, ref, eta=0.0).prev_sample
+        else:  # diffusers' DDPM step adds posterior noise when t > 0: take it back out to get the mean
+            noisy = sch.step(eps, t, ref, generator=torch.Generator().manual_seed(k)).prev_sample
+            noise = torch.randn(ref.shape, generator=torch.Generator().manual_seed(k))
+            ref = noisy - (sch._get_variance(t) ** 0.5 * noise if t > 0 else 0.0)
+        ours = deterministic_step(coef, k, eps, ours, table.clip_range)
+        torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
+    assert ours.abs().max() > 0.1  # a real chain, not all-zeros
+
+
+def test_unsupported_scheduler_settings_are_refused():
+    from diffusers import DDIMScheduler
+
+    from policies.diffusion.deterministic import denoising_table
+
+    sch = DDIMScheduler(num_train_timesteps=100, prediction_type="v_prediction")
+    sch.set_timesteps(5)
+    with pytest.raises(ValueError, match="prediction_type='epsilon'"):
+        denoising_table(sch)
