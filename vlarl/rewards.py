@@ -13,7 +13,9 @@ episode ended inside the chunk, else the next observation. The runner stores the
 Reward modes (``RewardConfig.mode``):
     delta      r_t = progress(frames[t] -> next_frames[t])                    (per-step delta)
     potential  r_t = gamma * phi(next_t) * (1 - terminated_t) - phi(frames[t]),
-               phi(x) = progress(episode's first frame -> x)                 (potential-based shaping)
+               phi(x) = progress(episode's first frame -> x)                 (potential-based shaping;
+               gamma = reward.potential_gamma, or algorithm.gamma when that is < 0. With 1.0 the rewards
+               of an episode sum to its final progress: a dense reward, not a policy-invariant shaping)
     terminal   r_t = phi(next_t) where the episode ended in step t, else 0   (one reward per episode)
 """
 
@@ -44,6 +46,7 @@ class RewardConfig:
     # done_prob > done_threshold counts as termination in traj.dones (GAE stops bootstrapping there), for runs
     # without a success detector; resetting those envs is the runner's part (see apply_process_reward)
     done_ends_episode: bool = False
+    potential_gamma: float = -1.0  # discount in mode=potential; < 0 = algorithm.gamma (Ng et al.'s shaping)
     device: str = "cpu"
 
     @property
@@ -65,6 +68,8 @@ def validate_reward_config(cfg: RewardConfig) -> None:
         raise ValueError(f"reward.batch_size={cfg.batch_size} must be >= 1")
     if not 0.0 <= cfg.done_threshold <= 1.0:
         raise ValueError(f"reward.done_threshold={cfg.done_threshold} must lie in [0, 1]")
+    if cfg.potential_gamma > 1.0:
+        raise ValueError(f"reward.potential_gamma={cfg.potential_gamma} must be <= 1 (or < 0 for algorithm.gamma)")
 
 
 def reward_camera(cfg: RewardConfig, image_keys: list[str] | tuple[str, ...]) -> str:
@@ -144,6 +149,20 @@ def terminal_reward(phi_next: torch.Tensor, ended: torch.Tensor) -> torch.Tensor
     return torch.where(ended, phi_next, torch.zeros_like(phi_next))
 
 
+def episode_sums(step_rewards: torch.Tensor, ended: torch.Tensor) -> torch.Tensor:
+    """[N, B]: the sum of ``step_rewards`` over each episode, at the step where it ended (0 elsewhere).
+
+    Steps before a column's first end are summed from the trajectory's start (GRPO episodes start there).
+    """
+    run = torch.zeros_like(step_rewards[0])
+    out = torch.zeros_like(step_rewards)
+    for t in range(step_rewards.shape[0]):
+        run = run + step_rewards[t]
+        out[t] = torch.where(ended[t], run, torch.zeros_like(run))
+        run = torch.where(ended[t], torch.zeros_like(run), run)
+    return out
+
+
 def critic_done_terminations(done_prob: torch.Tensor, threshold: float) -> torch.Tensor:
     """float [N, B]: 1 where the critic says the task is done (for runs without a success detector)."""
     return (done_prob > threshold).float()
@@ -158,12 +177,17 @@ def _call(method: Any, *args: Any, **kwargs: Any) -> Any:
     return method(*args, **kwargs)
 
 
-def apply_process_reward(traj: Any, worker: Any, cfg: RewardConfig, gamma: float) -> dict[str, float]:
+def apply_process_reward(traj: Any, worker: Any, cfg: RewardConfig, gamma: float,
+                         fresh_episodes: bool = False) -> dict[str, float]:
     """Replace ``traj.rewards`` by the mix of env and critic reward; returns metrics to log.
 
     traj: a ``vlarl.data.Trajectory`` whose ``extras`` hold ``next_frames_key(camera)`` [N, B, H, W, 3];
     worker: a ``RewardWorker`` or its Ray actor handle. Keeps the env reward in ``extras["env_reward"]``
-    and writes ``extras["critic_reward"]`` and ``extras["critic_done_prob"]`` ([N, B] each).
+    and writes ``extras["critic_reward"]`` and ``extras["critic_done_prob"]`` ([N, B] each). Where the
+    trajectory records ``extras["episode_return"]`` (GRPO scores episodes by it), that becomes the mixed
+    episode return too (the env's is kept in ``extras["env_episode_return"]``).
+    fresh_episodes: every env started a new episode at the trajectory's first step (GRPO groups), so the
+    worker forgets the episodes it carried over from the last call.
     """
     if not cfg.enabled:
         return {}
@@ -173,6 +197,10 @@ def apply_process_reward(traj: Any, worker: Any, cfg: RewardConfig, gamma: float
         raise ValueError(f"trajectory has no extras['{key}']; the runner must store end-of-chunk frames "
                          f"(vlarl.rewards.end_of_chunk_frames) for the critic")
     ended = episode_ended(traj.dones, traj.truncated)
+    if fresh_episodes:
+        _call(worker.reset_state)
+    if cfg.potential_gamma >= 0:
+        gamma = cfg.potential_gamma
     out = _call(worker.critic_rewards, traj.obs["images"][camera], traj.extras[key], ended, traj.dones,
                 list(traj.obs["instruction"]), gamma)
     r_env = traj.rewards
@@ -180,6 +208,9 @@ def apply_process_reward(traj: Any, worker: Any, cfg: RewardConfig, gamma: float
     traj.extras["critic_reward"] = out["reward"]
     traj.extras["critic_done_prob"] = out["done_prob"]
     traj.rewards = mix_rewards(r_env, out["reward"], cfg.env_weight, cfg.critic_weight)
+    if "episode_return" in traj.extras:
+        traj.extras["env_episode_return"] = ret = traj.extras["episode_return"]
+        traj.extras["episode_return"] = cfg.env_weight * ret + cfg.critic_weight * episode_sums(out["reward"], ended)
     if cfg.done_ends_episode:
         traj.dones = torch.maximum(traj.dones, critic_done_terminations(out["done_prob"], cfg.done_threshold))
     return {

@@ -145,3 +145,50 @@ def test_reward_none_leaves_the_trajectory_alone(tiny_critic, tmp_path):
     traj, _ = _trajectory()
     assert R.apply_process_reward(traj, None, R.RewardConfig(), gamma=0.9) == {}
     torch.testing.assert_close(traj.rewards, torch.ones(3, 2))
+
+
+def test_episode_sums_by_hand():
+    r = torch.tensor([[1.0, 0.5], [2.0, 0.5], [4.0, 0.5]])
+    ended = torch.tensor([[False, True], [True, False], [False, True]])
+    torch.testing.assert_close(R.episode_sums(r, ended), torch.tensor([[0.0, 0.5], [3.0, 0.0], [0.0, 1.0]]))
+
+
+def test_potential_gamma_one_pays_the_episode_progress(tiny_critic, tmp_path):
+    """With reward.potential_gamma=1 an episode's critic rewards sum to progress(first frame -> last frame)."""
+    traj, frames = _trajectory(N=4, seed=7)
+    w = _worker(tiny_critic, tmp_path, mode="potential", potential_gamma=1.0)
+    R.apply_process_reward(traj, w, w.cfg, gamma=0.5)  # reward.potential_gamma overrides algorithm.gamma
+    total = traj.extras["critic_reward"].sum(0)
+    final, _ = tiny_critic.score(frames[0], frames[4], [INSTRUCTION] * 2)
+    torch.testing.assert_close(total, final, atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="reward.potential_gamma"):
+        R.validate_reward_config(R.RewardConfig(name="vlm_critic", critic_path="x", potential_gamma=1.5))
+
+
+def test_fresh_episodes_forget_the_carried_start_frames(tiny_critic, tmp_path):
+    """GRPO groups restart every env at step 0: the worker's carry from an earlier call must not leak in."""
+    first, _ = _trajectory(N=3, seed=1)
+    w = _worker(tiny_critic, tmp_path / "a", mode="potential")
+    R.apply_process_reward(first, w, w.cfg, gamma=0.9)  # leaves start frames / potentials behind
+    fresh_ref, _ = _trajectory(N=3, seed=2)
+    R.apply_process_reward(fresh_ref, _worker(tiny_critic, tmp_path / "b", mode="potential"), w.cfg, gamma=0.9)
+    carried, _ = _trajectory(N=3, seed=2)
+    R.apply_process_reward(carried, w, w.cfg, gamma=0.9, fresh_episodes=True)
+    torch.testing.assert_close(carried.rewards, fresh_ref.rewards, atol=1e-5, rtol=1e-4)
+    stale, _ = _trajectory(N=3, seed=2)
+    R.apply_process_reward(stale, w, w.cfg, gamma=0.9)  # without the flag the carry changes step 0's reward
+    assert not torch.allclose(stale.rewards[0], fresh_ref.rewards[0])
+
+
+def test_episode_returns_become_the_mixed_return(tiny_critic, tmp_path):
+    """GRPO's score=return reads extras['episode_return']: it must include the critic's share."""
+    traj, _ = _trajectory(N=3, seed=4)
+    traj.truncated[2] = 1.0
+    nan = float("nan")
+    traj.extras["episode_return"] = torch.tensor([[nan, nan], [nan, nan], [3.0, 0.0]])
+    w = _worker(tiny_critic, tmp_path, env_weight=2.0, critic_weight=0.5)
+    R.apply_process_reward(traj, w, w.cfg, gamma=0.9)
+    want = 2.0 * torch.tensor([3.0, 0.0]) + 0.5 * traj.extras["critic_reward"].sum(0)
+    torch.testing.assert_close(traj.extras["episode_return"][2], want, atol=1e-5, rtol=1e-4)
+    assert bool(traj.extras["episode_return"][:2].isnan().all())
+    torch.testing.assert_close(traj.extras["env_episode_return"][2], torch.tensor([3.0, 0.0]))
