@@ -99,7 +99,9 @@ class Runner:
             from vlarl.workers.reward_worker import RewardWorker  # loads the critic's model code
 
             validate_reward_config(cfg.reward)
-            self.reward_cam = reward_camera(cfg.reward, self.env_spec.image_keys)
+            # the policy's cameras, or a camera the env renders for the critic only (env.critic_camera)
+            critic_cam = [c for c in [getattr(cfg.env, "critic_camera", "")] if c]
+            self.reward_cam = reward_camera(cfg.reward, [*self.env_spec.image_keys, *critic_cam])
             # no CPU reservation: the placement plan sizes env/rollout/actor to fill the devices, and the
             # critic runs between rollout steps, taking turns with the rollout worker
             self.reward_worker = scheduler.remote(RewardWorker, 0.0).remote(cfg.reward, cfg.torch_threads)
@@ -256,7 +258,10 @@ class Runner:
                 traj, obs_parts, steps = prefetched if prefetched is not None else collect(obs_parts)
                 reward_metrics = {}
                 if self.reward_worker is not None:
-                    reward_metrics = apply_process_reward(traj, self.reward_worker, cfg.reward, cfg.algorithm.gamma)
+                    # GRPO groups start every episode at the trajectory's first step
+                    fresh = algorithm_spec(cfg.algorithm.name).rollout == "groups"
+                    reward_metrics = apply_process_reward(traj, self.reward_worker, cfg.reward, cfg.algorithm.gamma,
+                                                          fresh_episodes=fresh)
                 t1 = time.time()
                 train_ref, prefetched = self.actor.train.remote(traj), None
                 if cfg.placement.async_rollout and self.env_steps + steps < cfg.total_env_steps:
@@ -275,7 +280,7 @@ class Runner:
                 metrics = {
                     **{f"train/{k}": v for k, v in train_metrics.items()},
                     **{f"rollout/{k}": v for k, v in summ.items()},
-                    **{f"reward/{k}": v for k, v in reward_metrics.items()},
+                    **reward_metrics,  # already "reward/..." keys
                     "rollout/chunk_reward": float(traj.rewards.mean()),
                     "perf/env_steps_per_s": sps,
                     "perf/collect_s": t1 - t0,
