@@ -190,6 +190,16 @@ def read_demonstrations(path: str | os.PathLike, max_episodes: int | None = None
                             f"trajectory .h5 file; pass one of those")
 
 
+def _png(frame: np.ndarray) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(frame).save(buf, format="PNG")
+    return buf.getvalue()
+
+
 def _decode_pngs(cells: list[dict]) -> np.ndarray:
     import io
 
@@ -205,11 +215,12 @@ def _feature(arr: np.ndarray) -> dict[str, Any]:
 
 def write_lerobot_dataset(root: str | os.PathLike, episodes: list[LeRobotEpisode], fps: int = 10,
                           robot_type: str = "", codec: str = "libsvtav1", episodes_per_file: int = 1000,
-                          chunks_size: int = 1000) -> Path:
+                          chunks_size: int = 1000, video: bool = True) -> Path:
     """Write ``episodes`` as a LeRobot v3.0 dataset (AV1 ``yuv420p`` videos, as LeRobot records them).
 
     ``episodes_per_file`` stands in for LeRobot's file-size limit: consecutive episodes share data/video
-    files up to that count; ``chunks_size`` files make a chunk."""
+    files up to that count; ``chunks_size`` files make a chunk. ``video=False`` stores frames as PNG images
+    in the data parquet (LeRobot's ``image`` features) instead of mp4 files."""
     import imageio_ffmpeg
     import pyarrow as pa
 
@@ -226,8 +237,8 @@ def write_lerobot_dataset(root: str | os.PathLike, episodes: list[LeRobotEpisode
         cols: dict[str, list] = {k: [] for k in ("observation.state", "action", "timestamp", "frame_index",
                                                   "episode_index", "index", "task_index")}
         video_offset = 0
-        writers = {}
-        for c in cams:
+        writers, pngs = {}, {c: [] for c in cams}
+        for c in cams if video else []:
             H, W = episodes[0].images[c].shape[1:3]
             vpath = root / VIDEO_PATH.format(video_key=IMAGE_PREFIX + c, chunk_index=chunk, file_index=file)
             vpath.parent.mkdir(parents=True, exist_ok=True)
@@ -246,6 +257,9 @@ def write_lerobot_dataset(root: str | os.PathLike, episodes: list[LeRobotEpisode
             row = {"episode_index": ep_i, "tasks": [e.instruction], "length": L, "data/chunk_index": chunk,
                    "data/file_index": file, "dataset_from_index": index, "dataset_to_index": index + L}
             for c in cams:
+                if not video:
+                    pngs[c] += [_png(frame) for frame in e.images[c]]
+                    continue
                 for frame in e.images[c]:
                     writers[c].send(np.ascontiguousarray(frame))
                 key = IMAGE_PREFIX + c
@@ -264,6 +278,9 @@ def write_lerobot_dataset(root: str | os.PathLike, episodes: list[LeRobotEpisode
             "action": pa.array(cols["action"], type=pa.list_(pa.float32(), A)),
             "timestamp": pa.array(cols["timestamp"], type=pa.float32()),
             **{k: pa.array(cols[k], type=pa.int64()) for k in ("frame_index", "episode_index", "index", "task_index")},
+            **{IMAGE_PREFIX + c: pa.array([{"bytes": b, "path": None} for b in pngs[c]],
+                                          type=pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+               for c in cams if not video},
         })
         dpath = root / DATA_PATH.format(chunk_index=chunk, file_index=file)
         dpath.parent.mkdir(parents=True, exist_ok=True)
@@ -276,6 +293,9 @@ def write_lerobot_dataset(root: str | os.PathLike, episodes: list[LeRobotEpisode
     features = {"observation.state": _feature(episodes[0].state), "action": _feature(episodes[0].actions)}
     for c in cams:
         H, W = episodes[0].images[c].shape[1:3]
+        features[IMAGE_PREFIX + c] = {"dtype": "image", "shape": [H, W, 3], "names": ["height", "width", "channels"]}
+        if not video:
+            continue
         features[IMAGE_PREFIX + c] = {
             "dtype": "video", "shape": [H, W, 3], "names": ["height", "width", "channels"],
             "info": {"video.height": H, "video.width": W, "video.codec": "av1" if "av1" in codec else codec,
@@ -288,7 +308,7 @@ def write_lerobot_dataset(root: str | os.PathLike, episodes: list[LeRobotEpisode
             "total_frames": index, "total_tasks": len(task_ids), "chunks_size": chunks_size,
             "data_files_size_in_mb": 100, "video_files_size_in_mb": 500, "fps": fps,
             "splits": {"train": f"0:{len(episodes)}"}, "data_path": DATA_PATH,
-            "video_path": VIDEO_PATH if cams else None, "features": features}
+            "video_path": VIDEO_PATH if cams and video else None, "features": features}
     (root / INFO_PATH).write_text(json.dumps(info, indent=4))
     all_s = np.concatenate([e.state for e in episodes]).astype(np.float64)
     all_a = np.concatenate([e.actions for e in episodes]).astype(np.float64)

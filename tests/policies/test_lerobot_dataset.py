@@ -108,6 +108,24 @@ def test_sft_runs_on_a_lerobot_dataset_via_read_demonstrations(dataset, tmp_path
         read_demonstrations(tmp_path / "nothing.txt")
 
 
+def test_png_image_features_and_a_pandas_index_task_table(tmp_path):
+    """LeRobot's other camera storage (PNG ``image`` features inside the data parquet) and the tasks table as
+    pandas writes it (task strings in an index column named by the pandas metadata)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ref = _episodes()[:2]
+    root = write_lerobot_dataset(tmp_path / "png", ref, fps=5, video=False)
+    assert not (root / "videos").exists()
+    meta = {b"pandas": json.dumps({"index_columns": ["__index_level_0__"], "columns": []}).encode()}
+    tasks = pa.table({"task_index": pa.array([1, 0], pa.int64()), "__index_level_0__": [TASKS[1], TASKS[0]]})
+    pq.write_table(tasks.replace_schema_metadata(meta), root / "meta" / "tasks.parquet")
+    eps = read_lerobot_dataset(root)
+    for e, r in zip(eps, ref, strict=True):
+        assert e.instruction == r.instruction
+        np.testing.assert_array_equal(e.images["wrist"], r.images["wrist"])  # PNG is lossless
+
+
 def test_bad_datasets_name_the_problem(dataset, tmp_path):
     root, _ = dataset
     with pytest.raises(FileNotFoundError, match="no meta/info.json"):
