@@ -129,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     colors = {"sparse": "tab:gray", "critic": "tab:blue"}
     labels = {"sparse": "sparse success reward", "critic": f"sparse + VLM critic ({args.mode})"}
     for arm in args.arms:
-        for i, (seed, (pts, _, _)) in enumerate(results[arm].items()):
-            ax.plot(*zip(*pts), "o-", color=colors[arm], alpha=0.9, label=labels[arm] if i == 0 else None)
+        for i, (pts, _, _) in enumerate(results[arm].values()):
+            ax.plot(*zip(*pts, strict=True), "o-", color=colors[arm], alpha=0.9, label=labels[arm] if i == 0 else None)
     ax.set_xlabel("env steps")
     ax.set_ylabel("held-out success rate")
     ax.set_ylim(0, 1.02)

@@ -6,9 +6,12 @@
     python scripts/train_critic.py train --data data/critic/pushcube --out outputs/critic_pushcube
     # 3. re-evaluate a saved critic on the same held-out split (same --seed / --holdout)
     python scripts/train_critic.py eval --critic outputs/critic_pushcube --data data/critic/pushcube
+    # 4. improve it on your policy's own rollouts: train with reward.save_episodes=<dir>, then fine-tune
+    python scripts/train_critic.py train --data <dir> --init outputs/critic_pushcube --out outputs/critic_ft
 
 Episodes are stored as one ``episodes.npz`` (frames uint8 [E, L, H, W, 3], lengths [E], success [E],
-instruction) so that rollouts saved by any other tool can be trained on too.
+instruction) so that rollouts saved by any other tool can be trained on too; ``--data`` takes such a file or a
+directory of them (``policies.critics.rollouts``).
 """
 
 from __future__ import annotations
@@ -72,16 +75,10 @@ def record(out: Path, episodes: int, failures: int, seed: int, image_size: int, 
 
 
 def load_episodes(data: Path):
-    """``episodes.npz`` -> list of Episode."""
-    from policies.critics.labels import Episode
+    """An ``episodes.npz`` file, or every ``*.npz`` in a directory -> list of Episode."""
+    from policies.critics.rollouts import load_episodes as load
 
-    f = data / "episodes.npz" if data.is_dir() else data
-    if not f.is_file():
-        raise FileNotFoundError(f"no episodes at '{f}'; record some with `train_critic.py record --out {data}`")
-    z = np.load(f)
-    instr = str(z["instruction"])
-    return [Episode(torch.from_numpy(z["frames"][i, : int(n)]), instr, bool(s))
-            for i, (n, s) in enumerate(zip(z["lengths"], z["success"], strict=True))]
+    return load(data)
 
 
 # -- training -------------------------------------------------------------------------------------
@@ -127,12 +124,17 @@ def train(args) -> dict:
     episodes = load_episodes(Path(args.data))
     train_eps, test = split_episodes(episodes, args.holdout, args.seed)
     image_size = int(episodes[0].frames.shape[1])
-    critic = ProcessRewardCritic(ProcessRewardConfig(image_size=image_size))
+    if args.init:  # fine-tune a trained critic (e.g. on the policy's own rollouts)
+        from policies.critics import Critic
+
+        critic = Critic.from_pretrained(args.init)
+    else:
+        critic = ProcessRewardCritic(ProcessRewardConfig(image_size=image_size))
     other = [s for s in INSTRUCTIONS.values() if s != episodes[0].instruction]
     before = critic_quality(critic, test)
     print("untrained critic on held-out episodes:", json.dumps(before))
     tcfg = CriticTrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
-                             reference_prob=args.reference_prob, mix=PairMix(failed=args.failed_share))
+                             reference_prob=args.reference_prob, mix=PairMix(failed=args.failed_share, done_window=args.done_window))
     log = train_critic(critic, train_eps, tcfg, distractor_instructions=other, log_every=max(1, args.steps // 10))
     after = critic_quality(critic, test)
     print("trained critic on held-out episodes:  ", json.dumps(after))
@@ -169,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--holdout", type=float, default=0.25)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--failed-share", type=float, default=0.15, help="weight of failed-episode pairs in a batch")
+    t.add_argument("--init", default="", help="a trained critic dir to start from (fine-tuning) instead of a new one")
+    t.add_argument("--done-window", type=int, default=0, help="the last N+1 frames of a success are labelled done")
     t.add_argument("--reference-prob", type=float, default=0.0, help="share of batches with a reference episode")
     t.add_argument("--threads", type=int, default=1)
     v = sub.add_parser("eval", help="quality of a saved critic on the held-out split of train")

@@ -46,6 +46,9 @@ class RewardConfig:
     # done_prob > done_threshold counts as termination in traj.dones (GAE stops bootstrapping there), for runs
     # without a success detector; resetting those envs is the runner's part (see apply_process_reward)
     done_ends_episode: bool = False
+    # a directory: every scored rollout's complete episodes (the critic's frames + env success) are saved
+    # there as rollout_<k>.npz, to fine-tune the critic on (scripts/train_critic.py train --data <dir> --init ...)
+    save_episodes: str = ""
     potential_gamma: float = -1.0  # discount in mode=potential; < 0 = algorithm.gamma (Ng et al.'s shaping)
     device: str = "cpu"
 
@@ -177,6 +180,24 @@ def _call(method: Any, *args: Any, **kwargs: Any) -> Any:
     return method(*args, **kwargs)
 
 
+def save_rollout_episodes(traj: Any, camera: str, ended: torch.Tensor, directory: str, fresh: bool) -> int:
+    """Write the complete episodes of ``traj`` (critic frames, env success) to ``directory/rollout_<k>.npz``."""
+    from pathlib import Path
+
+    from policies.critics.rollouts import save_episodes, split_rollout
+
+    if "episode_success" not in traj.extras:
+        raise ValueError("reward.save_episodes needs extras['episode_success'] in the trajectory (Runner.collect)")
+    success = traj.extras["episode_success"]
+    eps = split_rollout(traj.obs["images"][camera], traj.extras[next_frames_key(camera)], ended, success,
+                        list(traj.obs["instruction"]), starts_fresh=fresh)
+    if eps:
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        save_episodes(d / f"rollout_{len(list(d.glob('rollout_*.npz'))):05d}.npz", eps)
+    return len(eps)
+
+
 def apply_process_reward(traj: Any, worker: Any, cfg: RewardConfig, gamma: float,
                          fresh_episodes: bool = False) -> dict[str, float]:
     """Replace ``traj.rewards`` by the mix of env and critic reward; returns metrics to log.
@@ -211,6 +232,8 @@ def apply_process_reward(traj: Any, worker: Any, cfg: RewardConfig, gamma: float
     if "episode_return" in traj.extras:
         traj.extras["env_episode_return"] = ret = traj.extras["episode_return"]
         traj.extras["episode_return"] = cfg.env_weight * ret + cfg.critic_weight * episode_sums(out["reward"], ended)
+    if cfg.save_episodes:
+        save_rollout_episodes(traj, camera, ended, cfg.save_episodes, fresh_episodes)
     if cfg.done_ends_episode:
         traj.dones = torch.maximum(traj.dones, critic_done_terminations(out["done_prob"], cfg.done_threshold))
     return {

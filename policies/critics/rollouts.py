@@ -1,0 +1,78 @@
+"""Critic training data from policy rollouts, and the ``episodes.npz`` format shared with the recorder.
+
+A user improves the critic on the episodes their own policy produces: the training run stores the frames the
+critic scored (``reward.save_episodes``), and ``scripts/train_critic.py train --data <that dir> --init <critic>``
+fine-tunes on them. Rollout frames are the chunk-boundary frames (one per chunk step), so an episode of L
+chunk steps has L + 1 frames; labels are normalized time progress, so any frame rate works.
+
+``episodes.npz``: frames uint8 [E, L_max, H, W, 3] (zero padded), lengths [E], success [E], instruction (str).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from policies.critics.labels import Episode
+
+
+def split_rollout(frames: torch.Tensor, next_frames: torch.Tensor, ended: torch.Tensor, success: torch.Tensor,
+                  instructions: list[str], starts_fresh: bool = False) -> list[Episode]:
+    """The complete episodes of a rollout.
+
+    frames / next_frames: uint8 [N, B, H, W, 3], the frame each chunk step started from / ended at (the final
+    frame where an episode ended); ended: bool [N, B]; success: [N, B], the episode's success where it ended
+    (NaN elsewhere is fine); instructions: B strings. An episode counts when the rollout saw its start: after an
+    end inside the rollout, or at step 0 when ``starts_fresh`` (every env was reset there, as in GRPO groups).
+    """
+    N, B = ended.shape
+    if frames.shape[:2] != (N, B) or next_frames.shape != frames.shape:
+        raise ValueError(f"frames {tuple(frames.shape)} / next_frames {tuple(next_frames.shape)} must be "
+                         f"[N={N}, B={B}, H, W, 3] like ended")
+    episodes = []
+    for b in range(B):
+        start = 0 if starts_fresh else None
+        for t in range(N):
+            if bool(ended[t, b]):
+                if start is not None:
+                    ep = torch.cat([frames[start : start + 1, b], next_frames[start : t + 1, b]])
+                    episodes.append(Episode(ep.clone(), instructions[b], bool(torch.nan_to_num(success[t, b]) > 0)))
+                start = t + 1 if t + 1 < N else None
+    return episodes
+
+
+def save_episodes(path: str | Path, episodes: list[Episode]) -> Path:
+    """Write ``episodes`` (one instruction) to an ``episodes.npz``-format file; returns its path."""
+    if not episodes:
+        raise ValueError("no episodes to save")
+    instr = {e.instruction for e in episodes}
+    if len(instr) > 1:
+        raise ValueError(f"episodes.npz holds one instruction; got {sorted(instr)}")
+    L = max(e.frames.shape[0] for e in episodes)
+    H, W = episodes[0].frames.shape[1:3]
+    frames = np.zeros((len(episodes), L, H, W, 3), np.uint8)
+    for i, e in enumerate(episodes):
+        frames[i, : e.frames.shape[0]] = e.frames.numpy()
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(p, frames=frames, lengths=np.array([e.frames.shape[0] for e in episodes]),
+                        success=np.array([e.success for e in episodes]), instruction=np.array(instr.pop()))
+    return p
+
+
+def load_episodes(path: str | Path) -> list[Episode]:
+    """Episodes of one ``episodes.npz`` file, or of every ``*.npz`` in a directory (recorded + rollouts)."""
+    p = Path(path)
+    files = sorted(p.glob("*.npz")) if p.is_dir() else [p]
+    if not files or not all(f.is_file() for f in files):
+        raise FileNotFoundError(f"no episodes at '{p}'; record some with `train_critic.py record --out {p}` or "
+                                f"train with reward.save_episodes={p}")
+    out = []
+    for f in files:
+        z = np.load(f)
+        instr = str(z["instruction"])
+        out += [Episode(torch.from_numpy(z["frames"][i, : int(n)]), instr, bool(s))
+                for i, (n, s) in enumerate(zip(z["lengths"], z["success"], strict=True))]
+    return out
