@@ -46,6 +46,8 @@ def main() -> int:
     ap.add_argument("--eval-episodes", type=int, default=50, help="episodes per periodic evaluation")
     ap.add_argument("--ppo-run", default="", help="use this finished PPO run instead of training one")
     ap.add_argument("--grpo-run", default="", help="use this finished GRPO run instead of training one")
+    ap.add_argument("--extra-run", action="append", default=[], metavar="LABEL=DIR",
+                    help="also plot this finished run (e.g. a GRPO variant); repeatable")
     ap.add_argument("--out", default="docs/grpo_vs_ppo_pushcube", help="output path without extension (.png, .json)")
     ap.add_argument("overrides", nargs="*", help="vlarl-train overrides for both runs (after --)")
     args = ap.parse_args()
@@ -55,6 +57,11 @@ def main() -> int:
         runs[name] = Path(given) if given else Path(f"outputs/bench_{name}_{stamp}")
         if not given:
             train(name, runs[name], args)
+    for spec in args.extra_run:
+        label, _, d = spec.rpartition("=")
+        if not d:
+            ap.error(f"--extra-run '{spec}' must look like LABEL=DIR")
+        runs[label] = Path(d)
     curves = {name: curve(d) for name, d in runs.items()}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -74,7 +81,9 @@ def main() -> int:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for name, c in curves.items():
         if c["points"]:
-            line, = ax.plot(*zip(*c["points"]), "o-", label=f"{name.upper()} ({EXPERIMENTS[name]})")
+            label = f"{name.upper()} ({EXPERIMENTS[name]})" if name in EXPERIMENTS else name
+            xs, ys = [p[0] for p in c["points"]], [p[1] for p in c["points"]]
+            line, = ax.plot(xs, ys, "o-" if name in EXPERIMENTS else "s--", label=label)
             f = c["final"]
             if f.get("success_once") is not None and f.get("env_steps"):
                 ax.errorbar([f["env_steps"]], [f["success_once"]], color=line.get_color(), marker="*", ms=12,

@@ -8,9 +8,9 @@ import torch
 from vlarl.algorithms.grpo import (
     episode_scores,
     first_episode_mask,
-    grpo_batch,
     group_advantages,
     group_reset_ids,
+    grpo_batch,
     informative_groups,
     pad_steps,
     reward_to_go_advantages,
