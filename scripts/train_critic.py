@@ -134,7 +134,8 @@ def train(args) -> dict:
     before = critic_quality(critic, test)
     print("untrained critic on held-out episodes:", json.dumps(before))
     tcfg = CriticTrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
-                             reference_prob=args.reference_prob, mix=PairMix(failed=args.failed_share, done_window=args.done_window))
+                             reference_prob=args.reference_prob, mix=PairMix(failed=args.failed_share, done_window=args.done_window,
+                                                                 end_focus=args.end_focus))
     log = train_critic(critic, train_eps, tcfg, distractor_instructions=other, log_every=max(1, args.steps // 10))
     after = critic_quality(critic, test)
     print("trained critic on held-out episodes:  ", json.dumps(after))
@@ -173,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--failed-share", type=float, default=0.15, help="weight of failed-episode pairs in a batch")
     t.add_argument("--init", default="", help="a trained critic dir to start from (fine-tuning) instead of a new one")
     t.add_argument("--done-window", type=int, default=0, help="the last N+1 frames of a success are labelled done")
+    t.add_argument("--end-focus", type=float, default=0.0,
+                   help="share of forward pairs ending in a success's last 4 frames (done-head positives + look-alikes)")
     t.add_argument("--reference-prob", type=float, default=0.0, help="share of batches with a reference episode")
     t.add_argument("--threads", type=int, default=1)
     v = sub.add_parser("eval", help="quality of a saved critic on the held-out split of train")

@@ -53,6 +53,10 @@ class PairMix:
     same: float = 0.1
     done_window: int = 0
     failed_progress: float = 0.0
+    # share of forward / same pairs whose later frame is one of a success's last ``end_frames`` frames: the
+    # done head sees its rare positives (the last frame) beside look-alike negatives (the frames just before)
+    end_focus: float = 0.0
+    end_frames: int = 4
 
 
 def time_progress(i: int, j: int, length: int) -> float:
@@ -78,6 +82,9 @@ def sample_pairs(episodes: list[Episode], n: int, rng: np.random.Generator, mix:
         ep = fail[rng.integers(len(fail))] if name == "failed" else succ[rng.integers(len(succ))]
         L = ep.frames.shape[0]
         i, j = sorted(rng.choice(L, size=2, replace=False).tolist())
+        if name in ("forward", "same") and mix.end_focus > 0 and rng.random() < mix.end_focus:
+            j = int(rng.integers(max(1, L - mix.end_frames), L))
+            i = int(rng.integers(0, j))
         text, p, d = ep.instruction, time_progress(i, j, L), float(j >= L - 1 - mix.done_window)
         if name == "reversed":
             i, j, p, d = j, i, -p, 0.0

@@ -61,3 +61,17 @@ def test_sampling_is_seeded():
     a = sample_pairs(eps, 32, np.random.default_rng(3))
     b = sample_pairs(eps, 32, np.random.default_rng(3))
     assert torch.equal(a.earlier, b.earlier) and torch.equal(a.progress, b.progress)
+
+
+def test_end_focus_draws_later_frames_from_the_episode_end():
+    eps = [_indexed_episode(21, True)]
+    mix = PairMix(forward=1.0, reversed=0.0, failed=0.0, mismatched=0.0, same=0.0, end_focus=1.0, end_frames=3)
+    batch = sample_pairs(eps, 200, np.random.default_rng(0), mix)
+    j = batch.later[:, 0, 0, 0].long()
+    i = batch.earlier[:, 0, 0, 0].long()
+    assert bool(((j >= 18) & (i < j)).all()) and set(j.tolist()) == {18, 19, 20}
+    torch.testing.assert_close(batch.done, (j == 20).float())
+    torch.testing.assert_close(batch.progress, (j - i).float() / 20)
+    plain = sample_pairs(eps, 200, np.random.default_rng(0), PairMix(forward=1.0, reversed=0.0, failed=0.0,
+                                                                     mismatched=0.0, same=0.0))
+    assert float(plain.done.mean()) < float(batch.done.mean())
