@@ -77,3 +77,27 @@ def sft_epoch(policy: Any, optimizer: torch.optim.Optimizer, episodes: list[Epis
         optimizer.step()
         losses.append(float(loss.detach()))
     return sum(losses) / max(len(losses), 1)
+
+
+def fit_state_normalization(policy: Any, episodes: list[Episode]) -> None:
+    """Fold every demonstration state into the policy's running state normalizer before SFT, so the
+    policy is trained (and later fine-tuned by RL) with the statistics it is saved with."""
+    policy.update_normalization({"state": torch.cat([torch.from_numpy(e.state) for e in episodes])})
+
+
+def sft_train(policy: Any, episodes: list[Episode], epochs: int, batch_size: int, lr: float, instruction: str,
+              seed: int = 0, log=None) -> list[float]:
+    """Normalization from the demonstrations, then ``epochs`` of ``sft_epoch`` with Adam; mean loss per epoch."""
+    if not episodes:
+        raise ValueError("no demonstration episodes to fine-tune on; record some first")
+    fit_state_normalization(policy, episodes)
+    policy.train()
+    optimizer = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=lr)
+    generator = torch.Generator().manual_seed(seed)
+    losses = []
+    for epoch in range(epochs):
+        losses.append(sft_epoch(policy, optimizer, episodes, batch_size, instruction, generator))
+        if log is not None:
+            log(epoch, losses[-1])
+    policy.eval()
+    return losses
