@@ -4,7 +4,6 @@ and one-line errors for bad input."""
 from __future__ import annotations
 
 import json
-import math
 
 import imageio.v3 as iio
 import pytest
@@ -82,7 +81,9 @@ def test_compare_prints_difference_and_significance(suite_result, tmp_path, caps
 
 @pytest.mark.slow  # the render camera's first frame compiles shaders: 30-60 s on a busy 2-core machine
 @pytest.mark.sim
-def test_suite_video_of_chosen_episodes(pushcube_checkpoint, tmp_path):
+def test_suite_video_has_a_frame_per_env_step_with_instruction_and_outcome(pushcube_checkpoint, tmp_path):
+    import numpy as np
+
     from policies.base import Policy
 
     policy = Policy.from_pretrained(pushcube_checkpoint)
@@ -91,10 +92,20 @@ def test_suite_video_of_chosen_episodes(pushcube_checkpoint, tmp_path):
     video = tmp_path / "videos" / "PushCube-v1.mp4"
     assert res["videos"] == {"PushCube-v1": str(video)}
     frames = iio.imread(video)
-    lens = [r["episode_len"] for r in json.loads((tmp_path / "eval.json").read_text())["per_episode"]]
-    # one frame at reset, one per chunk (chunk_size 5) until both episodes ended, 20 frames of the framed end
-    assert frames.shape[0] == 1 + math.ceil(max(lens) / 5) + 20
+    rows = json.loads((tmp_path / "eval.json").read_text())["per_episode"]
+    lens = [int(r["episode_len"]) for r in rows]
+    # one frame at reset, one per env step (not per chunk of 5) until both episodes ended, 20 of the framed end
+    assert max(lens) > 5 and frames.shape[0] == 1 + max(lens) + 20
     assert frames.shape[1:] == (64, 128, 3)
+    # the arm moves between consecutive env steps inside a chunk (frames 1..4 are within the first chunk)
+    assert all(np.abs(frames[k + 1].astype(int) - frames[k]).mean() > 0.05 for k in range(1, 4))
+    # instruction caption: a dark band with light text at the top of each tile
+    band = frames[5, :10, :64].astype(int)
+    assert band.mean() < 60 and band.max() > 150
+    # outcome border on the last frame: green for success, red for failure (per episode, left to right)
+    for i, r in enumerate(rows):
+        edge = frames[-1, 32, 64 * i].astype(int)
+        assert (edge[1] > 150 and edge[0] < 100) if r["success_once"] > 0.5 else (edge[0] > 150 and edge[1] < 100)
 
 
 @pytest.mark.parametrize("args, expected", [

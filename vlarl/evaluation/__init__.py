@@ -9,7 +9,6 @@ from vlarl.evaluation.protocol import (
     evaluate,
     evaluate_tasks,
     plan_task,
-    record_video,
     run_episodes,
     run_plan,
     summarize,
@@ -27,6 +26,7 @@ from vlarl.evaluation.suites import (
     register_task_lister,
     suite_tasks,
 )
+from vlarl.evaluation.video import record_video
 
 __all__ = [
     "Suite", "SuiteError", "TaskEntry", "TaskPlan", "available_suites", "build_env_config", "compare", "compare_table",

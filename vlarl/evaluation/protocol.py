@@ -3,8 +3,8 @@ the simulator has standard initial states, from ``reset_state_id = k % num_init_
 
 Results therefore do not depend on how many envs run in parallel, and held-out seeds (1,000,000 and
 up by default) never meet the training seeds (small integers from ``seed``). Success rates come with
-95% Wilson confidence intervals; chosen episodes are rendered into MP4s (tiled side by side, framed
-green on success and red on failure). ``evaluate`` is one task; ``evaluate_tasks`` a list of them.
+95% Wilson confidence intervals; chosen episodes are rendered into MP4s with one frame per env step
+(``video.py``). ``evaluate`` is one task; ``evaluate_tasks`` a list of them.
 """
 
 from __future__ import annotations
@@ -65,11 +65,18 @@ def check_policy_fits_env(policy: Any, spec: Any, where: str) -> None:
                        f"{list(spec.image_keys)}); set env.obs_mode=rgb / env.cameras")
 
 
-def run_plan(policy: Any, plan: TaskPlan, num_envs: int, deterministic: bool = True, bar: Any = None) -> list[dict]:
-    """Run every episode of ``plan``; one metrics dict per episode, in episode order."""
+def run_plan(policy: Any, plan: TaskPlan, num_envs: int, deterministic: bool = True, bar: Any = None,
+             num_workers: int = 1) -> list[dict]:
+    """Run every episode of ``plan``; one metrics dict per episode, in episode order. ``num_workers`` > 1
+    spreads the envs over that many processes (``parallel.WorkerPoolEnv``; needs ``parallel.local_ray``)."""
     episodes = len(plan.seeds)
     num_envs = max(1, min(num_envs, episodes))
-    env = make_env(plan.env_cfg, num_envs=num_envs)
+    if num_workers > 1:
+        from vlarl.evaluation.parallel import WorkerPoolEnv
+
+        env = WorkerPoolEnv(plan.env_cfg, num_envs, num_workers)
+    else:
+        env = make_env(plan.env_cfg, num_envs=num_envs)
     results: list[dict[str, Any]] = []
     try:
         if hasattr(policy, "spec"):
@@ -100,11 +107,13 @@ def run_plan(policy: Any, plan: TaskPlan, num_envs: int, deterministic: bool = T
 
 def run_episodes(
     policy: Any, env_cfg: Any, episodes: int, seed: int, num_envs: int, deterministic: bool = True,
-    progress: bool = True, desc: str = "eval",
+    progress: bool = True, desc: str = "eval", num_workers: int = 1,
 ) -> list[dict[str, Any]]:
     """Run ``episodes`` episodes of ``env_cfg``'s task, episode k from seed ``seed + k``."""
-    with tqdm(total=episodes, desc=desc, unit="ep", disable=not progress, leave=False) as bar:
-        return run_plan(policy, plan_task(env_cfg, episodes, seed), num_envs, deterministic, bar)
+    from vlarl.evaluation.parallel import local_ray
+
+    with local_ray(num_workers), tqdm(total=episodes, desc=desc, unit="ep", disable=not progress, leave=False) as bar:
+        return run_plan(policy, plan_task(env_cfg, episodes, seed), num_envs, deterministic, bar, num_workers)
 
 
 def summarize(episodes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -122,56 +131,6 @@ def summarize(episodes: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def record_video(
-    policy: Any, env_cfg: Any, path: str | Path, episodes: int, seed: int, deterministic: bool = True, fps: int = 20,
-    reset_state_ids: list[int] | None = None,
-) -> Path | None:
-    """Render episodes ``seed .. seed+episodes-1`` (the same episodes the metrics ran) side by side
-    into one MP4 at ``path``."""
-    if episodes <= 0:
-        return None
-    import imageio.v2 as imageio
-
-    env = make_env(env_cfg, num_envs=episodes, render=True)
-    try:
-        obs = env.reset(seed=[seed + i for i in range(episodes)],
-                        reset_state_ids=reset_state_ids[:episodes] if reset_state_ids else None)
-        first = env.render()
-        if first is None:
-            raise RuntimeError(f"env '{env_cfg.name}' returned no frame from render(); it cannot record videos")
-        frames = [first]
-        done = np.zeros(episodes, dtype=bool)
-        success = np.zeros(episodes, dtype=bool)
-        last = frames[0].copy()
-        while not done.all():
-            res = env.chunk_step(_policy_actions(policy, obs, deterministic))
-            frame = env.render()
-            for i in range(episodes):
-                if done[i]:
-                    frame[i] = last[i]  # hold the final frame of finished episodes
-                elif bool(res.done[i]):
-                    done[i] = True
-                    success[i] = bool(res.episode["success_once"][i] > 0.5)
-            last = frame.copy()
-            frames.append(frame)
-            obs = res.obs
-        # colour a border on the final frames: green for success, red for failure
-        tail = []
-        for _ in range(fps):
-            f = frames[-1].copy()
-            for i in range(episodes):
-                color = np.array([40, 200, 40] if success[i] else [220, 40, 40], dtype=np.uint8)
-                f[i, :6], f[i, -6:], f[i, :, :6], f[i, :, -6:] = color, color, color, color
-            tail.append(f)
-        tiled = [np.concatenate(list(f), axis=1) for f in frames + tail]
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        imageio.mimwrite(str(path), tiled, fps=fps, codec="libx264", quality=7, macro_block_size=1)
-        return path
-    finally:
-        env.close()
-
-
 def _plain(x: Any) -> Any:
     return dataclasses.asdict(x) if dataclasses.is_dataclass(x) else x
 
@@ -179,23 +138,26 @@ def _plain(x: Any) -> Any:
 def evaluate_tasks(
     policy: Any, plans: list[TaskPlan], num_envs: int, output_dir: str | Path | None = None,
     video_episodes: int = 0, deterministic: bool = True, progress: bool = True,
-    extra: dict[str, Any] | None = None, single_video_name: str | None = None,
+    extra: dict[str, Any] | None = None, single_video_name: str | None = None, num_workers: int = 1,
 ) -> dict[str, Any]:
     """Evaluate every task of ``plans``; overall metrics pool all episodes, ``tasks`` holds per-task ones.
+    ``num_workers`` > 1: each task's envs run in that many worker processes (same per-episode results).
 
     With ``output_dir``: ``eval.json`` (summary + per-episode rows), ``eval.md`` (table), ``eval.svg``
     (per-task success plot) and MP4s of the first ``video_episodes`` episodes of each task
     (``videos/<task>.mp4``, or ``single_video_name`` for a one-task evaluation).
     """
+    from vlarl.evaluation.parallel import local_ray
     from vlarl.evaluation.report import write_markdown, write_success_plot
+    from vlarl.evaluation.video import record_video
 
     t0 = time.time()
     per_episode: list[dict[str, Any]] = []
     tasks: dict[str, dict[str, Any]] = {}
     total = sum(len(p.seeds) for p in plans)
-    with tqdm(total=total, desc="eval", unit="ep", disable=not progress, leave=False) as bar:
+    with local_ray(num_workers), tqdm(total=total, desc="eval", unit="ep", disable=not progress, leave=False) as bar:
         for plan in plans:
-            eps = run_plan(policy, plan, num_envs, deterministic, bar)
+            eps = run_plan(policy, plan, num_envs, deterministic, bar, num_workers)
             per_episode.extend(eps)
             tasks[plan.task] = {**summarize(eps), "seeds": [plan.seeds[0], plan.seeds[-1]] if plan.seeds else []}
     summary = summarize(per_episode)
@@ -205,6 +167,7 @@ def evaluate_tasks(
         seed_start=first[0] if first else 0,
         seeds=[first[0], first[-1]] if first else [],
         deterministic=deterministic,
+        num_workers=num_workers,
         policy=getattr(policy, "name", type(policy).__name__),
         wall_s=time.time() - t0,
         **(extra or {}),
@@ -232,6 +195,7 @@ def evaluate_tasks(
 def evaluate(
     policy: Any, env_cfg: Any, episodes: int, seed: int, num_envs: int, output_dir: str | Path | None = None,
     video_episodes: int = 0, deterministic: bool = True, progress: bool = True, extra: dict[str, Any] | None = None,
+    num_workers: int = 1,
 ) -> dict[str, Any]:
     """Evaluate one task and (if ``output_dir``) write ``eval.json``/``eval.md``/``eval.svg`` (+ ``eval.mp4``).
 
@@ -240,4 +204,4 @@ def evaluate(
     """
     plan = plan_task(env_cfg, episodes, seed)
     return evaluate_tasks(policy, [plan], num_envs, output_dir, video_episodes, deterministic, progress,
-                          extra, single_video_name="eval.mp4")
+                          extra, single_video_name="eval.mp4", num_workers=num_workers)
