@@ -1,7 +1,7 @@
 """The body of ``vlarl-eval`` (``vlarl.cli.eval_main`` parses nothing itself and calls ``main``).
 
     vlarl-eval checkpoint=<dir> [env=...] [env.task=...] episodes=.. seed=.. num_envs=.. video_episodes=..
-    vlarl-eval checkpoint=<dir> suite=libero_spatial [tasks=[0,3]] [num_envs=..] [video_episodes=..]
+    vlarl-eval checkpoint=<dir> suite=libero_spatial [tasks=[0,3]] [num_envs=..] [num_workers=..] [video_episodes=..]
     vlarl-eval checkpoint=ws://<host>:<port> env.task=PushCube-v1 output=<dir>   (a running policy server)
     vlarl-eval --compare a/eval.json b/eval.json [metric=success_at_end]
 
@@ -12,11 +12,26 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from vlarl.config.schema import EvalCLIConfig
+
 PROG = "vlarl-eval"
+
+
+@dataclass
+class EvalRunConfig(EvalCLIConfig):
+    """``vlarl-eval``'s config (configs/eval.yaml): the shared eval schema plus process-parallel envs."""
+
+    num_workers: int = 1  # processes the num_envs envs are split over (EnvWorker Ray actors); same results
+
+
+def _register_schema() -> None:
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="eval_run_schema", node=EvalRunConfig)
 
 
 def _fail(msg: str) -> int:
@@ -64,6 +79,7 @@ def main(args: list[str]) -> int:
     from simulators.registry import env_class, make_env
     from vlarl.checkpoint import load_env_config
     from vlarl.config import ConfigError, load_eval_config
+    from vlarl.evaluation.checkpoint_files import check_processor_files
     from vlarl.evaluation.protocol import check_policy_fits_env, evaluate
     from vlarl.evaluation.remote import RemotePolicy, is_server_address
     from vlarl.evaluation.suites import SuiteError, build_env_config, evaluate_suite, get_suite, suite_tasks
@@ -73,10 +89,16 @@ def main(args: list[str]) -> int:
     try:
         if "checkpoint" not in given:
             raise ConfigError("missing checkpoint=<policy directory> (e.g. <run_dir>/checkpoints/latest)")
+        _register_schema()
         cfg = load_eval_config(args)
         if cfg.episodes < 1 or cfg.num_envs < 1 or cfg.video_episodes < 0:
             raise ConfigError("episodes and num_envs must be >= 1 and video_episodes >= 0")
+        if cfg.num_workers < 1 or cfg.num_workers > cfg.num_envs:
+            raise ConfigError(f"num_workers={cfg.num_workers} must be in [1, num_envs={cfg.num_envs}] "
+                              f"(each worker process holds at least one env); lower num_workers or raise num_envs")
         remote = is_server_address(cfg.checkpoint)
+        if not remote:
+            check_processor_files(cfg.checkpoint)
         policy = RemotePolicy(cfg.checkpoint) if remote else Policy.from_pretrained(cfg.checkpoint)
         saved = None if remote else load_env_config(cfg.checkpoint)
         saved_cfg = _env_from_saved(saved) if saved else None
@@ -115,12 +137,13 @@ def main(args: list[str]) -> int:
     try:
         if suite is None:
             summary = evaluate(policy, env_cfg, cfg.episodes, cfg.seed, cfg.num_envs, out, cfg.video_episodes,
-                               cfg.deterministic, extra={**extra, "env_config": asdict(env_cfg)})
+                               cfg.deterministic, extra={**extra, "env_config": asdict(env_cfg)},
+                               num_workers=cfg.num_workers)
         else:
             summary = evaluate_suite(
                 policy, suite, cfg.num_envs, out, cfg.video_episodes, cfg.deterministic, extra=extra,
                 env_cfg=env_cfg, tasks=list(cfg.tasks) or None,
-                episodes_per_task=cfg.episodes if "episodes" in given else 0, seed=seed,
+                episodes_per_task=cfg.episodes if "episodes" in given else 0, seed=seed, num_workers=cfg.num_workers,
             )
     except (EnvError, SuiteError, CheckpointError) as e:
         return _fail(str(e))

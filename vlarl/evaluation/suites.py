@@ -186,7 +186,7 @@ def evaluate_suite(
     policy: Any, suite: Suite | str, num_envs: int, output_dir: Any = None, video_episodes: int = 0,
     deterministic: bool = True, progress: bool = True, extra: dict[str, Any] | None = None,
     env_cfg: Any = None, env_overrides: dict[str, Any] | None = None, tasks: list[str] | None = None,
-    episodes_per_task: int = 0, seed: int | None = None,
+    episodes_per_task: int = 0, seed: int | None = None, num_workers: int = 1,
 ) -> dict[str, Any]:
     """Run ``suite`` with its pinned protocol (``tasks``/``episodes_per_task``/``seed`` override it and
     mark the result non-standard). ``env_cfg``: a base env config (e.g. the checkpoint's env.json)."""
@@ -208,4 +208,4 @@ def evaluate_suite(
                 "seed": start, "standard": standard}
     return evaluate_tasks(policy, plans, num_envs, output_dir, video_episodes, deterministic, progress,
                           extra={"suite": suite.name, "protocol": protocol, "env_config": dataclasses.asdict(base),
-                                 **(extra or {})})
+                                 **(extra or {})}, num_workers=num_workers)
