@@ -4,7 +4,10 @@ For each policy family (tiny configs built here, random weights), export to ONNX
 then time ``act`` at batch 1 and 8 with the three back-ends interleaved call by call (so machine load
 hits them alike), one thread each. Prints p50 / p90 in milliseconds and the ratios to eager.
 
-    .venv/bin/python scripts/bench_export.py [--families mlp,ar_vla,flow_vla,diffusion] [--iters 200]
+    .venv/bin/python scripts/bench_export.py [--families mlp,ar_vla,flow_vla,diffusion,diffusion_ddpm] [--iters 200]
+
+``diffusion`` is configs/policy/diffusion.yaml (DDIM, 5 steps), ``diffusion_ddpm`` diffusion_ddpm.yaml
+(DDPM, 10 steps); both export their deterministic chain with precomputed scheduler coefficients.
 """
 
 from __future__ import annotations
@@ -35,7 +38,10 @@ def build(family: str):
     from policies.diffusion import DiffusionPolicyConfig
     from policies.flow_vla import FlowVLAConfig
 
-    cfg = {"ar_vla": ARVLAConfig, "flow_vla": FlowVLAConfig, "diffusion": DiffusionPolicyConfig}[family](chunk_size=4)
+    if family == "diffusion_ddpm":  # the settings of configs/policy/diffusion_ddpm.yaml
+        cfg = DiffusionPolicyConfig(chunk_size=4, scheduler="ddpm", num_inference_steps=10, rl_steps=5)
+    else:
+        cfg = {"ar_vla": ARVLAConfig, "flow_vla": FlowVLAConfig, "diffusion": DiffusionPolicyConfig}[family](chunk_size=4)
     return make_policy(cfg, PolicySpec(**VLA_SPEC))
 
 
@@ -83,7 +89,7 @@ def bench_family(family: str, iters: int, out_root: Path) -> list[tuple]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--families", default="mlp,ar_vla,flow_vla,diffusion")
+    ap.add_argument("--families", default="mlp,ar_vla,flow_vla,diffusion,diffusion_ddpm")
     ap.add_argument("--iters", type=int, default=200)
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -92,12 +98,12 @@ def main() -> int:
         for fam in args.families.split(","):
             rows += bench_family(fam, args.iters, Path(tmp))
     print(f"\nact() latency, 1 thread, {args.iters} interleaved calls per back-end (ms; speed-up = eager p50 / p50)")
-    print(f"{'family':10s} {'batch':>5s}  {'backend':13s} {'p50':>9s} {'p90':>9s} {'speed-up':>9s}")
+    print(f"{'family':14s} {'batch':>5s}  {'backend':13s} {'p50':>9s} {'p90':>9s} {'speed-up':>9s}")
     for r in rows:
         if len(r) == 3:
-            print(f"{r[0]:10s} {r[1]:>5s}  {r[2]}")
+            print(f"{r[0]:14s} {r[1]:>5s}  {r[2]}")
         else:
-            print(f"{r[0]:10s} {r[1]:5d}  {r[2]:13s} {r[3]:9.3f} {r[4]:9.3f} {r[5]:8.2f}x")
+            print(f"{r[0]:14s} {r[1]:5d}  {r[2]:13s} {r[3]:9.3f} {r[4]:9.3f} {r[5]:8.2f}x")
     return 0
 
 

@@ -116,3 +116,24 @@ def test_cli_exports_torch_program(tmp_path, capsys):
     assert export_main([f"checkpoint={ckpt}", "formats=[torch_export]"]) == 0
     assert (ckpt / "export" / "policy.pt2").is_file()
     assert "torch_export -> " in capsys.readouterr().out
+
+
+def test_vla_checkpoint_without_processor_is_refused_by_export_and_eval(tmp_path, capsys):
+    """A VLA checkpoint whose processor files were lost must not load with a default tokenizer/backbone."""
+    pytest.importorskip("transformers", reason="the VLA families need the vla extra (pip install -e .[vla])")
+    from policies import make_policy
+    from policies.diffusion import DiffusionPolicyConfig
+    from vlarl.cli import eval_main
+
+    spec = PolicySpec(state_dim=5, action_dim=3, action_low=[-1.0] * 3, action_high=[1.0] * 3,
+                      task="PushCube-v1", instruction="push the cube")
+    ckpt = make_policy(DiffusionPolicyConfig(chunk_size=2), spec).save_pretrained(tmp_path / "ckpt")
+    assert Policy.from_pretrained(ckpt).name == "diffusion"  # complete: loads
+    (ckpt / "processor_config.json").unlink()
+    assert export_main([f"checkpoint={ckpt}", "formats=[hf]"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "missing its processor files ['processor_config.json']" in err
+    assert "policy.save_pretrained" in err and not (ckpt / "export").exists()
+    assert eval_main([f"checkpoint={ckpt}"]) == 2
+    ours = [line for line in capsys.readouterr().err.splitlines() if line.startswith("vlarl-eval:")]
+    assert len(ours) == 1 and "missing its processor files ['processor_config.json']" in ours[0]
