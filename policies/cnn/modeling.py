@@ -162,6 +162,12 @@ class CNNPolicy(Policy):
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         return self.critic(self._features(obs)).squeeze(-1)
 
+    def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor) -> torch.Tensor:
+        """Behaviour cloning: MSE of the Gaussian mean to demonstration chunks [B, T, A], in [-1, 1] units."""
+        half = (self.action_high - self.action_low) / 2
+        mean = self._dist(self._features(obs)).mean
+        return (((mean - actions.to(self.device)) / half) ** 2).mean()
+
     def update_normalization(self, obs: dict[str, Any]) -> None:
         if self.config.normalize_state:
             self.norm.update(as_float_tensor(obs["state"], self.device))

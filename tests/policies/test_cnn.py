@@ -46,6 +46,23 @@ def test_sample_evaluate_act_value_contract(vla_spec, obs):
     assert not torch.allclose(pol.act(other), pol.act({**other, "images": obs["images"]}))
 
 
+def test_sft_loss_fits_demonstration_chunks_from_images(vla_spec):
+    torch.manual_seed(0)
+    pol = _policy(vla_spec)
+    obs = make_obs(B=6, seed=3)
+    target = torch.rand(6, 2, 3) * (torch.tensor(vla_spec.action_high) - torch.tensor(vla_spec.action_low)) + \
+        torch.tensor(vla_spec.action_low)
+    opt = torch.optim.Adam(pol.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(30):
+        loss = pol.sft_loss(obs, target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    assert losses[-1] < 0.3 * losses[0]
+
+
 def test_log_std_floor_bounds_the_density(vla_spec, obs):
     pol = _policy(vla_spec, min_log_std=-2.0)
     with torch.no_grad():

@@ -122,3 +122,16 @@ def test_yaml_composes_and_builds(name, vla_spec, obs):
 def test_image_size_not_a_multiple_of_the_merged_patch_is_refused(vla_spec):
     with pytest.raises(ValueError, match=r"policy.backbone.image_size=30 must be a multiple of .* = 16"):
         _ar(vla_spec, backbone=BackboneConfig(kind=KIND, image_size=30))
+
+
+def test_bf16_and_gradient_checkpointing(vla_spec, obs):
+    pol = _ar(vla_spec, dtype="bfloat16", backbone=BackboneConfig(kind=KIND, gradient_checkpointing=True))
+    assert next(pol.backbone.visual.parameters()).dtype == torch.bfloat16
+    assert pol.backbone.hf_models()[""].is_activation_checkpointing
+    s = pol.sample(obs)
+    assert s.logprob.dtype == torch.float32
+    pol.train()
+    lp = pol.evaluate(obs, s.replay)[0]
+    torch.testing.assert_close(lp, s.logprob, atol=1e-5, rtol=0)
+    lp.sum().backward()
+    assert pol.backbone.language_model.layers[0].mlp.up_proj.weight.grad is not None
