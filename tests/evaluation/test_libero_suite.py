@@ -37,8 +37,9 @@ def test_libero_task_with_init_state_protocol(tmp_path):
     policy = MLPPolicy(MLPPolicyConfig(hidden_sizes=[16], chunk_size=5),
                        PolicySpec(state_dim=8, action_dim=7, action_low=[-1.0] * 7, action_high=[1.0] * 7)).eval()
     res = evaluate_suite(policy, "libero_spatial", num_envs=1, output_dir=tmp_path, tasks=["1"],
-                         episodes_per_task=3, progress=False,
-                         env_overrides={"obs_mode": "state", "max_episode_steps": 10, "settle_steps": 2})
+                         episodes_per_task=3, progress=False, video_episodes=1,
+                         env_overrides={"obs_mode": "state", "max_episode_steps": 10, "settle_steps": 2,
+                                        "render_size": 64})
     saved = json.loads((tmp_path / "eval.json").read_text())
     (task,) = saved["tasks"]
     assert saved["protocol"]["num_init_states"] == 50 and saved["protocol"]["standard"] is False
@@ -46,3 +47,10 @@ def test_libero_task_with_init_state_protocol(tmp_path):
     assert [r["episode_len"] for r in saved["per_episode"]] == [10, 10, 10]
     assert res["episodes"] == 3 and res["tasks"][task]["episodes"] == 3
     assert f"| {task} | 3 |" in (tmp_path / "eval.md").read_text()
+    # the video has a frame per env step (LIBERO renders inside the chunk through step_callback), not per chunk
+    import imageio.v3 as iio
+    import numpy as np
+
+    frames = iio.imread(res["videos"][task])
+    assert frames.shape == (1 + 10 + 20, 64, 64, 3)  # reset frame, 10 steps (2 chunks of 5), 1 s framed end
+    assert np.abs(frames[2].astype(int) - frames[1]).mean() > 0.05  # the arm moved within the first chunk
