@@ -1,5 +1,5 @@
 """LeRobot dataset v3.0 -> the same ``Episode`` objects as ``read_maniskill_h5``, so SFT reads either
-(``read_demonstrations(path)`` picks the reader from what ``path`` is).
+(``policies.vlm.sft.read_demonstrations(path)`` picks the reader from what ``path`` is).
 
 The v3.0 layout packs many episodes per file and finds each one through relational metadata:
 
@@ -175,19 +175,6 @@ def read_lerobot_dataset(path: str | os.PathLike, max_episodes: int | None = Non
         out.append(LeRobotEpisode(state=state, actions=actions, images=images, instruction=instruction,
                                   episode_index=ep))
     return out
-
-
-def read_demonstrations(path: str | os.PathLike, max_episodes: int | None = None, **kw: Any) -> list[Episode]:
-    """A LeRobot v3.0 dataset folder (``meta/info.json``) or a ManiSkill trajectory ``.h5`` -> episodes."""
-    from policies.vlm.sft import read_maniskill_h5
-
-    p = Path(path)
-    if (p / INFO_PATH).is_file():
-        return read_lerobot_dataset(p, max_episodes=max_episodes, **kw)
-    if p.is_file() and p.suffix in (".h5", ".hdf5"):
-        return read_maniskill_h5(p, max_episodes)
-    raise FileNotFoundError(f"'{p}' is neither a LeRobot dataset directory (with {INFO_PATH}) nor a ManiSkill "
-                            f"trajectory .h5 file; pass one of those")
 
 
 def _png(frame: np.ndarray) -> bytes:

@@ -47,6 +47,20 @@ def read_maniskill_h5(path: str | os.PathLike, max_episodes: int | None = None) 
     return episodes
 
 
+def read_demonstrations(path: str | os.PathLike, max_episodes: int | None = None, **kw: Any) -> list[Episode]:
+    """A LeRobot v3.0 dataset folder (``meta/info.json``) or a ManiSkill trajectory ``.h5`` -> episodes;
+    ``kw`` goes to ``policies.vlm.lerobot_dataset.read_lerobot_dataset`` (cameras, state_key, ...)."""
+    p = Path(path)
+    if (p / "meta" / "info.json").is_file():
+        from policies.vlm.lerobot_dataset import read_lerobot_dataset
+
+        return read_lerobot_dataset(p, max_episodes=max_episodes, **kw)
+    if p.is_file() and p.suffix in (".h5", ".hdf5"):
+        return read_maniskill_h5(p, max_episodes)
+    raise FileNotFoundError(f"'{p}' is neither a LeRobot dataset directory (with meta/info.json) nor a ManiSkill "
+                            f"trajectory .h5 file; pass one of those")
+
+
 def action_chunks(actions: torch.Tensor, chunk: int) -> torch.Tensor:
     """[L, A] -> [L, chunk, A]: the next ``chunk`` actions from every step, padded with the last one."""
     L = actions.shape[0]

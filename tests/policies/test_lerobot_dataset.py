@@ -9,13 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from policies.vlm.lerobot_dataset import (
-    LeRobotEpisode,
-    read_demonstrations,
-    read_lerobot_dataset,
-    write_lerobot_dataset,
-)
-from policies.vlm.sft import Episode, sft_epoch
+from policies.vlm.lerobot_dataset import LeRobotEpisode, read_lerobot_dataset, write_lerobot_dataset
+from policies.vlm.sft import Episode, read_demonstrations, sft_epoch
 
 pytest.importorskip("pyarrow")
 torch.set_num_threads(1)
