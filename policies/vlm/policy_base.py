@@ -86,8 +86,10 @@ class VLAPolicy(Policy):
         if cfg.freeze_vlm:
             self.backbone.requires_grad_(False)
         elif cfg.freeze_vision:
-            for name, p in self.backbone.named_parameters():
-                if not name.startswith(("language_model.", "lm_head.")):
+            # by identity, not by name: native HF VLMs nest the LM under ``vlm.model.*``
+            keep = {id(p) for m in (self.backbone.language_model, self.backbone.lm_head) for p in m.parameters()}
+            for p in self.backbone.parameters():
+                if id(p) not in keep:
                     p.requires_grad_(False)
         if cfg.lora.rank > 0:
             from peft import LoraConfig, inject_adapter_in_model

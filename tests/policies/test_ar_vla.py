@@ -154,3 +154,14 @@ def test_bad_input_names_the_problem(vla_spec, obs):
         _policy(vla_spec, "nope")
     with pytest.raises(ValueError, match="policy.decoding"):
         _policy(vla_spec, decoding="beam")
+
+
+@pytest.mark.parametrize("kind", ["paligemma", "idefics3"])
+def test_freeze_vision_keeps_the_language_model_of_native_vlms_trainable(vla_spec, kind):
+    """Native HF VLMs nest the LM under ``vlm.model.*``: freezing the vision side must not freeze it."""
+    pol = _policy(vla_spec, kind, freeze_vision=True)
+    lm = list(pol.backbone.language_model.parameters())
+    assert lm and all(p.requires_grad for p in lm)
+    lm_ids = {id(p) for p in lm} | {id(p) for p in pol.backbone.lm_head.parameters()}
+    others = [p for p in pol.backbone.parameters() if id(p) not in lm_ids]
+    assert others and not any(p.requires_grad for p in others)
