@@ -88,6 +88,14 @@ class Runner:
         self.actor = scheduler.remote_on(ActorWorker, self.plan.actor).remote(
             cfg.policy, cfg.algorithm, self.policy_spec, cfg.seed, device, cfg.torch_threads, self.plan.actor)
         self.per_worker = per_worker
+        if self.plan.auto_stages:  # placement.pipeline_stages=auto: a short profiling pass picks S (printed)
+            from vlarl.scheduler import autotune
+
+            self.plan = autotune.apply(self.plan, self.env_workers, self.rollout, self._reset_envs(),
+                                       cfg.env.num_envs, cfg.seed + 1)
+        if cfg.placement.weight_sync == "collective":  # weights by torch.distributed broadcast, actor = rank 0
+            addr, keys = ray.get([self.actor.weight_group_address.remote(), self.actor.weight_keys.remote()])
+            ray.get([self.actor.join_weight_group.remote(addr, 2), self.rollout.join_weight_group.remote(addr, 1, 2, keys)])
         if cfg.init_from:  # start from saved policy weights (e.g. SFT); resume= still wins in train()
             from vlarl.init_from import load_init_weights, load_into_worker
 
@@ -105,6 +113,12 @@ class Runner:
             # no CPU reservation: the placement plan sizes env/rollout/actor to fill the devices, and the
             # critic runs between rollout steps, taking turns with the rollout worker
             self.reward_worker = scheduler.remote(RewardWorker, 0.0).remote(cfg.reward, cfg.torch_threads)
+
+    def _sync_weights(self) -> int:
+        """Actor -> rollout weight sync (placement.weight_sync); returns the policy version the rollout holds."""
+        if self.cfg.placement.weight_sync == "collective":
+            return ray.get([self.rollout.receive_weights.remote(), self.actor.broadcast_weights.remote()])[0]
+        return ray.get(self.rollout.set_weights.remote(self.actor.sync_weights.remote()))
 
     def _phase_metrics(self, wall_s: float) -> dict[str, float]:
         """Per-phase seconds of the last iteration from the workers' spans (env and infer summed over
@@ -237,7 +251,7 @@ class Runner:
             self.resume(ckpt)
             print(f"[vlarl] resumed from {ckpt} at iteration {self.iteration}, {self.env_steps} env steps")
         ray.get(self.rollout.set_weights.remote(self.actor.get_weights.remote()))
-        self.rollout_version = ray.get(self.rollout.set_weights.remote(self.actor.sync_weights.remote()))
+        self.rollout_version = self._sync_weights()
         prefetched = None  # asynchronous mode: the rollout collected while the actor trained
         obs_parts = self._reset_envs()
         t_start = time.time()
@@ -269,7 +283,7 @@ class Runner:
                     prefetched = collect(obs_parts)
                     obs_parts = prefetched[1]
                 train_metrics = ray.get(train_ref)
-                self.rollout_version = ray.get(self.rollout.set_weights.remote(self.actor.sync_weights.remote()))
+                self.rollout_version = self._sync_weights()
                 t2 = time.time()
                 phase_metrics = self._phase_metrics(t2 - t0)
                 self.iteration += 1

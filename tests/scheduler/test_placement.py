@@ -90,3 +90,29 @@ def test_one_device_refuses_split_modes():
 def test_requests_fit_when_ray_gets_fewer_cpus_than_cores():
     plan = resolve(PlacementConfig(num_cpus=1), 2, 16, device_type="cpu", num_devices=2)
     _fits(plan, "num_cpus", 1)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(overlap=True), "placement.overlap=true overlaps pipeline stages, but placement.pipeline_stages=1"),
+    (dict(weight_sync="pigeon"), "placement.weight_sync='pigeon' is unknown"),
+    (dict(pipeline_stages="many"), "placement.pipeline_stages='many' must be an integer >= 1 or auto"),
+])
+def test_overlap_auto_and_weight_sync_keys_are_validated(kwargs, needle):
+    with pytest.raises(PlacementError) as e:
+        resolve(PlacementConfig(**kwargs), 2, 8, device_type="cpu", num_devices=2)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_collocated_overlap_and_auto_stages():
+    plan = resolve(PlacementConfig(overlap=True, pipeline_stages=2), 2, 8, device_type="cpu", num_devices=2)
+    assert plan.overlap and plan.stages == 2 and not plan.env[0].pin  # shared cores, unpinned, overlapped
+    assert not resolve(PlacementConfig(pipeline_stages=2), 2, 8, device_type="cpu", num_devices=2).overlap
+    auto = resolve(PlacementConfig(mode="hybrid", pipeline_stages="auto"), 1, 12, device_type="cpu", num_devices=2)
+    assert auto.auto_stages and auto.stages == 1 and auto.stage_candidates == (1, 2, 4)
+    auto = resolve(PlacementConfig(overlap=True, pipeline_stages="auto"), 2, 8, device_type="cpu", num_devices=2)
+    assert auto.stage_candidates == (2, 4)  # collocated overlap needs S >= 2
+    fixed = resolve(PlacementConfig(mode="hybrid", pipeline_stages=4), 1, 12, device_type="cpu", num_devices=2)
+    assert not fixed.auto_stages and fixed.stages == 4  # an explicit S overrides auto-tuning
+    cfg = load_train_config(["placement.pipeline_stages=auto", "placement.overlap=true", "env.num_envs=8",
+                             "placement.weight_sync=collective"])
+    assert (cfg.placement.pipeline_stages, cfg.placement.overlap, cfg.placement.weight_sync) == ("auto", True, "collective")

@@ -7,14 +7,14 @@ import time
 
 import pytest
 
-from vlarl.scheduler.autotune import choose, pipelined_step
+from vlarl.scheduler.autotune import bounds, choose, pipelined_step, shared_step
 from vlarl.scheduler.timeline import Spans, busy_by_worker, phase_totals, write_trace
 
 
 def test_spans_totals_and_chrome_trace(tmp_path):
     env, roll = Spans("env0"), Spans("rollout")
     with env("env", stage=0, step=0):
-        time.sleep(0.01)
+        time.sleep(0.05)  # well above the 5 ms span below even when the machine is busy
     with roll("infer", stage=1, step=0):
         time.sleep(0.005)
     with env("env", stage=1, step=0):
@@ -22,7 +22,7 @@ def test_spans_totals_and_chrome_trace(tmp_path):
     spans = [env.pop(), roll.pop()]
     assert env.events == []  # popped
     totals = phase_totals(spans)
-    assert totals["env"] >= 0.01 and 0.005 <= totals["infer"] < totals["env"]
+    assert totals["env"] >= 0.05 and 0.005 <= totals["infer"] < totals["env"]
     assert busy_by_worker(spans)["rollout"] == pytest.approx(totals["infer"])
     trace = json.loads(write_trace(tmp_path / "t.json", spans).read_text())["traceEvents"]
     meta = {e["pid"]: e["args"]["name"] for e in trace if e["ph"] == "M"}
@@ -51,3 +51,24 @@ def test_choose_balances_devices_and_stages():
     # S must divide the batch; more devices go to the env when it is the bottleneck
     c = choose(t_env=0.12, t_infer=0.02, overhead=0.001, num_devices=4, num_envs=6, candidates=(1, 2, 4))
     assert c.stages in (1, 2) and c.env_devices == 3
+
+
+def test_bounds_separate_the_issue_bound_from_what_a_split_or_shared_cores_can_reach():
+    # this morning's collocated phases on 2 cores: env 88.2 ms per step with 2 workers in parallel, inference 42.3 ms
+    b = bounds(t_env=2 * 0.0882, t_infer=0.0423, num_devices=2, par=2)
+    assert b["issue"] == pytest.approx((0.0882 + 0.0423) / 0.0882)  # 1.48x: env and inference each keep 2 cores
+    assert b["split"] == pytest.approx((0.0882 + 0.0423) / 0.1764)  # 0.74x: env on 1 of 2 cores is the bottleneck
+    assert b["shared"] == pytest.approx((0.0882 + 0.0423) / ((0.1764 + 0.0423) / 2))  # 1.19x: all work on 2 cores
+    # inference-heavy (VLA-like): a split reaches the issue bound
+    b = bounds(t_env=0.04, t_infer=0.08, num_devices=2, par=2)
+    assert b["split"] == pytest.approx(b["issue"]) == pytest.approx(0.1 / 0.08)
+
+
+def test_choose_for_collocated_kinds():
+    c = choose(t_env=0.1764, t_infer=0.0423, overhead=0.002, num_devices=2, num_envs=8, kind="shared", par=2)
+    assert c.kind == "shared" and c.stages >= 2 and c.predicted_speedup > 1.0
+    assert c.predicted_step_s == pytest.approx(shared_step(0.1764, 0.0423, c.stages, 2, 2, 0.002))
+    c = choose(t_env=0.1764, t_infer=0.0423, overhead=0.002, num_devices=2, num_envs=8, kind="turns", par=2)
+    assert (c.kind, c.stages, c.predicted_speedup) == ("turns", 1, 1.0)
+    with pytest.raises(ValueError, match="divides 3 envs"):
+        choose(0.1, 0.1, 0.0, 2, 3, candidates=(2, 4), kind="shared")

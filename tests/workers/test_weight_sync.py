@@ -72,3 +72,41 @@ def test_checkpoint_keeps_the_version(tmp_path):
     again = ActorWorker(CFG, PPOConfig(num_minibatches=1), SPEC, seed=0)
     state = again.load(str(tmp_path))
     assert again.version == 1 and state["iteration"] == 1
+
+
+def test_collective_sync_over_gloo_arrives_identical_and_versioned():
+    """placement.weight_sync=collective: the actor broadcasts over a real Gloo group to a rollout worker in
+    another Ray process; after each update the rollout holds bit-identical tensors and the actor's version."""
+    import ray
+
+    from vlarl.config.schema import PlacementConfig
+    from vlarl.scheduler import start_ray
+
+    fresh = not ray.is_initialized()
+    start_ray(PlacementConfig())
+    actor = ray.remote(ActorWorker).options(num_cpus=0.2).remote(
+        CFG, PPOConfig(num_minibatches=1, update_epochs=2, lr=1e-2), SPEC, 0)
+    rollout = ray.remote(RolloutWorker).options(num_cpus=0.2).remote(CFG, SPEC, 1)
+    local = RolloutWorker(CFG, SPEC, seed=1)  # makes the training data in this process
+    try:
+        addr, keys = ray.get([actor.weight_group_address.remote(), actor.weight_keys.remote()])
+        assert ray.get([actor.join_weight_group.remote(addr, 2), rollout.join_weight_group.remote(addr, 1, 2, keys)]) \
+            == ["gloo", "gloo"]
+        first = None
+        for it in (0, 1, 2):
+            if it:
+                ray.get(actor.train.remote(_trajectory(local)))
+            got, sent = ray.get([rollout.receive_weights.remote(), actor.broadcast_weights.remote()])
+            assert got == sent == it
+            want = ray.get(actor.get_weights.remote())
+            have = ray.get(rollout.__ray_call__.remote(lambda self: self.policy.state_dict()))
+            for k in keys:
+                torch.testing.assert_close(have[k], want[k], rtol=0, atol=0)
+            local.set_weights(want)
+            first = first or have
+        assert any(not torch.equal(first[k], have[k]) for k in keys)  # the updates reached the rollout
+    finally:
+        for a in (actor, rollout):
+            ray.kill(a)
+        if fresh:
+            ray.shutdown()

@@ -109,7 +109,10 @@ class PlacementConfig:
     ray_address: str = ""  # "" = start a local Ray instance; "auto" or host:port = join a cluster
     device_type: str = "auto"  # "auto" (GPUs if any, else CPU cores) | "cpu" | "gpu"
     num_devices: int = 0  # devices of one node used by placement; 0 = all visible
-    pipeline_stages: int = 1  # S sub-batches per env worker
+    pipeline_stages: Any = 1  # S sub-batches per env worker, or "auto": profile at start-up and pick S
+    overlap: bool = False  # collocated only: with S >= 2, stage s+1 infers while stage s simulates on the shared
+    # devices (uses the core that single-threaded inference leaves idle); split modes always overlap
+    weight_sync: str = "object_store"  # "object_store" | "collective" (torch.distributed Gloo/NCCL broadcast)
     pin_cpus: bool = True  # CPU devices: pin each worker to its cores (os.sched_setaffinity)
     env: ComponentPlacement = field(default_factory=ComponentPlacement)
     rollout: ComponentPlacement = field(default_factory=ComponentPlacement)

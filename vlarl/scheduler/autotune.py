@@ -1,27 +1,35 @@
-"""Auto-tuning: pick the pipeline depth S and the env/rollout device split from measured phase times.
+"""Auto-tuning: pick the pipeline depth S (and see the best env/rollout split) from measured phase times.
 
-Model (per chunk step of the whole batch B): simulating costs ``t_env`` device-seconds and inference
-``t_infer`` seconds on one device; every stage adds a fixed ``overhead`` (a Ray round trip and the
-per-call cost of a smaller batch). With ``k`` of ``n`` devices for env (env scales with its devices,
-inference runs on one rollout worker) and S stages, steady state is bounded by the slower side and
-the pipeline fills/drains once per step-pair:
+Measured per chunk step of the whole batch B: ``t_env`` device-seconds of simulation (summed over env
+workers), ``t_infer`` seconds of inference (one single-threaded rollout worker) and ``overhead``, the
+rest of a step's wall time (Ray round trips, driver work), paid once per stage. With n devices, env
+spread over ``par`` of them, and S stages (fill/drain paid once per step):
 
-    step(S, k) = max(t_env / k, t_infer) + min(t_env / k, t_infer) / S + S * overhead
+    turns (collocated, S = 1)   t_env / par + t_infer + overhead
+    split (k env devices)       max(t_env / k, t_infer) + min(t_env / k, t_infer) / S + S * overhead
+    shared (collocated overlap) max((t_env + t_infer) / n, t_env / par, t_infer)
+                                    + min(t_env / par, t_infer) / S + S * overhead
 
-Collocated (take turns on all n devices): ``t_env / n + t_infer + overhead``.
+Bounds over collocated turns, without overhead (``bounds``): the issue's ``(e + i) / max(e, i)`` with
+e = t_env / par assumes env and inference each keep all their devices; a disjoint split cannot beat
+``min_k max(t_env / k, t_infer)`` per step, and devices shared by both cannot beat
+``max((t_env + t_infer) / n, t_infer)``: on 2 cores with env-heavy steps the issue's bound is out of reach.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
 class Choice:
     stages: int
-    env_devices: int
+    env_devices: int  # env devices of a split; for "shared"/"turns": the devices env uses in parallel
     predicted_step_s: float
     collocated_step_s: float
+    kind: str = "split"  # "split" | "shared" | "turns"
 
     @property
     def predicted_speedup(self) -> float:
@@ -33,21 +41,114 @@ def pipelined_step(t_env: float, t_infer: float, stages: int, env_devices: int, 
     return max(e, t_infer) + min(e, t_infer) / stages + stages * overhead
 
 
+def shared_step(t_env: float, t_infer: float, stages: int, num_devices: int, par: int, overhead: float) -> float:
+    """Collocated overlap: env workers (on ``par`` devices in parallel) and inference share all devices."""
+    e = t_env / par
+    return max((t_env + t_infer) / num_devices, e, t_infer) + min(e, t_infer) / stages + stages * overhead
+
+
+def turns_step(t_env: float, t_infer: float, par: int, overhead: float) -> float:
+    return t_env / par + t_infer + overhead
+
+
+def bounds(t_env: float, t_infer: float, num_devices: int, par: int) -> dict[str, float]:
+    """Best speedups over collocated turns, overhead ignored: the issue's, a disjoint split's, shared devices'."""
+    e, colloc = t_env / par, t_env / par + t_infer
+    split = min(max(t_env / k, t_infer) for k in range(1, max(2, num_devices)))
+    shared = max((t_env + t_infer) / num_devices, e, t_infer)
+    return {"issue": colloc / max(e, t_infer), "split": colloc / split, "shared": colloc / shared}
+
+
 def choose(t_env: float, t_infer: float, overhead: float, num_devices: int, num_envs: int,
-           candidates: tuple[int, ...] = (1, 2, 4, 8)) -> Choice:
-    """Best (S, env devices) for measured ``t_env`` (device-seconds per step of B envs), ``t_infer``
-    (seconds per step of B envs) and per-stage ``overhead``; S must divide ``num_envs``."""
-    colloc = t_env / num_devices + t_infer + overhead
-    best: Choice | None = None
-    for k in range(1, max(2, num_devices)):
-        for S in candidates:
-            if num_envs % S:
-                continue
-            t = pipelined_step(t_env, t_infer, S, k, overhead)
-            if best is None or t < best.predicted_step_s:
-                best = Choice(S, k, t, colloc)
-    assert best is not None
-    return best
+           candidates: tuple[int, ...] = (1, 2, 4, 8), env_devices: int | None = None, kind: str = "split",
+           par: int | None = None) -> Choice:
+    """Best S (and, for a split with ``env_devices`` None, the best env device count) for measured
+    ``t_env`` (device-seconds per step of B envs), ``t_infer`` and per-stage ``overhead``; S divides ``num_envs``.
+    ``kind``: "split" (hybrid / disaggregated), "shared" (collocated overlap) or "turns" (collocated).
+    ``par``: devices the env workers of a collocated run use in parallel (default all), which sets the
+    reference, collocated turns."""
+    par = par or num_devices
+    colloc = turns_step(t_env, t_infer, par, overhead)
+    options: list[Choice] = []
+    for S in candidates:
+        if num_envs % S:
+            continue
+        if kind == "turns":
+            options.append(Choice(1, par, colloc, colloc, kind))
+            break
+        if kind == "shared":
+            if S >= 2:
+                options.append(Choice(S, par, shared_step(t_env, t_infer, S, num_devices, par, overhead), colloc, kind))
+            continue
+        ks = [env_devices] if env_devices else range(1, max(2, num_devices))
+        options += [Choice(S, k, pipelined_step(t_env, t_infer, S, k, overhead), colloc, kind) for k in ks]
+    if not options:
+        raise ValueError(f"no pipeline depth in {candidates} divides {num_envs} envs (and suits kind={kind})")
+    return min(options, key=lambda c: c.predicted_step_s)
 
 
-__all__ = ["Choice", "choose", "pipelined_step"]
+@dataclass
+class Profile:
+    t_env: float  # device-seconds of simulation per chunk step (all env workers)
+    t_infer: float  # seconds of inference per chunk step
+    overhead: float  # wall seconds per step beyond env (in parallel) and inference
+    wall: float
+
+
+def profile(env_workers: list[Any], rollout: Any, obs_parts: list[Any], steps: int, par: int) -> Profile:
+    """Run ``steps`` unstaged chunk steps (after one warm-up) through the real pipeline and read the workers'
+    phase timers; ``par``: env devices the workers simulate on in parallel."""
+    import ray
+
+    from vlarl.scheduler.pipeline import StagedRollout
+    from vlarl.scheduler.timeline import phase_totals
+
+    workers = [*env_workers, rollout]
+    obs = obs_parts
+    for rec in StagedRollout(env_workers, rollout, 1, True).run(obs, 1):
+        obs = [r.obs for r in rec.results]
+    ray.get([w.pop_spans.remote() for w in workers])
+    t = time.perf_counter()
+    for _ in StagedRollout(env_workers, rollout, 1, True).run(obs, steps):
+        pass
+    wall = (time.perf_counter() - t) / steps
+    totals = phase_totals(ray.get([w.pop_spans.remote() for w in workers]))
+    t_env, t_inf = totals.get("env", 0.0) / steps, totals.get("infer", 0.0) / steps
+    return Profile(t_env, t_inf, max(0.0, wall - t_env / par - t_inf), wall)
+
+
+def apply(plan: Any, env_workers: list[Any], rollout: Any, obs_parts: list[Any], num_envs: int, seed: int,
+          steps: int = 3) -> Any:
+    """``placement.pipeline_stages=auto``: profile, pick S for the plan's mode and device split, switch the
+    env workers to S sub-batches, re-seed the rollout worker (profiling drew samples) and return the plan
+    with ``stages`` set. Prints the measurement and the choice."""
+    import dataclasses
+
+    import ray
+
+    W = len(env_workers)
+    env_devs = sorted({d for w in plan.env for d in w.devices})
+    par = max(1, min(W, len(env_devs)))
+    prof = profile(env_workers, rollout, obs_parts, steps, par)
+    if plan.mode != "collocated":
+        par = plan.num_devices  # the reference is collocated turns with env on all devices
+    if plan.mode == "collocated":
+        kind = "shared" if plan.overlap else "turns"
+    else:
+        kind = "split"
+    per_worker_cands = tuple(c for c in plan.stage_candidates if (num_envs // W) % c == 0)
+    best = choose(prof.t_env, prof.t_infer, prof.overhead, plan.num_devices, num_envs // W, per_worker_cands,
+                  env_devices=len(env_devs) if kind == "split" else None, kind=kind, par=par)
+    b = bounds(prof.t_env, prof.t_infer, plan.num_devices, par)
+    print(f"[vlarl] autotune: per chunk step t_env {prof.t_env * 1e3:.1f} ms (device-s), t_infer "
+          f"{prof.t_infer * 1e3:.1f} ms, other {prof.overhead * 1e3:.1f} ms; bounds over collocated: issue "
+          f"{b['issue']:.2f}x, split {b['split']:.2f}x, shared {b['shared']:.2f}x -> placement.pipeline_stages="
+          f"{best.stages} ({best.kind}, predicted {best.predicted_speedup:.2f}x over collocated turns; override with "
+          f"placement.pipeline_stages=<S>)")
+    if best.stages != plan.stages:
+        ray.get([w.set_stages.remote(best.stages) for w in env_workers])
+    ray.get(rollout.reseed.remote(seed))
+    return dataclasses.replace(plan, stages=best.stages)
+
+
+__all__ = ["Choice", "Profile", "apply", "bounds", "choose", "pipelined_step", "profile", "shared_step", "turns_step"]

@@ -3,7 +3,8 @@
 A *device* is a GPU where there are GPUs and a CPU core where there are none; device ``i`` of a node is
 its i-th GPU, or the i-th core of the node's CPU affinity set. Modes (``placement.mode``):
 
-    collocated     every component on all devices; they take turns (no overlap)
+    collocated     every component on all devices; they take turns (no overlap), or with
+                   ``placement.overlap=true`` and S >= 2 overlap stages on the shared devices
     disaggregated  env on its own set; rollout on another; actor on the rollout's set (never the env's)
     hybrid         env and rollout on disjoint sets; actor on all devices
 
@@ -56,13 +57,16 @@ class PlacementPlan:
     rollout: WorkerPlacement
     actor: WorkerPlacement
     reward: WorkerPlacement
+    auto_stages: bool = False  # pipeline_stages=auto: the runner profiles and sets ``stages`` at start-up
+    stage_candidates: tuple[int, ...] = (1,)  # the S values this batch layout allows (auto picks among them)
 
     def describe(self) -> str:
         def sets(ws: list[WorkerPlacement]) -> str:
             return " ".join(str(w.devices) for w in ws)
 
         kind = "GPU" if self.device_type == "gpu" else "core"
-        return (f"placement {self.mode} on {self.num_devices} {kind}s, {self.stages} pipeline stage(s): "
+        stages = f"S={self.stages}" + (" (auto)" if self.auto_stages else "") + (" overlapped" if self.overlap else "")
+        return (f"placement {self.mode} on {self.num_devices} {kind}s, {stages}: "
                 f"env {sets(self.env)} | rollout {self.rollout.devices} | actor {self.actor.devices}")
 
 
@@ -111,10 +115,23 @@ def resolve(p: Any, num_env_workers: int, num_envs: int, group_size: int = 1,
     n = num_devices if num_devices is not None else (p.num_devices or count_devices(dtype))
     if n < 1:
         raise PlacementError(f"no {dtype} devices are visible; set placement.device_type=cpu or placement.num_devices")
-    S = int(p.pipeline_stages)
+    sync = getattr(p, "weight_sync", "object_store")
+    if sync not in ("object_store", "collective"):
+        raise PlacementError(f"placement.weight_sync='{sync}' is unknown; choose object_store or collective")
+    auto = str(p.pipeline_stages).strip().lower() == "auto"
+    try:
+        S = 1 if auto else int(p.pipeline_stages)
+    except (TypeError, ValueError):
+        raise PlacementError(f"placement.pipeline_stages={p.pipeline_stages!r} must be an integer >= 1 or auto") from None
     if S < 1:
         raise PlacementError(f"placement.pipeline_stages={S} must be >= 1")
     W = int(num_env_workers)
+    overlap = p.mode != "collocated" or bool(getattr(p, "overlap", False))
+    if p.mode == "collocated" and overlap and S < 2 and not auto:
+        raise PlacementError(
+            "placement.overlap=true overlaps pipeline stages, but placement.pipeline_stages=1; "
+            "set placement.pipeline_stages>=2 (or auto), or placement.overlap=false"
+        )
     unit = W * S * max(1, group_size)
     if num_envs % unit != 0:
         lo = max(unit, num_envs // unit * unit)
@@ -176,7 +193,9 @@ def resolve(p: Any, num_env_workers: int, num_envs: int, group_size: int = 1,
     _assign_resources(workers, n, p, dtype)
     env_w = workers[:W]
     rollout, actor, reward = workers[W:]
-    return PlacementPlan(p.mode, dtype, n, S, p.mode != "collocated", env_w, rollout, actor, reward)
+    per = num_envs // (W * max(1, group_size))
+    cands = tuple(c for c in (1, 2, 4, 8) if per % c == 0 and (c >= 2 or not (p.mode == "collocated" and overlap)))
+    return PlacementPlan(p.mode, dtype, n, S, overlap, env_w, rollout, actor, reward, auto, cands or (1,))
 
 
 def _assign_resources(workers: list[WorkerPlacement], n: int, p: Any, dtype: str) -> None:
@@ -222,7 +241,7 @@ def resolve_for_training(cfg: Any, torch_device: str) -> PlacementPlan:
     non-collocated mode)."""
     p = cfg.placement
     dtype = p.device_type if p.device_type != "auto" else ("gpu" if str(torch_device).startswith("cuda") else "cpu")
-    staged = p.pipeline_stages > 1 or p.mode != "collocated"
+    staged = str(p.pipeline_stages) != "1" or p.mode != "collocated"  # "auto" may pick S > 1
     group = group_size_of(cfg.algorithm) if staged else 1
     return resolve(p, cfg.env.num_workers, cfg.env.num_envs, group, device_type=dtype)
 

@@ -2,6 +2,8 @@
 
 ``version`` counts updates; ``sync_weights`` hands rollout workers the trainable parameters and the
 buffers (e.g. observation normalizer) tagged with that version; frozen parameters never travel.
+With ``placement.weight_sync=collective`` the same tensors go out by ``broadcast_weights`` over a
+torch.distributed group instead (``vlarl.scheduler.collective``; the actor is rank 0).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from policies.base import PolicySpec
 from policies.registry import make_policy
 from vlarl.algorithms.registry import algorithm_spec
 from vlarl.data.trajectory import Trajectory
+from vlarl.scheduler import collective
 from vlarl.scheduler.placement import WorkerPlacement, bind
 from vlarl.scheduler.timeline import Spans
 
@@ -44,12 +47,32 @@ class ActorWorker:
     def get_weights(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
 
+    def weight_keys(self) -> list[str]:
+        """Names of the synced tensors: parameters with ``requires_grad`` plus buffers."""
+        keep = {n for n, p in self.policy.named_parameters() if p.requires_grad}
+        keep |= {n for n, _ in self.policy.named_buffers()}
+        return sorted(k for k in self.policy.state_dict() if k in keep)
+
     def sync_weights(self) -> tuple[int, dict[str, torch.Tensor]]:
         """(version, tensors) for rollout workers: parameters with ``requires_grad`` plus buffers."""
         with self.spans("sync"):
-            keep = {n for n, p in self.policy.named_parameters() if p.requires_grad}
-            keep |= {n for n, _ in self.policy.named_buffers()}
+            keep = set(self.weight_keys())
             return self.version, {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items() if k in keep}
+
+    def weight_group_address(self) -> tuple[str, int]:
+        return collective.node_address()
+
+    def join_weight_group(self, address: tuple[str, int], world_size: int) -> str:
+        """Rank 0 of the weight group (``placement.weight_sync=collective``); returns the backend."""
+        self._weight_group = collective.join(address, 0, world_size, self.device)
+        return self._weight_group.backend
+
+    def broadcast_weights(self) -> int:
+        """Send the version and the synced tensors to every rollout worker of the group; returns the version."""
+        with self.spans("sync"):
+            state = self.policy.state_dict()
+            collective.send(self._weight_group, {k: state[k] for k in self.weight_keys()}, self.version)
+        return self.version
 
     def set_lr(self, lr: float) -> None:
         for g in self.optimizer.param_groups:

@@ -33,16 +33,26 @@ class EnvWorker:
 
         system_env.apply()
         bind(placement)
-        if stages < 1 or num_envs % stages != 0:
-            raise ValueError(f"{num_envs} envs per worker do not split into placement.pipeline_stages={stages} "
-                             f"sub-batches; set env.num_envs to a multiple of env.num_workers x pipeline_stages")
-        self.worker_index = worker_index
-        self.stages = stages
-        self.per_stage = num_envs // stages
-        self.envs = [make_env(env_cfg, num_envs=self.per_stage, worker_index=worker_index) for _ in range(stages)]
-        self.env = self.envs[0]
+        self.env_cfg, self.num_envs, self.worker_index = env_cfg, num_envs, worker_index
+        self.envs: list[Any] = []
+        self.set_stages(stages)
         self.spans = Spans(f"env{worker_index}")
         self._executed: list[tuple[int, int, torch.Tensor]] | None = None  # (step, stage, actions) when recording
+
+    def set_stages(self, stages: int) -> None:
+        """Hold the envs in ``stages`` sub-batches (re-creates them when S changes, e.g. after auto-tuning;
+        call ``reset`` afterwards)."""
+        if stages < 1 or self.num_envs % stages != 0:
+            raise ValueError(f"{self.num_envs} envs per worker do not split into placement.pipeline_stages={stages} "
+                             f"sub-batches; set env.num_envs to a multiple of env.num_workers x pipeline_stages")
+        if self.envs and stages == self.stages:
+            return
+        self.close()
+        self.stages = stages
+        self.per_stage = self.num_envs // stages
+        self.envs = [make_env(self.env_cfg, num_envs=self.per_stage, worker_index=self.worker_index)
+                     for _ in range(stages)]
+        self.env = self.envs[0]
 
     def spec(self) -> EnvSpec:
         return self.env.spec

@@ -3,7 +3,8 @@
 It holds a policy version: ``set_weights(weights, version)`` loads the actor's synced tensors (only
 trainable parameters and buffers travel) and every sample reports the version that produced it.
 Observations arrive in wire form (numpy from the object store, ``vlarl.scheduler.transport``) and are
-wrapped without a copy; replies leave the same way.
+wrapped without a copy; replies leave the same way. With ``placement.weight_sync=collective`` weights
+arrive instead by ``receive_weights`` over a torch.distributed group (``vlarl.scheduler.collective``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from policies.base import ActionSample, PolicySpec
 from policies.registry import make_policy
 from simulators.base import ChunkStepResult
 from vlarl.data.trajectory import cat_obs
+from vlarl.scheduler import collective
 from vlarl.scheduler.placement import WorkerPlacement, bind
 from vlarl.scheduler.timeline import Spans
 from vlarl.scheduler.transport import from_wire, to_wire
@@ -45,6 +47,27 @@ class RolloutWorker:
             if version is not None:
                 self.version = int(version)
         return self.version
+
+    def join_weight_group(self, address: tuple[str, int], rank: int, world_size: int, keys: list[str]) -> str:
+        """Join the actor's weight group as ``rank``; ``keys``: the synced tensors (``ActorWorker.weight_keys``)."""
+        state = self.policy.state_dict()  # detached tensors sharing the parameters' storage
+        missing = [k for k in keys if k not in state]
+        if missing:
+            raise KeyError(f"weights name parameters this policy does not have: {missing[:5]}; "
+                           f"actor and rollout must build the same policy config")
+        self._sync_into = {k: state[k] for k in keys}
+        self._weight_group = collective.join(address, rank, world_size, self.device)
+        return self._weight_group.backend
+
+    def receive_weights(self) -> int:
+        """Receive one broadcast of the actor's synced tensors (in place); returns the version now held."""
+        with self.spans("sync"):
+            self.version = collective.receive(self._weight_group, self._sync_into)
+        return self.version
+
+    def reseed(self, seed: int) -> None:
+        """Restart the sampling RNG (after a profiling pass drew samples, so training is reproducible)."""
+        torch.manual_seed(seed)
 
     def _to_device(self, obs: dict[str, Any]) -> dict[str, Any]:
         obs = from_wire(obs)
