@@ -10,46 +10,34 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from simulators.base import BatchedEnv, ChunkStepResult, EnvError, EnvSpec, Obs
+from simulators.maniskill_tasks import (  # noqa: F401  (INSTRUCTIONS, check_task: re-exported)
+    INSTRUCTIONS,
+    _asset_paths,
+    asset_for_path,
+    assets_named_in,
+    check_task,
+    check_task_config,
+    import_maniskill,
+    instruction_for,
+    missing_asset_message,
+    missing_assets,
+)
 from simulators.registry import EnvConfig, register_env
-
-# A language instruction for each task, so language-conditioned policies see the same schema
-# everywhere. Tasks not listed fall back to a phrase made from the task id.
-INSTRUCTIONS: dict[str, str] = {
-    "PushCube-v1": "push the cube to the red and white goal region",
-    "PullCube-v1": "pull the cube back to the goal region",
-    "PickCube-v1": "pick up the cube and move it to the goal position",
-    "StackCube-v1": "stack the red cube on top of the green cube",
-    "PegInsertionSide-v1": "insert the peg into the hole on the side of the box",
-    "PlaceSphere-v1": "place the sphere into the bin",
-    "LiftPegUpright-v1": "lift the peg and stand it upright",
-    "PokeCube-v1": "use the peg to poke the cube to the goal",
-    "PushT-v1": "push the T-shaped block onto the T-shaped target",
-    "RollBall-v1": "roll the ball to the goal region",
-    "PlugCharger-v1": "plug the charger into the receptacle",
-    "PullCubeTool-v1": "use the tool to pull the cube closer",
-    "TwoRobotPickCube-v1": "pick up the cube with two robots",
-    "PickSingleYCB-v1": "pick up the object and move it to the goal position",
-}
-
-
-def instruction_for(task: str) -> str:
-    if task in INSTRUCTIONS:
-        return INSTRUCTIONS[task]
-    words = "".join(" " + c.lower() if c.isupper() else c for c in task.split("-")[0]).strip()
-    return f"{words}"
+from simulators.serial import SimulatorCrash
 
 
 @dataclass
 class ManiSkillConfig(EnvConfig):
     name: str = "maniskill"
     task: str = "PushCube-v1"
-    control_mode: str = "pd_joint_delta_pos"
+    control_mode: str = "pd_joint_delta_pos"  # "" = the task robot's default controller
     sim_backend: str = "cpu"  # "cpu" here; "physx_cuda" on GPU machines
     render_size: int = 256  # video frames (human render camera), pixels
     ignore_terminations: bool = False  # True: run to the time limit even after success
@@ -58,39 +46,10 @@ class ManiSkillConfig(EnvConfig):
     # [base_camera, hand_camera].
     cameras: list[str] = field(default_factory=list)
     robot_uids: str = ""  # "" = the task's default robot
-    # A camera rendered only at chunk boundaries (after reset and at the end of each chunk) into
-    # obs["images"], at image_size px, for a reward critic, while the policy keeps obs_mode (e.g. state):
-    # one render per chunk instead of one per step. Not in EnvSpec.image_keys (the policy does not read it).
-    critic_camera: str = ""
 
 
-def _import_maniskill():
-    try:
-        import gymnasium as gym
-        import mani_skill.envs  # noqa: F401  (registers the tasks)
-    except ImportError as e:  # pragma: no cover - depends on install
-        raise EnvError(
-            f"ManiSkill3 is not installed ({e}); install it with `pip install -e .[maniskill]` "
-            "and run scripts/setup_system.sh for a Vulkan device"
-        ) from e
-    return gym
-
-
-def check_task(task: str) -> None:
-    """Raise a clear error for a task id ManiSkill does not know."""
-    gym = _import_maniskill()
-    from mani_skill.utils.registration import REGISTERED_ENVS
-
-    if task not in REGISTERED_ENVS:
-        import difflib
-
-        close = difflib.get_close_matches(task, list(REGISTERED_ENVS), n=3)
-        hint = f" Did you mean {close}?" if close else ""
-        raise EnvError(
-            f"unknown ManiSkill task env.task='{task}'.{hint} "
-            f"Known tasks include {sorted(REGISTERED_ENVS)[:8]}... ({len(REGISTERED_ENVS)} in all)"
-        )
-    del gym
+# kept under their old names: the GPU adapter and scripts import them from here
+_import_maniskill = import_maniskill
 
 
 @register_env("maniskill", ManiSkillConfig)
@@ -101,10 +60,11 @@ class ManiSkillEnv(BatchedEnv):
         if cfg.obs_mode not in ("state", "rgb"):
             raise EnvError(f"env.obs_mode='{cfg.obs_mode}' is not supported; use 'state' or 'rgb'")
         if cfg.sim_backend != "cpu":
-            raise EnvError(f"env.sim_backend='{cfg.sim_backend}' is not available in this adapter yet; use 'cpu'")
-        if cfg.reward_mode not in ("sparse", "dense", "normalized_dense", "none"):
-            raise EnvError(f"env.reward_mode='{cfg.reward_mode}' is unknown; use sparse, dense or normalized_dense")
-        check_task(cfg.task)
+            raise EnvError(
+                f"env.sim_backend='{cfg.sim_backend}': env=maniskill runs ManiSkill's CPU backend; use "
+                "env.sim_backend=cpu, or env=maniskill_gpu for physx_cuda on a CUDA machine"
+            )
+        check_task_config(cfg)  # task id, reward mode, assets
 
     def __init__(self, cfg: ManiSkillConfig, num_envs: int, worker_index: int = 0, render: bool = False):
         gym = _import_maniskill()
@@ -116,8 +76,10 @@ class ManiSkillEnv(BatchedEnv):
         kwargs = make_kwargs(cfg, sim_backend="cpu", num_envs=1, render=render)
         self._render = render
         self.envs = []
-        for _ in range(num_envs):
+        for k in range(num_envs):
             env = _make_quietly(gym, cfg.task, kwargs)
+            if k == 0 and cfg.cameras:  # a camera the task lacks fails before more envs are built
+                _camera_slices(env, cfg)
             if cfg.obs_mode == "rgb":
                 from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper
 
@@ -133,9 +95,6 @@ class ManiSkillEnv(BatchedEnv):
         self.max_episode_steps = int(cfg.max_episode_steps or _time_limit(e0))
         obs, _ = e0.reset(seed=0)
         first = self._convert(obs)
-        if cfg.critic_camera and cfg.critic_camera not in e0.unwrapped.scene.sensors:
-            raise EnvError(f"env.critic_camera='{cfg.critic_camera}' is not a camera of ManiSkill task '{cfg.task}'; "
-                           f"its cameras are {list(e0.unwrapped.scene.sensors)}")
         self.spec = EnvSpec(
             state_dim=int(first["state"].shape[-1]),
             action_dim=int(low.shape[0]),
@@ -150,6 +109,7 @@ class ManiSkillEnv(BatchedEnv):
         self._low = torch.from_numpy(low)
         self._high = torch.from_numpy(high)
         self._reset_state_ids: list[int] | None = None
+        self._seeds: list[int | None] = [None] * num_envs
         self._obs: list[dict[str, torch.Tensor]] = []
         self._ret = torch.zeros(num_envs)
         self._len = torch.zeros(num_envs, dtype=torch.long)
@@ -181,6 +141,18 @@ class ManiSkillEnv(BatchedEnv):
             "instruction": [self.instruction] * len(per_env),
         }
 
+    def _sim(self, what: str, i: int, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """A ManiSkill call for env ``i``; a failure is re-raised naming the env, task, seed and state id,
+        so a crashed env worker's report (Ray forwards the message) says which episode broke."""
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            sid = None if self._reset_state_ids is None else self._reset_state_ids[i]
+            raise SimulatorCrash(
+                f"ManiSkillEnv env {i} (worker {self.worker_index}, task '{self.cfg.task}', seed {self._seeds[i]}, "
+                f"reset_state_id {sid}) crashed in {what}: {type(e).__name__}: {e}"
+            ) from e
+
     # -- interface ------------------------------------------------------------------------------
     def reset(self, seed: int | list[int] | None = None, reset_state_ids: list[int] | None = None) -> Obs:
         if reset_state_ids is not None and len(reset_state_ids) != self.num_envs:
@@ -194,11 +166,12 @@ class ManiSkillEnv(BatchedEnv):
             if len(seed) != self.num_envs:
                 raise EnvError(f"got {len(seed)} seeds for {self.num_envs} envs")
             seeds = list(seed)
+        self._seeds = seeds
         self._obs = []
         for i, env in enumerate(self.envs):
             s = self._reset_state_ids[i] if self._reset_state_ids is not None else seeds[i]
-            obs, _ = env.reset(seed=s)
-            self._obs.append(self._critic_frame(env, self._convert(obs)))
+            obs, _ = self._sim("reset", i, env.reset, seed=s)
+            self._obs.append(self._convert(obs))
         self._ret.zero_()
         self._len.zero_()
         self._succ_once.zero_()
@@ -230,7 +203,7 @@ class ManiSkillEnv(BatchedEnv):
         final_obs: list[dict[str, Any]] = list(self._obs)
         for i, env in enumerate(self.envs):
             for t in range(T):
-                obs, r, term, trunc, info = env.step(actions[i : i + 1, t])
+                obs, r, term, trunc, info = self._sim("step", i, env.step, actions[i : i + 1, t])
                 step_mask[i, t] = True
                 rewards[i, t] = float(r.reshape(-1)[0])
                 s = bool(info["success"].reshape(-1)[0]) if "success" in info else False
@@ -252,11 +225,11 @@ class ManiSkillEnv(BatchedEnv):
                     episode["return"][i] = float(self._ret[i])
                     episode["episode_len"][i] = float(self._len[i])
                     break
-            final_obs[i] = self._obs[i] = self._critic_frame(env, self._obs[i])
+            final_obs[i] = self._obs[i]
             if done[i]:
                 seed = self._reset_state_ids[i] if self._reset_state_ids is not None else None
-                obs, _ = env.reset(seed=seed)
-                self._obs[i] = self._critic_frame(env, self._convert(obs))
+                obs, _ = self._sim("auto-reset", i, env.reset, seed=seed)
+                self._obs[i] = self._convert(obs)
                 self._ret[i] = 0.0
                 self._len[i] = 0
                 self._succ_once[i] = False
@@ -271,20 +244,6 @@ class ManiSkillEnv(BatchedEnv):
             episode=episode,
             success=success,
         )
-
-    def _critic_frame(self, env: Any, obs: dict[str, Any]) -> dict[str, Any]:
-        """Add ``cfg.critic_camera``'s RGB frame (uint8 [1, H, W, 3]) to one env's obs (see ManiSkillConfig)."""
-        cam = self.cfg.critic_camera
-        if not cam or cam in obs["images"]:
-            return obs
-        u = env.unwrapped
-        for actor in u._hidden_objects:  # as ManiSkill's own sensor observations do
-            actor.hide_visual()
-        u.scene.update_render(update_sensors=True, update_human_render_cameras=False)
-        sensor = u.scene.sensors[cam]
-        sensor.capture()
-        rgb = sensor.get_obs(rgb=True, depth=False, position=False, segmentation=False)["rgb"]
-        return {**obs, "images": {**obs["images"], cam: rgb[..., :3].to(torch.uint8).reshape(1, *rgb.shape[-3:-1], 3)}}
 
     def render(self) -> np.ndarray | None:
         if not self._render:
@@ -320,12 +279,12 @@ def make_kwargs(cfg: ManiSkillConfig, sim_backend: str, num_envs: int, render: b
     """``gym.make`` keyword arguments for a ManiSkill task, shared by the CPU and GPU adapters."""
     kwargs: dict[str, Any] = dict(
         obs_mode="state" if cfg.obs_mode == "state" else "rgb",
-        control_mode=cfg.control_mode,
+        control_mode=cfg.control_mode or None,
         sim_backend=sim_backend,
         num_envs=num_envs,
         reward_mode=cfg.reward_mode,
     )
-    if cfg.obs_mode == "rgb" or getattr(cfg, "critic_camera", ""):
+    if cfg.obs_mode == "rgb":
         kwargs["sensor_configs"] = dict(width=cfg.image_size, height=cfg.image_size)
     if render:
         kwargs["render_mode"] = "rgb_array"
@@ -346,18 +305,63 @@ def _time_limit(env: Any) -> int:
 
 
 def _make_quietly(gym: Any, task: str, kwargs: dict[str, Any]) -> Any:
-    """gym.make with stdin closed: tasks whose assets are missing prompt for a download; turn that
-    prompt into a clear error instead of a hang."""
+    """gym.make with stdin closed and ManiSkill's prints captured, so that an asset ManiSkill finds
+    missing only while building (a scene or robot file) becomes a clear error, not a ``(y|n)``
+    prompt; an unsupported control mode becomes a clear error, not an ``assert``. Multi-agent tasks
+    (a dict of action spaces) get one flat action vector, as every vlarl policy emits."""
+    import contextlib
+    import io
+
     old_stdin = sys.stdin
+    printed = io.StringIO()
     try:
         sys.stdin = open(os.devnull)
-        return gym.make(task, **kwargs)
-    except (EOFError, OSError, RuntimeError) as e:
+        with contextlib.redirect_stdout(printed):
+            env = gym.make(task, **kwargs)
+    except (EOFError, SystemExit) as e:  # a download prompt read EOF (or ManiSkill called exit())
+        named = assets_named_in(printed.getvalue())
+        missing = [(a, paths[0][1]) for a in named if (paths := _asset_paths(a))]
+        missing = missing or missing_assets(task, kwargs.get("robot_uids", ""))
+        raise EnvError(missing_asset_message(task, missing) if missing else (
+            f"ManiSkill task '{task}' asked to download assets ({_last_line(printed.getvalue())}); fetch them "
+            f"with `python -m mani_skill.utils.download_asset {task}` on a machine with network and copy "
+            "~/.maniskill/data here (or set MS_ASSET_DIR), or pick a task that works offline "
+            f"(docs/maniskill_tasks.md)"
+        )) from e
+    except ImportError as e:
         raise EnvError(
-            f"ManiSkill task '{task}' could not be created ({type(e).__name__}: {e}). If it needs assets "
-            f"(YCB, PartNet, ReplicaCAD), fetch them on a networked machine with "
-            f"`python -m mani_skill.utils.download_asset {task}` and copy ~/.maniskill/data here"
+            f"ManiSkill task '{task}' could not import a package it needs ({e}); install it with "
+            f"`pip install {e.name or '<that package>'}`"
+        ) from e
+    except AssertionError as e:
+        if "supported modes" in str(e):
+            raise EnvError(
+                f"env.control_mode='{kwargs.get('control_mode')}' is not a controller of ManiSkill task '{task}''s "
+                f"robot ({e}); set env.control_mode to one of those, or env.control_mode='' for its default"
+            ) from e
+        raise EnvError(f"ManiSkill task '{task}' could not be created (AssertionError: {e})") from e
+    except (OSError, RuntimeError) as e:
+        asset = asset_for_path(e.filename) if isinstance(e, OSError) and e.filename else None
+        if asset:
+            raise EnvError(missing_asset_message(task, [(asset, Path(e.filename))])) from e
+        raise EnvError(
+            f"ManiSkill task '{task}' could not be created ({type(e).__name__}: {e}). If it needs assets, fetch "
+            f"them with `python -m mani_skill.utils.download_asset {task}` and copy ~/.maniskill/data here"
         ) from e
     finally:
         sys.stdin.close()
         sys.stdin = old_stdin
+    if printed.getvalue():
+        sys.stdout.write(printed.getvalue())
+    from gymnasium import spaces
+
+    if isinstance(env.action_space, spaces.Dict):
+        from mani_skill.utils.wrappers.flatten import FlattenActionSpaceWrapper
+
+        env = FlattenActionSpaceWrapper(env)
+    return env
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("---")]
+    return lines[-1] if lines else "no message"

@@ -30,12 +30,12 @@ from simulators.maniskill import (
     _import_maniskill,
     _make_quietly,
     _time_limit,
-    check_task,
+    check_task_config,
     instruction_for,
     make_kwargs,
 )
 from simulators.registry import register_env
-from simulators.serial import check_actions, resolve_seeds
+from simulators.serial import SimulatorCrash, check_actions, resolve_seeds
 
 
 @dataclass
@@ -52,10 +52,6 @@ class ManiSkillGPUEnv(BatchedEnv):
     def validate_config(cfg: ManiSkillGPUConfig, num_envs: int | None = None) -> None:
         if cfg.obs_mode not in ("state", "rgb"):
             raise EnvError(f"env.obs_mode='{cfg.obs_mode}' is not supported; use 'state' or 'rgb'")
-        if cfg.reward_mode not in ("sparse", "dense", "normalized_dense", "none"):
-            raise EnvError(
-                f"env.reward_mode='{cfg.reward_mode}' is unknown; use sparse, dense or normalized_dense"
-            )
         if cfg.sim_backend in ("physx_cuda", "gpu", "cuda"):
             if not torch.cuda.is_available():
                 raise EnvError(
@@ -72,7 +68,7 @@ class ManiSkillGPUEnv(BatchedEnv):
             raise EnvError(
                 f"env.sim_backend='{cfg.sim_backend}' is unknown; use physx_cuda (or cpu with num_envs=1)"
             )
-        check_task(cfg.task)
+        check_task_config(cfg)  # task id, reward mode, assets
 
     def __init__(self, cfg: ManiSkillGPUConfig, num_envs: int, worker_index: int = 0, render: bool = False):
         gym = _import_maniskill()
@@ -112,6 +108,7 @@ class ManiSkillGPUEnv(BatchedEnv):
         self._low = torch.from_numpy(low).to(self.device)
         self._high = torch.from_numpy(high).to(self.device)
         self._ids: torch.Tensor | None = None
+        self._seed_desc = "from 0"
         self._obs: Obs = first
         self._ret = torch.zeros(num_envs, device=self.device)
         self._len = torch.zeros(num_envs, dtype=torch.long, device=self.device)
@@ -162,6 +159,7 @@ class ManiSkillGPUEnv(BatchedEnv):
             raise EnvError(f"reset_state_ids has {len(reset_state_ids)} ids for {B} envs")
         self._ids = torch.tensor(reset_state_ids, device=self.device) if reset_state_ids is not None else None
         seeds = list(reset_state_ids) if reset_state_ids is not None else resolve_seeds(seed, B)
+        self._seed_desc = f"reset_state_ids {seeds[:4]}..." if reset_state_ids is not None else f"from {seed}"
         raw, _ = self.env.reset(seed=None if seeds[0] is None else seeds)
         if self._ids is not None:
             self._sync_groups(torch.arange(B, device=self.device))
@@ -197,7 +195,13 @@ class ManiSkillGPUEnv(BatchedEnv):
         }
         for t in range(T):
             active = ~done
-            obs, r, term, trunc, info = self.env.step(a[:, t])
+            try:
+                obs, r, term, trunc, info = self.env.step(a[:, t])
+            except Exception as e:
+                raise SimulatorCrash(
+                    f"ManiSkillGPUEnv ({self.num_envs} envs, worker {self.worker_index}, task '{self.cfg.task}', "
+                    f"seeds {self._seed_desc}) crashed in step: {type(e).__name__}: {e}"
+                ) from e
             cur = self._convert(obs)
             r = torch.as_tensor(r, device=dev).float().reshape(B)
             s = (

@@ -87,16 +87,30 @@ INSTRUCTIONS: dict[str, str] = {
 
 REWARD_MODES = ("sparse", "dense", "normalized_dense", "none")
 
-# Scene datasets some tasks load without declaring them as download ids (ManiSkill 3.0.1 then stops
-# with a FileNotFoundError, not a prompt). Keyed by task id prefix.
-SCENE_ASSETS: dict[str, list[str]] = {
+# Assets some tasks load without declaring them as download ids (ManiSkill 3.0.1 then stops with a
+# FileNotFoundError or a prompt deep in the build): scene datasets, PartNet models, a robot set inside
+# the task. Keyed by task id prefix; found by scripts/audit_maniskill_tasks.py.
+UNDECLARED_ASSETS: dict[str, list[str]] = {
     "ReplicaCADPrepareGroceries": ["ReplicaCAD", "ReplicaCADRearrange"],
     "ReplicaCADSetTable": ["ReplicaCAD", "ReplicaCADRearrange"],
     "ReplicaCADTidyHouse": ["ReplicaCAD", "ReplicaCADRearrange"],
     "ReplicaCAD_": ["ReplicaCAD"],
     "SceneManipulation-": ["ReplicaCAD"],
     "ArchitecTHOR_": ["AI2THOR"],
+    "OpenCabinetDoor-": ["partnet_mobility_cabinet"],
+    "PickCubeWidowXAI-": ["widowxai"],
 }
+
+# Reward modes a task declares but whose code fails in ManiSkill 3.0.1 (found by the audit).
+BROKEN_REWARD_MODES: dict[str, dict[str, str]] = {
+    "MS-CartpoleBalance-v1": {"sparse": "its sparse reward negates a bool tensor (RuntimeError)"},
+    "MS-HumanoidRun-v1": {"dense": "its dense reward is not implemented"},
+    "MS-HumanoidStand-v1": {"dense": "its dense reward is not implemented"},
+    "MS-HumanoidWalk-v1": {"dense": "its dense reward is not implemented"},
+}
+
+# Python packages a task imports when it is built (not dependencies of mani-skill itself).
+TASK_PACKAGES: dict[str, str] = {"DrawSVG-v1": "svgpathtools"}
 
 
 def instruction_for(task: str) -> str:
@@ -159,10 +173,12 @@ def check_reward_mode(task: str, reward_mode: str) -> None:
         raise EnvError(
             f"env.reward_mode='{reward_mode}' is unknown; use one of sparse, dense, normalized_dense"
         )
-    ok = supported_reward_modes(task)
+    broken = BROKEN_REWARD_MODES.get(task, {})
+    ok = [m for m in supported_reward_modes(task) if m not in broken]
     if reward_mode not in ok:
+        why = f" (declared, but {broken[reward_mode]} in ManiSkill 3.0.1)" if reward_mode in broken else ""
         raise EnvError(
-            f"ManiSkill task '{task}' has no '{reward_mode}' reward; set env.reward_mode to one of "
+            f"ManiSkill task '{task}' has no working '{reward_mode}' reward{why}; set env.reward_mode to one of "
             f"{[m for m in ok if m != 'none']}"
         )
 
@@ -207,7 +223,7 @@ def missing_assets(task: str, robot_uids: str = "") -> list[tuple[str, Path]]:
 
     spec = registered_tasks()[task]
     needed = list(spec.asset_download_ids or [])
-    for prefix, ids in SCENE_ASSETS.items():
+    for prefix, ids in UNDECLARED_ASSETS.items():
         if task.startswith(prefix):
             needed += [a for a in ids if a not in needed]
     robots = robot_uids or default_robot(task)
@@ -260,8 +276,31 @@ def check_assets(task: str, robot_uids: str = "") -> None:
         raise EnvError(missing_asset_message(task, missing))
 
 
+def check_packages(task: str) -> None:
+    import importlib.util
+
+    pkg = TASK_PACKAGES.get(task)
+    if pkg and importlib.util.find_spec(pkg) is None:
+        raise EnvError(
+            f"ManiSkill task '{task}' needs the Python package {pkg}; install it with `pip install {pkg}`"
+        )
+
+
 def check_task_config(cfg: Any) -> None:
-    """All start-up checks on a ManiSkill config's task: id, reward mode, assets."""
+    """All start-up checks on a ManiSkill config's task: id, reward mode, assets, extra packages."""
     check_task(cfg.task)
     check_reward_mode(cfg.task, cfg.reward_mode)
     check_assets(cfg.task, cfg.robot_uids)
+    check_packages(cfg.task)
+
+
+def assets_named_in(printed: str) -> list[str]:
+    """Download ids in what ManiSkill printed before its download prompt (a robot or task asset)."""
+    import re
+
+    from mani_skill.utils import assets
+
+    ids = re.findall(r"Robot (\S+) has assets available for download", printed)
+    for group in re.findall(r"requires asset\(s\) (.+?) which could not be found", printed):
+        ids += [a.strip(" []'") for a in group.split(",")]
+    return [i for i in dict.fromkeys(ids) if i in assets.DATA_SOURCES or i in assets.DATA_GROUPS]
