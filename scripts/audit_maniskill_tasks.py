@@ -1,0 +1,195 @@
+"""Which ManiSkill3 tasks build and step on this machine without downloading anything.
+
+For every registered task id, a fresh child process (stdin closed, so a download prompt fails fast
+instead of waiting; a crash or hang costs only that task) builds the task through vlarl's own adapter
+(``env=maniskill``, CPU backend, state observations), resets it and runs one chunk that crosses an
+episode end, once per reward mode the task declares (sparse, dense, normalized_dense). The result is
+written as a Markdown table to ``docs/maniskill_tasks.md`` (regenerate it after a ManiSkill upgrade):
+
+    python scripts/audit_maniskill_tasks.py                     # all tasks -> docs/maniskill_tasks.md
+    python scripts/audit_maniskill_tasks.py --tasks PushCube-v1 PickSingleYCB-v1 --out -
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODES = ("sparse", "dense", "normalized_dense")
+CONTROL_MODE = "pd_joint_delta_pos"  # the adapter's default; tasks whose robot lacks it use their own default
+
+
+def audit_one(task: str) -> dict:
+    """Build, reset and step ``task`` in every reward mode it declares (runs in the child process)."""
+    import torch
+
+    torch.set_num_threads(1)
+    from simulators import maniskill_tasks
+    from simulators.base import EnvError
+    from simulators.maniskill import ManiSkillConfig, ManiSkillEnv
+    from simulators.maniskill_tasks import INSTRUCTIONS, missing_assets, supported_reward_modes
+
+    maniskill_tasks.BROKEN_REWARD_MODES.clear()  # try every declared mode: this audit is what fills that table
+    declared = [m for m in MODES if m in supported_reward_modes(task)]
+    row: dict = dict(task=task, declared=declared, missing=[a for a, _ in missing_assets(task)], modes={})
+    row["instruction"] = INSTRUCTIONS.get(task, "")
+    if row["missing"]:
+        row["error"] = "missing assets"
+        return row
+    control = CONTROL_MODE
+    for mode in declared or ["none"]:
+        t0 = time.perf_counter()
+        try:
+            cfg = ManiSkillConfig(task=task, reward_mode=mode, control_mode=control, max_episode_steps=3)
+            try:
+                env = ManiSkillEnv(cfg, num_envs=1)
+            except EnvError as e:
+                if "control_mode" not in str(e) or not control:
+                    raise
+                control = ""  # the robot has no joint-delta controller: use its default
+                cfg.control_mode = control
+                env = ManiSkillEnv(cfg, num_envs=1)
+            env.reset(seed=0)
+            low, high = torch.as_tensor(env.spec.action_low), torch.as_tensor(env.spec.action_high)
+            a = low + (high - low) * torch.rand(
+                1, 4, env.spec.action_dim, generator=torch.Generator().manual_seed(0)
+            )
+            res = env.chunk_step(a)
+            ok = bool(res.done.all()) and bool(torch.isfinite(res.rewards).all())
+            row["modes"][mode] = "ok" if ok else "no episode end after the time limit"
+            row.update(
+                action_dim=env.spec.action_dim, state_dim=env.spec.state_dim, control=control or "default"
+            )
+            env.close()
+        except Exception as e:  # noqa: BLE001 - every failure is a row in the table
+            row["modes"][mode] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+            if isinstance(e, EnvError) and "reward" not in str(e):  # not built: other modes would not either
+                row["error"] = row["modes"][mode]
+                break
+        row.setdefault("seconds", {})[mode] = round(time.perf_counter() - t0, 2)
+    return row
+
+
+def run_child(task: str, timeout: float) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cmd = [sys.executable, __file__, "--child", task]
+    try:
+        p = subprocess.run(
+            cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
+        )
+    except subprocess.TimeoutExpired:
+        return dict(task=task, error=f"timed out after {timeout:.0f} s", modes={}, missing=[], declared=[])
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith("AUDIT "):
+            return json.loads(line[6:])
+    tail = (p.stderr.strip().splitlines() or ["no output"])[-1][:160]
+    return dict(
+        task=task, error=f"child exited with {p.returncode}: {tail}", modes={}, missing=[], declared=[]
+    )
+
+
+def works(row: dict) -> bool:
+    """Builds and steps offline in at least one reward mode (the table names modes that fail)."""
+    return any(v == "ok" for v in row["modes"].values())
+
+
+def table(rows: list[dict]) -> str:
+    import mani_skill
+
+    ok = [r for r in rows if works(r)]
+    lines = [
+        "# ManiSkill3 tasks on a CPU machine without network",
+        "",
+        f"Generated by `python scripts/audit_maniskill_tasks.py` (mani_skill {mani_skill.__version__}, "
+        f"`sim_backend=cpu`, state observations, through vlarl's `env=maniskill` adapter). "
+        f"**{len(ok)} of {len(rows)} registered tasks work offline.** A task works when it builds, resets and "
+        "steps one chunk across an episode end; the reward modes column lists the declared modes that did so "
+        "(a declared mode that fails is in the notes, and vlarl refuses it at start-up). Use one with "
+        "`vlarl-train env=maniskill env.task=<task>`; a task needing an asset stops at start-up with the "
+        "download command (`python -m mani_skill.utils.download_asset <asset id>`, into `~/.maniskill/data` "
+        "or `$MS_ASSET_DIR/data`).",
+        "",
+        "Control: `pd_joint_delta_pos` (the adapter's default) where the robot has it, else `default` "
+        "(set `env.control_mode=''` for those tasks).",
+        "",
+        "| task | works offline | missing asset id | reward modes (checked) | control | action dim | instruction | notes |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        modes = ", ".join(m for m, v in r["modes"].items() if v == "ok") or "-"
+        failed = {m: v for m, v in r["modes"].items() if v != "ok"}
+        note = "" if r["missing"] else r.get("error", "")
+        if failed and works(r):
+            note = "; ".join(f"{m}: {v}" for m, v in failed.items())
+        note = note.replace("|", "/")[:220]
+        lines.append(
+            f"| {r['task']} | {'yes' if works(r) else 'no'} | {', '.join(r['missing']) or '-'} | {modes} | "
+            f"{r.get('control', '-')} | {r.get('action_dim', '-')} | {r.get('instruction') or '-'} | {note or '-'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", nargs="*", help="task ids (default: every registered ManiSkill task)")
+    ap.add_argument(
+        "--out", default=str(ROOT / "docs" / "maniskill_tasks.md"), help="Markdown file, or - for stdout"
+    )
+    ap.add_argument("--json", default="", help="also write the raw results here")
+    ap.add_argument(
+        "--merge", default="", help="earlier --json results: re-audit only --tasks, keep the rest"
+    )
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per task")
+    ap.add_argument("--child", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from vlarl import system_env
+
+    system_env.apply()
+    if args.child:
+        print("AUDIT " + json.dumps(audit_one(args.child)), flush=True)
+        return
+    from simulators.maniskill_tasks import INSTRUCTIONS, missing_assets, registered_tasks
+
+    tasks = args.tasks or sorted(registered_tasks())
+    rows = []
+    for k, task in enumerate(tasks):
+        t0 = time.perf_counter()
+        missing = [a for a, _ in missing_assets(task)]
+        if missing:  # known without building it (saves a child process)
+            row = dict(
+                task=task, missing=missing, modes={}, declared=[], instruction=INSTRUCTIONS.get(task, "")
+            )
+        else:
+            row = run_child(task, args.timeout)
+        rows.append(row)
+        verdict = (
+            "works" if works(row) else ("needs " + ", ".join(row["missing"]) if row["missing"] else "fails")
+        )
+        print(f"[{k + 1}/{len(tasks)}] {task}: {verdict} ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+    if args.merge:
+        fresh = {r["task"]: r for r in rows}
+        rows = [fresh.pop(r["task"], r) for r in json.loads(Path(args.merge).read_text())] + list(
+            fresh.values()
+        )
+    text = table(rows)
+    if args.out == "-":
+        sys.stdout.write(text)
+    else:
+        Path(args.out).write_text(text)
+        print(
+            f"wrote {args.out}: {sum(works(r) for r in rows)} of {len(rows)} tasks work offline",
+            file=sys.stderr,
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
