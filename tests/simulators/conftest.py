@@ -22,6 +22,7 @@ class SimCase:
     overrides: dict[str, Any]
     num_envs: int
     needs: str  # importable module the simulator needs
+    slow: bool = False  # only with -m slow (more tasks of a simulator already covered by a fast case)
 
 
 CASES = {
@@ -35,6 +36,30 @@ CASES = {
         1,
         "mani_skill",
     ),
+    # more ManiSkill tasks through the same adapter: different robots (panda_wristcam, panda_stick,
+    # two arms), objects and reward code. PickCube and StackCube by default, the rest with -m slow.
+    **{
+        f"maniskill_{task.split('-')[0].lower()}": SimCase(
+            "maniskill",
+            dict(task=task, obs_mode="state", max_episode_steps=6, **extra),
+            2,
+            "mani_skill",
+            slow,
+        )
+        for task, extra, slow in [
+            ("PickCube-v1", {}, False),
+            ("StackCube-v1", {}, False),
+            ("PullCube-v1", {}, True),
+            ("PokeCube-v1", {}, True),
+            ("RollBall-v1", {}, True),
+            ("PushT-v1", {}, True),
+            ("PegInsertionSide-v1", {}, True),
+            ("LiftPegUpright-v1", {}, True),
+            ("PlaceSphere-v1", {}, True),
+            ("PlugCharger-v1", {"reward_mode": "sparse"}, True),
+            ("TwoRobotPickCube-v1", {}, True),
+        ]
+    },
     "robosuite": SimCase(
         "robosuite", dict(task="Lift", obs_mode="state", max_episode_steps=6), 2, "robosuite"
     ),
@@ -81,7 +106,9 @@ def _close_shared_envs():
     _BUILT.clear()
 
 
-@pytest.fixture(params=sorted(CASES))
+@pytest.fixture(
+    params=[pytest.param(k, marks=[pytest.mark.slow] if CASES[k].slow else []) for k in sorted(CASES)]
+)
 def sim(request):
     """(case, env) for every registered simulator."""
     return CASES[request.param], shared_env(request.param)
