@@ -6,7 +6,9 @@ rounds. From the collocated run's per-phase spans it derives t_env (wall seconds
 chunk step, env workers in parallel) and t_infer (inference per chunk step) and prints
 
     ideal bound   = (t_env + t_infer) / max(t_env, t_infer)          (the issue's pipelining bound)
-    model         = vlarl.scheduler.autotune's prediction for the same device split
+    split bound   = best a disjoint env/rollout split can reach (env loses devices to the rollout)
+    shared bound  = best devices shared by env and inference can reach (all work on all devices)
+    model         = vlarl.scheduler.autotune's prediction for the mode (split / shared / turns)
 
 next to the measured speedup of every mode over collocated. Real ManiSkill PushCube (state, CPU) and a
 real MLP policy whose width sets the inference cost (a VLA's inference is heavy; --hidden 256,256 is
@@ -19,6 +21,7 @@ the default experiment's light policy).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -33,6 +36,10 @@ MODES = {
     "hybrid S=1": ["placement=hybrid", "env.num_workers=1", "placement.pipeline_stages=1"],
     "hybrid S=2": ["placement=hybrid", "env.num_workers=1", "placement.pipeline_stages=2"],
     "hybrid S=4": ["placement=hybrid", "env.num_workers=1", "placement.pipeline_stages=4"],
+    "colloc+overlap S=2": ["placement=collocated", "env.num_workers=2", "placement.pipeline_stages=2",
+                           "placement.overlap=true"],
+    "colloc+overlap S=4": ["placement=collocated", "env.num_workers=2", "placement.pipeline_stages=4",
+                           "placement.overlap=true"],
 }
 
 
@@ -83,7 +90,7 @@ def main() -> int:
 
     from vlarl import scheduler
     from vlarl.config.schema import PlacementConfig
-    from vlarl.scheduler.autotune import choose, pipelined_step
+    from vlarl.scheduler.autotune import bounds, choose, pipelined_step, shared_step
 
     common = [f"env.num_envs={args.num_envs}", f"policy.hidden_sizes=[{args.hidden}]", "algorithm.num_minibatches=1",
               f"algorithm.num_steps={args.steps}"]
@@ -113,20 +120,31 @@ def main() -> int:
     W_col = 2
     t_env = ph["env"] / W_col  # env workers run in parallel: wall seconds of simulation per step
     t_inf = ph["infer"]
-    bound = (t_env + t_inf) / max(t_env, t_inf)
+    b = bounds(ph["env"], t_inf, n_dev, W_col)
     overhead = max(0.0, ph["wall"] - t_env - t_inf)
-    best = choose(ph["env"], t_inf, overhead, n_dev, args.num_envs)
+    split = choose(ph["env"], t_inf, overhead, n_dev, args.num_envs)
+    shared = choose(ph["env"], t_inf, overhead, n_dev, args.num_envs // W_col, kind="shared", par=W_col)
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"\nManiSkill PushCube-v1 (state, CPU), {args.num_envs} envs, MLP [{args.hidden}], {args.steps} chunk steps x "
-          f"{args.rounds} rounds, {n_dev} cores; median env steps/s")
+          f"{args.rounds} rounds, {n_dev} cores, load average {load}; median env steps/s")
     print(f"collocated phases per chunk step: t_env {t_env * 1e3:.1f} ms (2 workers in parallel), t_infer "
-          f"{t_inf * 1e3:.1f} ms, other {overhead * 1e3:.1f} ms -> ideal bound (t_env+t_infer)/max = {bound:.2f}x")
-    print(f"autotune: S={best.stages}, env on {best.env_devices} of {n_dev} cores, predicted {best.predicted_speedup:.2f}x")
-    print(f"\n{'mode':<20} {'steps/s':>9} {'speedup':>8} {'/bound':>7} {'model':>6}")
+          f"{t_inf * 1e3:.1f} ms, other {overhead * 1e3:.1f} ms")
+    print(f"bounds over collocated: ideal (t_env+t_infer)/max = {b['issue']:.2f}x | disjoint split {b['split']:.2f}x | "
+          f"shared cores {b['shared']:.2f}x")
+    print(f"autotune: split S={split.stages} env on {split.env_devices} of {n_dev} cores, predicted "
+          f"{split.predicted_speedup:.2f}x | collocated overlap S={shared.stages}, predicted {shared.predicted_speedup:.2f}x")
+    print(f"\n{'mode':<20} {'steps/s':>9} {'speedup':>8} {'/ideal':>7} {'/split':>7} {'/shared':>7} {'model':>6}")
     for m in args.modes:
         sp = med[m] / med[base]
         S = int(m.split("S=")[1]) if "S=" in m else 1
-        model = (ph["wall"] / pipelined_step(ph["env"], t_inf, S, 1, overhead)) if m != base else 1.0
-        print(f"{m:<20} {med[m]:>9.0f} {sp:>7.2f}x {sp / bound:>7.2f} {model:>5.2f}x")
+        if m == base:
+            model = 1.0
+        elif m.startswith("colloc"):
+            model = ph["wall"] / shared_step(ph["env"], t_inf, S, n_dev, W_col, overhead)
+        else:
+            model = ph["wall"] / pipelined_step(ph["env"], t_inf, S, 1, overhead)
+        print(f"{m:<20} {med[m]:>9.0f} {sp:>7.2f}x {sp / b['issue']:>7.2f} {sp / b['split']:>7.2f} "
+              f"{sp / b['shared']:>7.2f} {model:>5.2f}x")
     return 0
 
 

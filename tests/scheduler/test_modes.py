@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import ray
 import torch
 from mode_helpers import assert_same_trajectory, run_iterations
 
@@ -27,6 +28,14 @@ def test_staged_modes_match_collocated(ray_local, tmp_path):
     col = run_iterations(["placement=collocated", *stages], tmp_path / "c")
     _same_run(col, run_iterations(["placement=hybrid", *stages], tmp_path / "h"))
     _same_run(col, run_iterations(["placement=disaggregated", *stages], tmp_path / "d"))
+
+
+@pytest.mark.slow
+def test_collocated_overlap_matches_collocated_turns(ray_local, tmp_path):
+    """placement.overlap=true: W=2 env workers and the rollout share both cores, stages overlapped."""
+    stages = ["env.num_workers=2", "env.num_envs=8", "placement.pipeline_stages=2"]
+    col = run_iterations(["placement=collocated", *stages], tmp_path / "c")
+    _same_run(col, run_iterations(["placement=collocated", "placement.overlap=true", *stages], tmp_path / "o"))
 
 
 @pytest.mark.slow
@@ -86,3 +95,39 @@ def test_async_rollout_overlaps_training_one_version_stale(tmp_path):
     assert [r["env_steps"] for r in train] == [20, 40, 60]
     assert train[0]["train/stale_dropped"] == 0  # the first rollout used the current weights
     assert all(r["train/stale_dropped"] == 20 for r in train[1:])  # later ones were sampled one update behind
+
+
+@pytest.mark.slow
+def test_auto_stages_and_collective_weight_sync_in_a_training_run(tmp_path, capfd):
+    """pipeline_stages=auto profiles at start-up, prints its choice and runs with it; weight_sync=collective
+    delivers every update (the rollout's policy versions count up as with the object store)."""
+    from vlarl.config import load_train_config
+    from vlarl.runner import Runner
+
+    cfg = load_train_config([
+        "placement=hybrid", "placement.pipeline_stages=auto", "placement.weight_sync=collective", "env.num_workers=1",
+        "env.num_envs=4", "algorithm.num_steps=5", "algorithm.num_minibatches=2", "policy.hidden_sizes=[16,16]",
+        "total_env_steps=40", "eval.episodes=2", "eval.num_envs=2", "eval.video_episodes=0",
+        "logger.tensorboard=false", "logger.progress_bar=false",
+    ])
+    run = tmp_path / "run"
+    run.mkdir()
+    r = Runner(cfg, run)
+    try:
+        r.setup()
+        out = capfd.readouterr().out
+        line = next(x for x in out.splitlines() if x.startswith("[vlarl] autotune:"))
+        S = int(line.split("placement.pipeline_stages=")[1].split()[0])
+        assert S in (1, 2, 4) and r.plan.stages == S
+        assert ray.get(r.env_workers[0].__ray_call__.remote(lambda w: w.stages)) == S
+        r.train()
+        want = ray.get(r.actor.get_weights.remote())
+        have = ray.get(r.rollout.__ray_call__.remote(lambda w: w.policy.state_dict()))
+        for k in want:
+            torch.testing.assert_close(have[k], want[k], rtol=0, atol=0)
+    finally:
+        r.close()
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    train = [x for x in rows if "iteration" in x]
+    assert [x["env_steps"] for x in train] == [20, 40]
+    assert r.rollout_version == 2  # both updates arrived by broadcast
