@@ -166,10 +166,11 @@ class ManiSkillEnv(BatchedEnv):
             if len(seed) != self.num_envs:
                 raise EnvError(f"got {len(seed)} seeds for {self.num_envs} envs")
             seeds = list(seed)
-        self._seeds = seeds
+        self._seeds = list(seeds)
         self._obs = []
         for i, env in enumerate(self.envs):
             s = self._reset_state_ids[i] if self._reset_state_ids is not None else seeds[i]
+            self._seeds[i] = s  # the seed ManiSkill got (a reset-state id is the seed of that state)
             obs, _ = self._sim("reset", i, env.reset, seed=s)
             self._obs.append(self._convert(obs))
         self._ret.zero_()

@@ -126,9 +126,29 @@ def test_camera_the_task_lacks_names_its_cameras():
         _make(num_envs=2, cameras=["wrist"])
 
 
+def test_real_simulator_failure_names_task_seed_and_state_id(monkeypatch):
+    """MS-HumanoidWalk-v1 declares a dense reward that ManiSkill 3.0.1 does not implement: with the
+    start-up guard lifted, its real NotImplementedError inside step is reported naming env, task,
+    seed and reset-state id (what a crashed env worker's report carries back through Ray)."""
+    from simulators import maniskill_tasks
+    from simulators.serial import SimulatorCrash
+
+    monkeypatch.delitem(maniskill_tasks.BROKEN_REWARD_MODES, "MS-HumanoidWalk-v1")
+    env = _make(task="MS-HumanoidWalk-v1", reward_mode="dense")
+    try:
+        env.reset(reset_state_ids=[7])
+        with pytest.raises(
+            SimulatorCrash,
+            match=r"env 0 .*task 'MS-HumanoidWalk-v1', seed 7, reset_state_id 7\) crashed in step: NotImplementedError",
+        ):
+            env.chunk_step(torch.zeros(1, 2, env.spec.action_dim))
+    finally:
+        env.close()
+
+
 def test_simulator_crash_names_task_and_seed():
-    """A failure inside ManiSkill's step (injected at the simulator boundary, as a crashing physics
-    step cannot be provoked on demand) names env, task, seed and state id; the env still works after."""
+    """A failure inside ManiSkill's step in the second of two envs (injected at the simulator
+    boundary) names that env and its seed; the env still works after."""
     from simulators.serial import SimulatorCrash
 
     env = _make(num_envs=2)
