@@ -126,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-episodes", type=int, default=100)
     p.add_argument("--eval-seed", type=int, default=1_000_000)
     p.add_argument("--eval-envs", type=int, default=8)
+    p.add_argument("--reuse-sft", action="store_true", help="keep the SFT policy + evaluation already in --out")
+    p.add_argument("--rl-tag", default="", help="name of this RL run (rl_<tag>/, result_<tag>.json) beside others")
     args = p.parse_args(argv)
     from scripts.pushcube_expert import EVAL_SEED_START, record_demos
     from vlarl import system_env
@@ -139,16 +141,22 @@ def main(argv: list[str] | None = None) -> int:
     t_all = time.time()
     res: dict = {"family": args.family, "experiment": EXPERIMENTS[args.family], "overrides": overrides,
                  "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
-    log(f"1/5 recording {args.demos} expert demonstrations")
-    demos = out / "demos" / "pushcube_expert.h5"
-    res["demos"] = record_demos(demos, args.demos, args.demo_seed, log=log)
-    log("2/5 supervised fine-tuning")
-    res["sft"] = sft(args, overrides, demos, out / "sft")
-    log("3/5 evaluating the SFT policy on held-out seeds")
-    res["sft_eval"] = evaluate(out / "sft", out / "eval_sft", args, "vlarl-eval (SFT)")
+    previous = out / "result_sft.json"
+    if args.reuse_sft and previous.is_file():
+        res.update({k: v for k, v in json.loads(previous.read_text()).items() if k in ("demos", "sft", "sft_eval")})
+        log(f"1-3/5 reusing the SFT policy and its evaluation in {out} (--reuse-sft)")
+    else:
+        log(f"1/5 recording {args.demos} expert demonstrations")
+        demos = out / "demos" / "pushcube_expert.h5"
+        res["demos"] = record_demos(demos, args.demos, args.demo_seed, log=log)
+        log("2/5 supervised fine-tuning")
+        res["sft"] = sft(args, overrides, demos, out / "sft")
+        log("3/5 evaluating the SFT policy on held-out seeds")
+        res["sft_eval"] = evaluate(out / "sft", out / "eval_sft", args, "vlarl-eval (SFT)")
+        previous.write_text(json.dumps({k: res[k] for k in ("demos", "sft", "sft_eval")}, indent=2))
     log(f"    SFT success_once = {res['sft_eval']['success_once']:.2f}")
     log("4/5 PPO fine-tuning from the SFT policy")
-    run_dir = out / "rl"
+    run_dir = out / (f"rl_{args.rl_tag}" if args.rl_tag else "rl")
     train = [str(BIN / "vlarl-train"), f"experiment={EXPERIMENTS[args.family]}", f"init_from={out / 'sft'}",
              f"run_dir={run_dir}", f"seed={args.seed}", "eval.episodes=8", "eval.video_episodes=0", *overrides]
     if args.rl_env_steps:
@@ -161,12 +169,13 @@ def main(argv: list[str] | None = None) -> int:
                  "curve": [{"env_steps": r["env_steps"], "rollout_success_once": r.get("rollout/success_once")}
                            for r in metrics if "iteration" in r]}
     log("5/5 evaluating the SFT+RL policy on the same held-out seeds")
-    res["rl_eval"] = evaluate(run_dir / "checkpoints" / "latest", out / "eval_rl", args, "vlarl-eval (SFT+RL)")
+    res["rl_eval"] = evaluate(run_dir / "checkpoints" / "latest", run_dir / "eval_heldout", args, "vlarl-eval (SFT+RL)")
     res["improvement_points"] = 100 * (res["rl_eval"]["success_once"] - res["sft_eval"]["success_once"])
     res["wall_s"] = time.time() - t_all
-    (out / "result.json").write_text(json.dumps(res, indent=2))
+    result = out / (f"result_{args.rl_tag}.json" if args.rl_tag else "result.json")
+    result.write_text(json.dumps(res, indent=2))
     print(table(res))
-    log(f"wrote {out / 'result.json'} ({res['wall_s']:.0f}s in all)")
+    log(f"wrote {result} ({res['wall_s']:.0f}s in all)")
     return 0
 
 

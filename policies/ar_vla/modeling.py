@@ -43,6 +43,8 @@ class ARVLAConfig:
     temperature: float = 1.0
     top_k: int = 0  # 0 = all bins
     use_state: bool = True  # add a projected proprio-state token to the prefix
+    # keep the state normalization the policy was (SF)trained with: RL rollouts do not move it
+    freeze_state_norm: bool = False
     freeze_vlm: bool = False
     freeze_vision: bool = False
     lora: LoRAConfig = field(default_factory=LoRAConfig)
@@ -167,6 +169,11 @@ class ARVLAPolicy(VLAPolicy):
         emb, mask = self.prefix(obs)
         h, _ = self.backbone(emb, mask)
         return self.value_head(h[:, -1].float()).squeeze(-1)
+
+    def update_normalization(self, obs: dict[str, Any]) -> None:
+        """RL rollouts fold into the state statistics unless ``freeze_state_norm`` keeps the SFT ones."""
+        if not self.config.freeze_state_norm:
+            super().update_normalization(obs)
 
     def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of demonstration actions [B, T, A] (env units) as bin tokens (temperature 1)."""

@@ -49,6 +49,8 @@ class FlowVLAConfig:
     log_std_max: float = -0.5
     min_std: float = 0.02  # floor on every step's std
     use_state: bool = True
+    # keep the state normalization the policy was (SF)trained with: RL rollouts do not move it
+    freeze_state_norm: bool = False
     freeze_vlm: bool = False
     freeze_vision: bool = False
     lora: LoRAConfig = field(default_factory=LoRAConfig)
@@ -144,6 +146,11 @@ class FlowVLAPolicy(ChainVLAPolicy):
         lp = gaussian_logprob(chain[:, 1:].flatten(0, 1), mean, std).view(B, K, *mean.shape[1:]).sum(1)
         ent = gaussian_entropy(std).view(B, K, *mean.shape[1:]).sum(1)
         return lp, ent, value
+
+    def update_normalization(self, obs: dict[str, Any]) -> None:
+        """RL rollouts fold into the state statistics unless ``freeze_state_norm`` keeps the SFT ones."""
+        if not self.config.freeze_state_norm:
+            super().update_normalization(obs)
 
     @torch.no_grad()
     def act(self, obs: dict[str, Any]) -> torch.Tensor:

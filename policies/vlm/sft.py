@@ -96,7 +96,12 @@ def sft_epoch(policy: Any, optimizer: torch.optim.Optimizer, episodes: list[Epis
 def fit_state_normalization(policy: Any, episodes: list[Episode]) -> None:
     """Fold every demonstration state into the policy's running state normalizer before SFT, so the
     policy is trained (and later fine-tuned by RL) with the statistics it is saved with."""
-    policy.update_normalization({"state": torch.cat([torch.from_numpy(e.state) for e in episodes])})
+    states = torch.cat([torch.from_numpy(e.state) for e in episodes])
+    norm = getattr(policy, "state_norm", None)  # VLA families (whose RL may hold it fixed: freeze_state_norm)
+    if norm is not None:
+        norm.update(states.to(norm.mean.device))
+    else:
+        policy.update_normalization({"state": states})
 
 
 def sft_train(policy: Any, episodes: list[Episode], epochs: int, batch_size: int, lr: float, instruction: str,

@@ -34,15 +34,15 @@ def _episodes(n: int = 4, L: int = 10) -> list[Episode]:
 def test_sft_train_fits_normalization_and_lowers_loss():
     spec = PolicySpec(state_dim=5, action_dim=3, action_low=[-1.0] * 3, action_high=[1.0] * 3)
     pol = make_policy(FlowVLAConfig(chunk_size=2), spec)
-    eps = _episodes()
+    eps = _episodes(n=3)
     seen = []
-    losses = sft_train(pol, eps, epochs=12, batch_size=16, lr=3e-3, instruction="push", seed=0,
+    losses = sft_train(pol, eps, epochs=4, batch_size=15, lr=3e-3, instruction="push", seed=0,
                        log=lambda e, loss: seen.append(e))
     states = torch.cat([torch.from_numpy(e.state) for e in eps])
     torch.testing.assert_close(pol.state_norm.mean, states.mean(0), atol=1e-3, rtol=0)
     torch.testing.assert_close(pol.state_norm.var, states.var(0, unbiased=False), atol=1e-2, rtol=1e-3)
-    assert seen == list(range(12)) and len(losses) == 12
-    assert np.mean(losses[-3:]) < 0.7 * np.mean(losses[:3]), losses
+    assert seen == list(range(4)) and len(losses) == 4
+    assert losses[-1] < 0.85 * losses[0], losses  # (longer runs: tests/policies/test_sft.py)
     assert not pol.training  # left ready for evaluation / save_pretrained
     with pytest.raises(ValueError, match="no demonstration episodes"):
         sft_train(pol, [], 1, 4, 1e-3, "push")
@@ -85,4 +85,24 @@ def test_script_end_to_end_tiny_budget(tmp_path):
     assert res["sft_eval"]["seeds"] == res["rl_eval"]["seeds"] == [1_000_000, 1_000_003]
     assert res["rl"]["env_steps"] >= 64 and res["sft"]["episodes"] == 2
     assert "SFT + RL (PPO)" in p.stdout
-    assert (tmp_path / "sft" / "env.json").is_file() and (tmp_path / "rl" / "checkpoints" / "latest").is_dir()
+    assert (tmp_path / "sft" / "env.json").is_file() and (tmp_path / "rl" / "eval_heldout" / "eval.json").is_file()
+
+
+@pytest.mark.parametrize("family", ["flow_vla", "ar_vla"])
+def test_freeze_state_norm_keeps_sft_statistics_under_rl_updates(family):
+    from policies.ar_vla import ARVLAConfig
+
+    spec = PolicySpec(state_dim=5, action_dim=3, action_low=[-1.0] * 3, action_high=[1.0] * 3)
+    make = {"flow_vla": FlowVLAConfig, "ar_vla": lambda **kw: ARVLAConfig(n_action_bins=16, **kw)}[family]
+    eps = _episodes(n=2)
+    rollout = {"state": torch.randn(64, 5) * 10 - 4}
+    stats = {}
+    for frozen in (True, False):
+        pol = make_policy(make(chunk_size=2, freeze_state_norm=frozen), spec)
+        sft_train(pol, eps, epochs=1, batch_size=16, lr=1e-3, instruction="push")  # SFT always fits them
+        fitted = pol.state_norm.mean.clone()
+        torch.testing.assert_close(fitted, torch.cat([torch.from_numpy(e.state) for e in eps]).mean(0), atol=1e-3, rtol=0)
+        pol.update_normalization(rollout)  # what the actor does after every PPO update
+        stats[frozen] = (fitted, pol.state_norm.mean.clone())
+    assert torch.equal(*stats[True])
+    assert not torch.allclose(*stats[False], atol=0.5)
