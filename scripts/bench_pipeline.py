@@ -108,6 +108,11 @@ def main() -> int:
                     sps, ph = measure(runners[m], args.steps)
                     results[m].append(sps)
                     phases[m].append(ph)
+            roll = runners[args.modes[0]].rollout
+            t = time.perf_counter()
+            for _ in range(10):  # one more call's cost: a no-op round trip (the model's stage_cost)
+                ray.get(roll.get_version.remote())
+            call = (time.perf_counter() - t) / 10
         finally:
             for r in runners.values():
                 for w in [*r.env_workers, r.rollout, r.actor]:
@@ -122,13 +127,14 @@ def main() -> int:
     t_inf = ph["infer"]
     b = bounds(ph["env"], t_inf, n_dev, W_col)
     overhead = max(0.0, ph["wall"] - t_env - t_inf)
-    split = choose(ph["env"], t_inf, overhead, n_dev, args.num_envs)
-    shared = choose(ph["env"], t_inf, overhead, n_dev, args.num_envs // W_col, kind="shared", par=W_col)
+    split = choose(ph["env"], t_inf, overhead, n_dev, args.num_envs, stage_cost=call)
+    shared = choose(ph["env"], t_inf, overhead, n_dev, args.num_envs // W_col, kind="shared", par=W_col,
+                    stage_cost=call)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"\nManiSkill PushCube-v1 (state, CPU), {args.num_envs} envs, MLP [{args.hidden}], {args.steps} chunk steps x "
           f"{args.rounds} rounds, {n_dev} cores, load average {load}; median env steps/s")
     print(f"collocated phases per chunk step: t_env {t_env * 1e3:.1f} ms (2 workers in parallel), t_infer "
-          f"{t_inf * 1e3:.1f} ms, other {overhead * 1e3:.1f} ms")
+          f"{t_inf * 1e3:.1f} ms, other {overhead * 1e3:.1f} ms, one call {call * 1e3:.1f} ms")
     print(f"bounds over collocated: ideal (t_env+t_infer)/max = {b['issue']:.2f}x | disjoint split {b['split']:.2f}x | "
           f"shared cores {b['shared']:.2f}x")
     print(f"autotune: split S={split.stages} env on {split.env_devices} of {n_dev} cores, predicted "
@@ -140,9 +146,9 @@ def main() -> int:
         if m == base:
             model = 1.0
         elif m.startswith("colloc"):
-            model = ph["wall"] / shared_step(ph["env"], t_inf, S, n_dev, W_col, overhead)
+            model = ph["wall"] / shared_step(ph["env"], t_inf, S, n_dev, W_col, overhead, call)
         else:
-            model = ph["wall"] / pipelined_step(ph["env"], t_inf, S, 1, overhead)
+            model = ph["wall"] / pipelined_step(ph["env"], t_inf, S, 1, overhead, call)
         print(f"{m:<20} {med[m]:>9.0f} {sp:>7.2f}x {sp / b['issue']:>7.2f} {sp / b['split']:>7.2f} "
               f"{sp / b['shared']:>7.2f} {model:>5.2f}x")
     return 0

@@ -36,17 +36,22 @@ def test_spans_totals_and_chrome_trace(tmp_path):
 
 
 def test_pipeline_model_matches_hand_computation():
-    # env 20 ms per step on one core, inference 10 ms, 1 ms per stage: S=2 hides half the inference
-    assert pipelined_step(0.02, 0.01, 2, 1, 0.001) == pytest.approx(0.02 + 0.005 + 0.002)
-    assert pipelined_step(0.02, 0.01, 1, 2, 0.0) == pytest.approx(0.01 + 0.01)
+    # env 20 ms per step on one core, inference 10 ms, 8 ms of latency per unstaged step, 1 ms per call
+    assert pipelined_step(0.02, 0.01, 1, 1, 0.008, 0.001) == pytest.approx(0.02 + 0.01 + 0.008)  # serial
+    # S=2, 5 ms latency: the env core (20 ms + 2 calls) is the bottleneck; a stage's loop (15 + 5 ms) hides
+    assert pipelined_step(0.02, 0.01, 2, 1, 0.005, 0.001) == pytest.approx(0.022)
+    # S=2 with 30 ms of latency: each stage's own loop (30 ms / 2 + 30 ms) bounds the step
+    assert pipelined_step(0.02, 0.01, 2, 1, 0.03, 0.001) == pytest.approx(0.045)
+    # shared cores: 2 cores carry env 2 x 20 ms + inference 10 ms + 2 x 2 calls
+    assert shared_step(0.04, 0.01, 2, 2, 2, 0.0, 0.001) == pytest.approx((0.04 + 0.01 + 0.004) / 2)
 
 
 def test_choose_balances_devices_and_stages():
-    # heavy inference, cheap per-stage cost: deep pipeline, and the model predicts a speedup
-    c = choose(t_env=0.04, t_infer=0.04, overhead=0.0005, num_devices=2, num_envs=16)
-    assert c.stages == 8 and c.env_devices == 1 and c.predicted_speedup > 1.2
-    # cheap inference and a costly round trip: no pipelining, collocated stays faster
-    c = choose(t_env=0.04, t_infer=0.002, overhead=0.01, num_devices=2, num_envs=16)
+    # heavy inference, cheap calls, much latency: a deep pipeline hides it and beats collocated turns
+    c = choose(t_env=0.04, t_infer=0.04, overhead=0.02, num_devices=2, num_envs=16, stage_cost=0.0005)
+    assert c.stages == 4 and c.env_devices == 1 and c.predicted_speedup > 1.2
+    # cheap inference, costly calls: no pipelining, and collocated stays faster than any split
+    c = choose(t_env=0.04, t_infer=0.002, overhead=0.01, num_devices=2, num_envs=16, stage_cost=0.01)
     assert c.stages == 1 and c.predicted_speedup < 1.0
     # S must divide the batch; more devices go to the env when it is the bottleneck
     c = choose(t_env=0.12, t_infer=0.02, overhead=0.001, num_devices=4, num_envs=6, candidates=(1, 2, 4))
@@ -65,9 +70,10 @@ def test_bounds_separate_the_issue_bound_from_what_a_split_or_shared_cores_can_r
 
 
 def test_choose_for_collocated_kinds():
-    c = choose(t_env=0.1764, t_infer=0.0423, overhead=0.002, num_devices=2, num_envs=8, kind="shared", par=2)
-    assert c.kind == "shared" and c.stages >= 2 and c.predicted_speedup > 1.0
-    assert c.predicted_step_s == pytest.approx(shared_step(0.1764, 0.0423, c.stages, 2, 2, 0.002))
+    c = choose(t_env=0.1764, t_infer=0.0423, overhead=0.029, num_devices=2, num_envs=8, kind="shared", par=2,
+               stage_cost=0.002)
+    assert c.kind == "shared" and c.stages == 2 and c.predicted_speedup > 1.0
+    assert c.predicted_step_s == pytest.approx(shared_step(0.1764, 0.0423, 2, 2, 2, 0.029, 0.002))
     c = choose(t_env=0.1764, t_infer=0.0423, overhead=0.002, num_devices=2, num_envs=8, kind="turns", par=2)
     assert (c.kind, c.stages, c.predicted_speedup) == ("turns", 1, 1.0)
     with pytest.raises(ValueError, match="divides 3 envs"):

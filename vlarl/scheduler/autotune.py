@@ -1,14 +1,16 @@
 """Auto-tuning: pick the pipeline depth S (and see the best env/rollout split) from measured phase times.
 
 Measured per chunk step of the whole batch B: ``t_env`` device-seconds of simulation (summed over env
-workers), ``t_infer`` seconds of inference (one single-threaded rollout worker) and ``overhead``, the
-rest of a step's wall time (Ray round trips, driver work), paid once per stage. With n devices, env
-spread over ``par`` of them, and S stages (fill/drain paid once per step):
+workers), ``t_infer`` seconds of inference (one single-threaded rollout worker), ``overhead`` o, the rest
+of an unstaged step's wall time (mostly latency: Ray round trips and driver work, which other stages'
+compute can hide), and ``stage_cost`` c, the busy time one more call costs a worker (a no-op round trip).
+With n devices, env spread over ``par`` of them (k for a split) and S stages, a step is bounded by each
+busy resource and by one stage's own loop (its env, its inference and the latency, once per step):
 
-    turns (collocated, S = 1)   t_env / par + t_infer + overhead
-    split (k env devices)       max(t_env / k, t_infer) + min(t_env / k, t_infer) / S + S * overhead
-    shared (collocated overlap) max((t_env + t_infer) / n, t_env / par, t_infer)
-                                    + min(t_env / par, t_infer) / S + S * overhead
+    turns (collocated, S = 1)   t_env / par + t_infer + o
+    split (k env devices)       max(t_env / k + S c, t_infer + S c, (t_env / k + t_infer) / S + o)
+    shared (collocated overlap) max((t_env + t_infer + 2 S c) / n, t_env / par + S c, t_infer + S c,
+                                    (t_env / par + t_infer) / S + o)
 
 Bounds over collocated turns, without overhead (``bounds``): the issue's ``(e + i) / max(e, i)`` with
 e = t_env / par assumes env and inference each keep all their devices; a disjoint split cannot beat
@@ -36,15 +38,18 @@ class Choice:
         return self.collocated_step_s / self.predicted_step_s
 
 
-def pipelined_step(t_env: float, t_infer: float, stages: int, env_devices: int, overhead: float) -> float:
-    e = t_env / env_devices
-    return max(e, t_infer) + min(e, t_infer) / stages + stages * overhead
+def pipelined_step(t_env: float, t_infer: float, stages: int, env_devices: int, overhead: float,
+                   stage_cost: float = 0.0) -> float:
+    """Disjoint split: env on ``env_devices``, inference on its own device (see module doc)."""
+    e, c = t_env / env_devices, stages * stage_cost
+    return max(e + c, t_infer + c, (e + t_infer) / stages + overhead)
 
 
-def shared_step(t_env: float, t_infer: float, stages: int, num_devices: int, par: int, overhead: float) -> float:
+def shared_step(t_env: float, t_infer: float, stages: int, num_devices: int, par: int, overhead: float,
+                stage_cost: float = 0.0) -> float:
     """Collocated overlap: env workers (on ``par`` devices in parallel) and inference share all devices."""
-    e = t_env / par
-    return max((t_env + t_infer) / num_devices, e, t_infer) + min(e, t_infer) / stages + stages * overhead
+    e, c = t_env / par, stages * stage_cost
+    return max((t_env + t_infer + 2 * c) / num_devices, e + c, t_infer + c, (e + t_infer) / stages + overhead)
 
 
 def turns_step(t_env: float, t_infer: float, par: int, overhead: float) -> float:
@@ -61,7 +66,7 @@ def bounds(t_env: float, t_infer: float, num_devices: int, par: int) -> dict[str
 
 def choose(t_env: float, t_infer: float, overhead: float, num_devices: int, num_envs: int,
            candidates: tuple[int, ...] = (1, 2, 4, 8), env_devices: int | None = None, kind: str = "split",
-           par: int | None = None) -> Choice:
+           par: int | None = None, stage_cost: float = 0.0) -> Choice:
     """Best S (and, for a split with ``env_devices`` None, the best env device count) for measured
     ``t_env`` (device-seconds per step of B envs), ``t_infer`` and per-stage ``overhead``; S divides ``num_envs``.
     ``kind``: "split" (hybrid / disaggregated), "shared" (collocated overlap) or "turns" (collocated).
@@ -78,10 +83,12 @@ def choose(t_env: float, t_infer: float, overhead: float, num_devices: int, num_
             break
         if kind == "shared":
             if S >= 2:
-                options.append(Choice(S, par, shared_step(t_env, t_infer, S, num_devices, par, overhead), colloc, kind))
+                t = shared_step(t_env, t_infer, S, num_devices, par, overhead, stage_cost)
+                options.append(Choice(S, par, t, colloc, kind))
             continue
         ks = [env_devices] if env_devices else range(1, max(2, num_devices))
-        options += [Choice(S, k, pipelined_step(t_env, t_infer, S, k, overhead), colloc, kind) for k in ks]
+        options += [Choice(S, k, pipelined_step(t_env, t_infer, S, k, overhead, stage_cost), colloc, kind)
+                    for k in ks]
     if not options:
         raise ValueError(f"no pipeline depth in {candidates} divides {num_envs} envs (and suits kind={kind})")
     return min(options, key=lambda c: c.predicted_step_s)
@@ -93,6 +100,7 @@ class Profile:
     t_infer: float  # seconds of inference per chunk step
     overhead: float  # wall seconds per step beyond env (in parallel) and inference
     wall: float
+    stage_cost: float = 0.0  # seconds of one no-op call to the rollout worker
 
 
 def profile(env_workers: list[Any], rollout: Any, obs_parts: list[Any], steps: int, par: int) -> Profile:
@@ -114,7 +122,11 @@ def profile(env_workers: list[Any], rollout: Any, obs_parts: list[Any], steps: i
     wall = (time.perf_counter() - t) / steps
     totals = phase_totals(ray.get([w.pop_spans.remote() for w in workers]))
     t_env, t_inf = totals.get("env", 0.0) / steps, totals.get("infer", 0.0) / steps
-    return Profile(t_env, t_inf, max(0.0, wall - t_env / par - t_inf), wall)
+    t = time.perf_counter()
+    for _ in range(5):
+        ray.get(rollout.get_version.remote())
+    cost = (time.perf_counter() - t) / 5
+    return Profile(t_env, t_inf, max(0.0, wall - t_env / par - t_inf), wall, cost)
 
 
 def apply(plan: Any, env_workers: list[Any], rollout: Any, obs_parts: list[Any], num_envs: int, seed: int,
@@ -138,10 +150,11 @@ def apply(plan: Any, env_workers: list[Any], rollout: Any, obs_parts: list[Any],
         kind = "split"
     per_worker_cands = tuple(c for c in plan.stage_candidates if (num_envs // W) % c == 0)
     best = choose(prof.t_env, prof.t_infer, prof.overhead, plan.num_devices, num_envs // W, per_worker_cands,
-                  env_devices=len(env_devs) if kind == "split" else None, kind=kind, par=par)
+                  env_devices=len(env_devs) if kind == "split" else None, kind=kind, par=par,
+                  stage_cost=prof.stage_cost)
     b = bounds(prof.t_env, prof.t_infer, plan.num_devices, par)
     print(f"[vlarl] autotune: per chunk step t_env {prof.t_env * 1e3:.1f} ms (device-s), t_infer "
-          f"{prof.t_infer * 1e3:.1f} ms, other {prof.overhead * 1e3:.1f} ms; bounds over collocated: issue "
+          f"{prof.t_infer * 1e3:.1f} ms, other {prof.overhead * 1e3:.1f} ms, call {prof.stage_cost * 1e3:.1f} ms; bounds over collocated: issue "
           f"{b['issue']:.2f}x, split {b['split']:.2f}x, shared {b['shared']:.2f}x -> placement.pipeline_stages="
           f"{best.stages} ({best.kind}, predicted {best.predicted_speedup:.2f}x over collocated turns; override with "
           f"placement.pipeline_stages=<S>)")
