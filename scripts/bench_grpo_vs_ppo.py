@@ -35,7 +35,12 @@ def curve(run_dir: Path) -> dict:
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     pts = [(0, None)] + [(int(r["env_steps"]), r["eval/success_once"]) for r in rows if "eval/success_once" in r]
     final = json.loads((run_dir / "eval" / "eval.json").read_text()) if (run_dir / "eval" / "eval.json").is_file() else {}
-    return {"run_dir": str(run_dir), "points": [p for p in pts if p[1] is not None],
+    periodic = None
+    if (run_dir / "config.yaml").is_file():
+        import yaml
+
+        periodic = (yaml.safe_load((run_dir / "config.yaml").read_text()).get("eval") or {}).get("periodic_episodes")
+    return {"run_dir": str(run_dir), "periodic_episodes": periodic, "points": [p for p in pts if p[1] is not None],
             "final": {k: final.get(k) for k in ("success_once", "success_once_ci95", "episodes", "env_steps", "seeds")}}
 
 
@@ -82,6 +87,7 @@ def main() -> int:
     for name, c in curves.items():
         if c["points"]:
             label = f"{name.upper()} ({EXPERIMENTS[name]})" if name in EXPERIMENTS else name
+            label += f", {c['periodic_episodes']} episodes per point" if c["periodic_episodes"] else ""
             xs, ys = [p[0] for p in c["points"]], [p[1] for p in c["points"]]
             line, = ax.plot(xs, ys, "o-" if name in EXPERIMENTS else "s--", label=label)
             f = c["final"]
@@ -93,7 +99,7 @@ def main() -> int:
     ax.set_ylabel("held-out success rate")
     ax.set_ylim(0, 1.02)
     ax.set_title("ManiSkill PushCube-v1, MLP policy, 2 CPU cores")
-    ax.legend(loc="upper left")
+    ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(out.with_suffix(".png"), dpi=100)
     print(f"plot: {out.with_suffix('.png')}, points: {out.with_suffix('.json')}")
