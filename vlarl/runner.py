@@ -39,6 +39,7 @@ from vlarl.rewards import (
 )
 from vlarl.scheduler.transport import from_wire, to_wire
 from vlarl.workers import ActorWorker, EnvWorker, RolloutWorker
+from vlarl.workers.crash import describe_dead_env_worker
 
 
 def policy_spec_from_env(spec: EnvSpec) -> PolicySpec:
@@ -154,10 +155,9 @@ class Runner:
         base = self.cfg.seed * 100_003 + self.iteration * self.cfg.env.num_envs
         if self.reward_worker is not None:
             ray.get(self.reward_worker.reset_state.remote())  # episodes start afresh: forget start frames
-        return ray.get([
-            w.reset.remote([base + i * self.per_worker + j for j in range(self.per_worker)])
-            for i, w in enumerate(self.env_workers)
-        ])
+        self.reset_seeds = [[base + i * self.per_worker + j for j in range(self.per_worker)]
+                            for i in range(len(self.env_workers))]
+        return ray.get([w.reset.remote(seeds) for w, seeds in zip(self.env_workers, self.reset_seeds)])
 
     # -- one rollout ----------------------------------------------------------------------------
     def collect(self, obs_parts: list[dict[str, Any]], num_steps: int = 0,
@@ -274,7 +274,8 @@ class Runner:
                 if self.reward_worker is not None:
                     # GRPO groups start every episode at the trajectory's first step
                     fresh = algorithm_spec(cfg.algorithm.name).rollout == "groups"
-                    reward_metrics = apply_process_reward(traj, self.reward_worker, cfg.reward, cfg.algorithm.gamma,
+                    gamma = getattr(cfg.algorithm, "gamma", 1.0)  # GRPO scores undiscounted episodes
+                    reward_metrics = apply_process_reward(traj, self.reward_worker, cfg.reward, gamma,
                                                           fresh_episodes=fresh)
                 t1 = time.time()
                 train_ref, prefetched = self.actor.train.remote(traj), None
@@ -368,6 +369,12 @@ def run_training(cfg: Any, run_dir: str | Path) -> dict[str, Any]:
     try:
         runner.setup()
         return runner.train()
+    except ray.exceptions.RayActorError as e:  # a simulator process died: say which one, with its seeds
+        named = describe_dead_env_worker(e, getattr(runner, "env_workers", []), str(cfg.env.task),
+                                         getattr(runner, "reset_seeds", []), runner.iteration, str(runner.run_dir))
+        if named is None:
+            raise
+        raise named from e
     finally:
         runner.close()
 
