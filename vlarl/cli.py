@@ -20,12 +20,13 @@ USAGE_TRAIN = """usage: vlarl-train [group=choice ...] [key=value ...] [resume=<
 """
 
 USAGE_EVAL = """usage: vlarl-eval checkpoint=<policy dir> [env=<config>] [env.task=...] [episodes=100]
-                  [seed=1000000] [num_envs=4] [video_episodes=3] [output=<dir>]
-       vlarl-eval checkpoint=<policy dir> suite=<name> [tasks=[...]] [num_envs=4] [video_episodes=1]
+                  [seed=1000000] [num_envs=4] [num_workers=1] [video_episodes=3] [output=<dir>]
+       vlarl-eval checkpoint=<policy dir> suite=<name> [tasks=[...]] [num_envs=4] [num_workers=1] [video_episodes=1]
        vlarl-eval --compare <a/eval.json> <b/eval.json> [metric=success_once|success_at_end]
 
   suites (pinned tasks x episodes x seeds x init states): maniskill_pushcube, maniskill_tabletop,
           libero_spatial, libero_object, libero_goal, libero_10, libero_90
+  num_workers=N spreads the envs over N simulator processes (same results as N=1)
   writes  <output>/eval.json, eval.md (table), eval.svg (per-task success) and MP4 videos
 """
 
