@@ -94,12 +94,12 @@ def main() -> int:
             if f.get("success_once") is not None and f.get("env_steps"):
                 ax.errorbar([f["env_steps"]], [f["success_once"]], color=line.get_color(), marker="*", ms=12,
                             yerr=[[f["success_once"] - f["success_once_ci95"][0]], [f["success_once_ci95"][1] - f["success_once"]]])
-    ax.plot([], [], "k*", ms=10, label="final evaluation (100 episodes, 95% CI)")
+    ax.plot([], [], "k*", ms=10, label="final held-out evaluation, 95% CI")
     ax.set_xlabel("env steps")
     ax.set_ylabel("held-out success rate")
     ax.set_ylim(0, 1.02)
     ax.set_title("ManiSkill PushCube-v1, MLP policy, 2 CPU cores")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", fontsize=7.5)
     fig.tight_layout()
     fig.savefig(out.with_suffix(".png"), dpi=100)
     print(f"plot: {out.with_suffix('.png')}, points: {out.with_suffix('.json')}")
