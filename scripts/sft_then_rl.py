@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     _run(train, "vlarl-train (PPO)")
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    steps = max((r.get("env_steps", 0) for r in metrics), default=0)
+    steps = int(max((r.get("env_steps", 0) for r in metrics), default=0))
     res["rl"] = {"env_steps": steps, "wall_s": time.time() - t0, "run_dir": str(run_dir),
                  "curve": [{"env_steps": r["env_steps"], "rollout_success_once": r.get("rollout/success_once")}
                            for r in metrics if "iteration" in r]}
