@@ -89,6 +89,10 @@ def train_main(argv: list[str] | None = None) -> int:
                 raise ConfigError(f"run_dir '{run_dir}' already holds a run; continue it with resume={run_dir} "
                                   f"or choose another run_dir")
         _validate_env(cfg.env)
+        if getattr(cfg, "init_from", None) and not resume:  # a bad path fails before a run directory exists
+            from vlarl.init_from import resolve_checkpoint
+
+            resolve_checkpoint(cfg.init_from)
     except (ConfigError, EnvError, CheckpointError) as e:
         return _fail("vlarl-train", str(e))
     cfg.run_dir = str(run_dir)
@@ -99,7 +103,10 @@ def train_main(argv: list[str] | None = None) -> int:
     print(f"[vlarl] run directory: {run_dir}")
     from vlarl.runner import run_training
 
-    final = run_training(cfg, run_dir)
+    try:
+        final = run_training(cfg, run_dir)
+    except CheckpointError as e:  # e.g. init_from weights that do not fit this env/policy: one line, no traceback
+        return _fail("vlarl-train", str(e))
     lo, hi = final["success_once_ci95"]
     print(f"[vlarl] held-out evaluation ({final['episodes']} episodes, seeds {final['seeds'][0]}..{final['seeds'][1]}): "
           f"success_once={final['success_once']:.3f} [95% CI {lo:.3f}, {hi:.3f}]  "

@@ -116,3 +116,12 @@ def test_kl_reference_starts_from_the_checkpoint_too(saved, spec):
     for module in (worker.policy, worker.reference):
         for k, v in module.state_dict().items():
             torch.testing.assert_close(v, state[k], msg=k)
+
+
+def test_cli_refuses_a_missing_init_from_before_writing_a_run(tmp_path):
+    run_dir = tmp_path / "run"
+    p = subprocess.run([str(BIN / "vlarl-train"), f"run_dir={run_dir}", f"init_from={tmp_path / 'nope'}", *SMALL],
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert p.returncode == 2
+    assert "init_from=" in p.stderr and "not a policy directory" in p.stderr and "Traceback" not in p.stderr
+    assert not (run_dir / "config.yaml").exists()
