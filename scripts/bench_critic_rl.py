@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,13 +56,25 @@ def ensure_critic(args, root: Path) -> str:
     return str(out)
 
 
-def curve(run_dir: Path) -> tuple[list[tuple[int, float]], dict]:
-    """[(env_steps, held-out success_once)] from the periodic evaluations, plus the final eval.json."""
+def rollout_curve(run_dir: Path) -> list[tuple[int, float]]:
+    """[(env_steps, success_once of the training rollouts)]: sampled actions, training seeds, recent episodes."""
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    pts = [(int(r["env_steps"]), float(r["eval/success_once"])) for r in rows if "eval/success_once" in r]
+    return sorted({int(r["env_steps"]): float(r["rollout/success_once"]) for r in rows
+                   if "iteration" in r and "rollout/success_once" in r}.items())
+
+
+def curve(run_dir: Path) -> tuple[list[tuple[int, float]], dict]:
+    """[(env_steps, held-out success_once)] from the periodic and final evaluations (one per env step: a
+    run extended with a larger --env-steps resumes from its checkpoint and appends), plus the last eval.json."""
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    pts: dict[int, float] = {}
+    for r in rows:
+        for key in ("eval/success_once", "final_eval/success_once"):
+            if key in r and "env_steps" in r:
+                pts[int(r["env_steps"])] = float(r[key])
     final = json.loads((run_dir / "eval" / "eval.json").read_text())
-    pts.append((int(final["env_steps"]), float(final["success_once"])))
-    return pts, final
+    pts[int(final["env_steps"])] = float(final["success_once"])
+    return sorted(pts.items()), final
 
 
 def steps_to(pts: list[tuple[int, float]], target: float) -> int | None:
@@ -83,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", type=float, default=0.5, help="success rate whose first env step is reported")
     ap.add_argument("--root", default="outputs/critic_rl", help="run directories go here")
     ap.add_argument("--plot", default=str(ROOT / "docs" / "critic_vs_sparse.png"))
-    ap.add_argument("--skip-existing", action="store_true", help="reuse finished runs under --root")
+    ap.add_argument("--skip-existing", action="store_true",
+                    help="reuse runs under --root that reached --env-steps (shorter ones are extended)")
     ap.add_argument("overrides", nargs="*", help="vlarl-train overrides for both arms (after --)")
     args = ap.parse_args(argv)
     root = Path(args.root)
@@ -96,30 +109,44 @@ def main(argv: list[str] | None = None) -> int:
             cmd = [str(BIN / "vlarl-train"), f"run_dir={run_dir}", f"seed={seed}", f"total_env_steps={args.env_steps}",
                    f"eval.every_iterations={args.eval_every}", f"eval.periodic_episodes={args.eval_episodes}",
                    f"eval.episodes={args.eval_episodes}", *COMMON, *arm_overrides(arm, critic, args), *args.overrides]
-            t0 = time.time()
-            if not (args.skip_existing and (run_dir / "eval" / "eval.json").is_file()):
-                print("$", " ".join(cmd), flush=True)
+            done = (run_dir / "eval" / "eval.json").is_file() and \
+                json.loads((run_dir / "eval" / "eval.json").read_text()).get("env_steps", 0) >= args.env_steps
+            if not (args.skip_existing and done):  # an unfinished or shorter run resumes from its checkpoint
+                metrics = run_dir / "metrics.jsonl"
                 for attempt in range(3):  # Ray's start-up can time out on a loaded machine: try again
-                    if subprocess.run(cmd).returncode == 0:
+                    size = metrics.stat().st_size if metrics.is_file() else -1
+                    run = cmd
+                    if (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir()):
+                        run = [cmd[0], f"resume={run_dir}", f"total_env_steps={args.env_steps}"]  # extend it
+                    elif run_dir.exists():
+                        shutil.rmtree(run_dir)  # a start that failed before its first checkpoint
+                    print("$", " ".join(run), flush=True)
+                    if subprocess.run(run).returncode == 0:
                         break
-                    if (run_dir / "metrics.jsonl").is_file() or attempt == 2:
+                    if (metrics.stat().st_size if metrics.is_file() else -1) != size or attempt == 2:
                         print(f"{arm} seed {seed} failed")
                         return 1
                     print(f"{arm} seed {seed}: start-up failed, trying again", flush=True)
             pts, final = curve(run_dir)
-            results[arm][seed] = (pts, final, time.time() - t0)
+            results[arm][seed] = (pts, final, rollout_curve(run_dir))
     print(f"\n## held-out success_once vs env steps ({args.eval_episodes} episodes per point)")
-    print("| arm | seed | " + " | ".join(f"{s}" for s, _ in next(iter(results[args.arms[0]].values()))[0]) + " |")
+    steps = sorted({s for arm in args.arms for pts, _, _ in results[arm].values() for s, _ in pts})
+    print("| arm | seed | " + " | ".join(str(s) for s in steps) + " |")
+    print("|---|---|" + "---|" * len(steps))
     for arm in args.arms:
         for seed, (pts, _, _) in results[arm].items():
-            print(f"| {arm} | {seed} | " + " | ".join(f"{v:.2f}" for _, v in pts) + " |")
-    print(f"\n| arm | seed | final success_once | best | steps to {args.target:.0%} | train wall s |")
-    print("|---|---|---|---|---|---|")
+            d = dict(pts)
+            print(f"| {arm} | {seed} | " + " | ".join(f"{d[s]:.2f}" if s in d else "" for s in steps) + " |")
+    print(f"\n| arm | seed | final held-out success_once | best held-out | steps to {args.target:.0%} held-out | "
+          "rollout success_once, last 4 iterations | train wall s |")
+    print("|---|---|---|---|---|---|---|")
     for arm in args.arms:
-        for seed, (pts, final, _) in results[arm].items():
+        for seed, (pts, final, roll) in results[arm].items():
             hit = steps_to(pts, args.target)
+            last = [v for _, v in roll[-4:]]
             print(f"| {arm} | {seed} | {final['success_once']:.3f} | {max(v for _, v in pts):.3f} | "
-                  f"{hit if hit is not None else 'not reached'} | {final.get('train_wall_s', float('nan')):.0f} |")
+                  f"{hit if hit is not None else 'not reached'} | {sum(last) / max(1, len(last)):.3f} | "
+                  f"{final.get('train_wall_s', float('nan')):.0f} |")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -129,10 +156,13 @@ def main(argv: list[str] | None = None) -> int:
     colors = {"sparse": "tab:gray", "critic": "tab:blue"}
     labels = {"sparse": "sparse success reward", "critic": f"sparse + VLM critic ({args.mode})"}
     for arm in args.arms:
-        for i, (pts, _, _) in enumerate(results[arm].values()):
-            ax.plot(*zip(*pts, strict=True), "o-", color=colors[arm], alpha=0.9, label=labels[arm] if i == 0 else None)
+        for i, (pts, _, roll) in enumerate(results[arm].values()):
+            ax.plot(*zip(*pts, strict=True), "o-", color=colors[arm], alpha=0.9,
+                    label=f"{labels[arm]}, held-out" if i == 0 else None)
+            ax.plot(*zip(*roll, strict=True), "--", color=colors[arm], alpha=0.5, lw=1,
+                    label=f"{labels[arm]}, training rollouts" if i == 0 else None)
     ax.set_xlabel("env steps")
-    ax.set_ylabel("held-out success rate")
+    ax.set_ylabel("success rate (success_once)")
     ax.set_ylim(0, 1.02)
     ax.set_title(f"PushCube-v1, PPO, seeds {args.seeds}", fontsize=9)
     ax.legend(loc="upper left", fontsize=8)
