@@ -46,6 +46,10 @@ class ManiSkillConfig(EnvConfig):
     # [base_camera, hand_camera].
     cameras: list[str] = field(default_factory=list)
     robot_uids: str = ""  # "" = the task's default robot
+    # A camera rendered only at chunk boundaries (after reset and at the end of each chunk) into
+    # obs["images"], at image_size px, for a reward critic, while the policy keeps obs_mode (e.g. state):
+    # one render per chunk instead of one per step. Not in EnvSpec.image_keys (the policy does not read it).
+    critic_camera: str = ""
 
 
 # kept under their old names: the GPU adapter and scripts import them from here
@@ -95,6 +99,9 @@ class ManiSkillEnv(BatchedEnv):
         self.max_episode_steps = int(cfg.max_episode_steps or _time_limit(e0))
         obs, _ = e0.reset(seed=0)
         first = self._convert(obs)
+        if cfg.critic_camera and cfg.critic_camera not in e0.unwrapped.scene.sensors:
+            raise EnvError(f"env.critic_camera='{cfg.critic_camera}' is not a camera of ManiSkill task '{cfg.task}'; "
+                           f"its cameras are {list(e0.unwrapped.scene.sensors)}")
         self.spec = EnvSpec(
             state_dim=int(first["state"].shape[-1]),
             action_dim=int(low.shape[0]),
@@ -172,7 +179,7 @@ class ManiSkillEnv(BatchedEnv):
             s = self._reset_state_ids[i] if self._reset_state_ids is not None else seeds[i]
             self._seeds[i] = s  # the seed ManiSkill got (a reset-state id is the seed of that state)
             obs, _ = self._sim("reset", i, env.reset, seed=s)
-            self._obs.append(self._convert(obs))
+            self._obs.append(self._critic_frame(env, self._convert(obs)))
         self._ret.zero_()
         self._len.zero_()
         self._succ_once.zero_()
@@ -226,11 +233,11 @@ class ManiSkillEnv(BatchedEnv):
                     episode["return"][i] = float(self._ret[i])
                     episode["episode_len"][i] = float(self._len[i])
                     break
-            final_obs[i] = self._obs[i]
+            final_obs[i] = self._obs[i] = self._critic_frame(env, self._obs[i])
             if done[i]:
                 seed = self._reset_state_ids[i] if self._reset_state_ids is not None else None
                 obs, _ = self._sim("auto-reset", i, env.reset, seed=seed)
-                self._obs[i] = self._convert(obs)
+                self._obs[i] = self._critic_frame(env, self._convert(obs))
                 self._ret[i] = 0.0
                 self._len[i] = 0
                 self._succ_once[i] = False
@@ -245,6 +252,20 @@ class ManiSkillEnv(BatchedEnv):
             episode=episode,
             success=success,
         )
+
+    def _critic_frame(self, env: Any, obs: dict[str, Any]) -> dict[str, Any]:
+        """Add ``cfg.critic_camera``'s RGB frame (uint8 [1, H, W, 3]) to one env's obs (see ManiSkillConfig)."""
+        cam = self.cfg.critic_camera
+        if not cam or cam in obs["images"]:
+            return obs
+        u = env.unwrapped
+        for actor in u._hidden_objects:  # as ManiSkill's own sensor observations do
+            actor.hide_visual()
+        u.scene.update_render(update_sensors=True, update_human_render_cameras=False)
+        sensor = u.scene.sensors[cam]
+        sensor.capture()
+        rgb = sensor.get_obs(rgb=True, depth=False, position=False, segmentation=False)["rgb"]
+        return {**obs, "images": {**obs["images"], cam: rgb[..., :3].to(torch.uint8).reshape(1, *rgb.shape[-3:-1], 3)}}
 
     def render(self) -> np.ndarray | None:
         if not self._render:
@@ -285,7 +306,7 @@ def make_kwargs(cfg: ManiSkillConfig, sim_backend: str, num_envs: int, render: b
         num_envs=num_envs,
         reward_mode=cfg.reward_mode,
     )
-    if cfg.obs_mode == "rgb":
+    if cfg.obs_mode == "rgb" or getattr(cfg, "critic_camera", ""):
         kwargs["sensor_configs"] = dict(width=cfg.image_size, height=cfg.image_size)
     if render:
         kwargs["render_mode"] = "rgb_array"
