@@ -210,29 +210,37 @@ class ManiSkillEnv(BatchedEnv):
         episode = {k: nan.clone() for k in ("success_once", "success_at_end", "return", "episode_len")}
         final_obs: list[dict[str, Any]] = list(self._obs)
         for i, env in enumerate(self.envs):
+            # Python scalars inside the step loop, tensors once per chunk: per-step tensor indexing and
+            # observation conversion cost more than a PushCube physics step (bench_envs: vlarl / plain)
+            ret, length, succ_once = float(self._ret[i]), int(self._len[i]), bool(self._succ_once[i])
+            rs, ss, raw = [], [], None
             for t in range(T):
-                obs, r, term, trunc, info = self._sim("step", i, env.step, actions[i : i + 1, t])
-                step_mask[i, t] = True
-                rewards[i, t] = float(r.reshape(-1)[0])
+                raw, r, term, trunc, info = self._sim("step", i, env.step, actions[i : i + 1, t])
+                r_f = float(r.reshape(-1)[0])
                 s = bool(info["success"].reshape(-1)[0]) if "success" in info else False
-                success[i, t] = s
-                self._ret[i] += rewards[i, t]
-                self._len[i] += 1
-                self._succ_once[i] |= s
+                rs.append(r_f)
+                ss.append(s)
+                ret += r_f
+                length += 1
+                succ_once |= s
                 term_b = bool(term.reshape(-1)[0]) and not self.cfg.ignore_terminations
-                trunc_b = bool(trunc.reshape(-1)[0]) or (
-                    self.max_episode_steps > 0 and int(self._len[i]) >= self.max_episode_steps
-                )
-                self._obs[i] = self._convert(obs)
+                trunc_b = bool(trunc.reshape(-1)[0]) or (self.max_episode_steps > 0 and length >= self.max_episode_steps)
                 if term_b or trunc_b:
                     terminated[i, t] = term_b
                     truncated[i, t] = trunc_b and not term_b
                     done[i] = True
-                    episode["success_once"][i] = float(self._succ_once[i])
+                    episode["success_once"][i] = float(succ_once)
                     episode["success_at_end"][i] = float(s)
-                    episode["return"][i] = float(self._ret[i])
-                    episode["episode_len"][i] = float(self._len[i])
+                    episode["return"][i] = ret
+                    episode["episode_len"][i] = float(length)
                     break
+            n = len(rs)
+            step_mask[i, :n] = True
+            rewards[i, :n] = torch.tensor(rs)
+            success[i, :n] = torch.tensor(ss)
+            self._ret[i], self._len[i], self._succ_once[i] = ret, length, succ_once
+            if raw is not None:
+                self._obs[i] = self._convert(raw)
             final_obs[i] = self._obs[i] = self._critic_frame(env, self._obs[i])
             if done[i]:
                 seed = self._reset_state_ids[i] if self._reset_state_ids is not None else None
