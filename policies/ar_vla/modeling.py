@@ -38,7 +38,7 @@ class ARVLAConfig:
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     chunk_size: int = 4  # actions per chunk (T)
     n_action_bins: int = 256
-    action_token_strategy: str = "added"  # "added" (<action_i> tokens) | "tail" (last n ids, OpenVLA)
+    action_token_strategy: str = "added"  # "added" (<action_i> tokens) | "tail" (last n ids) | "openvla" (255 bins counting down from the vocab end)
     decoding: str = "parallel"  # "parallel" (one pass, OFT-style) | "sequential" (generate)
     temperature: float = 1.0
     top_k: int = 0  # 0 = all bins

@@ -13,6 +13,8 @@ tensor transform); source keys no rule claims are reported as unused, never sile
   ``backbone.kind=siglip_llama``; the Llama-2 LM + LM head load, and the SigLIP tower (timm names, fused
   ``qkv`` split into q/k/v) loads into our HF SigLIP. OpenVLA's DINOv2 tower and its 3-layer fused
   projector have no counterpart in the SigLIP + linear-projector composition (listed as unused).
+  Use ``policy.action_token_strategy=openvla policy.n_action_bins=255`` so its action tokens decode
+  as OpenVLA's (255 bins counting down from the end of the base vocabulary).
 """
 
 from __future__ import annotations

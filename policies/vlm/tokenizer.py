@@ -6,7 +6,9 @@ small (256 bytes + specials) and it is a real ``PreTrainedTokenizerFast`` saved 
 
 Action tokens live on *reserved vocabulary ids* that are looked up through the tokenizer, never
 hard-coded: either added tokens named ``<action_{i}>`` (``strategy="added"``) or the last ``n_bins``
-ids of the vocabulary (``strategy="tail"``, the OpenVLA convention for Llama-2).
+ids of the vocabulary in bin order (``strategy="tail"``), or OpenVLA's exact convention
+(``strategy="openvla"``): 255 bins whose ids count *down* from the end of the base vocabulary (bin i
+on ``vocab_size - 1 - i``), so an OpenVLA checkpoint's action tokens decode to the actions it was trained on.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import torch
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 ACTION_TOKEN = "<action_{}>"
-STRATEGIES = ("added", "tail")
+STRATEGIES = ("added", "tail", "openvla")
+OPENVLA_BINS = 255  # OpenVLA digitizes [-1, 1] with 256 edges: 255 bins
 
 
 def build_byte_tokenizer() -> PreTrainedTokenizerFast:
@@ -56,6 +59,14 @@ class ActionTokenizer:
         add_action_tokens(tokenizer, n_bins, strategy)
         if strategy == "added":
             ids = tokenizer.convert_tokens_to_ids([ACTION_TOKEN.format(i) for i in range(n_bins)])
+        elif strategy == "openvla":
+            if n_bins != OPENVLA_BINS:
+                raise ValueError(f"action_token_strategy=openvla uses {OPENVLA_BINS} bins; set "
+                                 f"policy.n_action_bins={OPENVLA_BINS} (got {n_bins})")
+            vocab = tokenizer.vocab_size  # the base vocabulary, as OpenVLA counts it (added tokens excluded)
+            if vocab <= n_bins:
+                raise ValueError(f"tokenizer has {vocab} tokens, too few to reserve n_action_bins={n_bins}")
+            ids = [vocab - 1 - i for i in range(n_bins)]
         else:
             vocab = len(tokenizer)
             if vocab <= n_bins:

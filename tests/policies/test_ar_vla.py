@@ -165,3 +165,22 @@ def test_freeze_vision_keeps_the_language_model_of_native_vlms_trainable(vla_spe
     lm_ids = {id(p) for p in lm} | {id(p) for p in pol.backbone.lm_head.parameters()}
     others = [p for p in pol.backbone.parameters() if id(p) not in lm_ids]
     assert others and not any(p.requires_grad for p in others)
+
+
+def test_openvla_token_convention_matches_its_digitize_decode(vla_spec):
+    """OpenVLA: token = vocab_size - digitize(x, linspace(-1, 1, 256)); action = centers[clip(vocab - token - 1)]."""
+    import numpy as np
+
+    with pytest.raises(ValueError, match="n_action_bins=255"):
+        _policy(vla_spec, action_token_strategy="openvla", n_action_bins=256)
+    pol = _policy(vla_spec, action_token_strategy="openvla", n_action_bins=255)
+    at, vocab = pol.action_tokenizer, pol.backbone.tokenizer.vocab_size
+    assert at.token_ids[0] == vocab - 1 and at.token_ids[-1] == vocab - 255  # ids count down
+    x = torch.linspace(-0.999, 0.999, 401)
+    edges = np.linspace(-1.0, 1.0, 256)
+    centers = (edges[:-1] + edges[1:]) / 2.0
+    openvla_tokens = vocab - np.digitize(x.numpy(), edges)  # OpenVLA's encoding, written out
+    ours = at.token_ids[at.encode(x)].numpy()
+    np.testing.assert_array_equal(ours, openvla_tokens)
+    openvla_actions = centers[np.clip(vocab - openvla_tokens - 1, 0, 254)]  # OpenVLA's decoding
+    np.testing.assert_allclose(at.decode(at.encode(x)).numpy(), openvla_actions, atol=1e-6)
