@@ -74,31 +74,31 @@ class RunningNorm(nn.Module):
         return ((x - self.mean) / torch.sqrt(self.var + 1e-8)).clamp(-self.clip, self.clip)
 
 
-@register_policy("mlp", MLPPolicyConfig)
-class MLPPolicy(Policy):
-    def __init__(self, config: MLPPolicyConfig, spec: PolicySpec):
-        super().__init__(config, spec)
-        if config.chunk_size < 1:
-            raise ValueError(f"policy.chunk_size must be >= 1, got {config.chunk_size}")
-        T, A = config.chunk_size, spec.action_dim
-        self.norm = RunningNorm(spec.state_dim, config.obs_clip)
-        self.actor = _mlp(spec.state_dim, list(config.hidden_sizes), T * A, config.activation, 0.01)
-        self.critic = _mlp(spec.state_dim, list(config.hidden_sizes), 1, config.activation, 1.0)
-        self.log_std = nn.Parameter(torch.full((T, A), float(config.init_log_std)))
-        self.register_buffer("action_low", torch.tensor(spec.action_low, dtype=torch.float32))
-        self.register_buffer("action_high", torch.tensor(spec.action_high, dtype=torch.float32))
+class GaussianChunkPolicy(Policy):
+    """Actor + critic MLPs on a feature vector: a diagonal Gaussian over the whole chunk ``[T, A]``
+    (state-independent learned log-std, floored at ``min_log_std`` when given) and a value head.
+    Subclasses build their features in ``_features(obs) -> [B, D]``; ``replay`` holds the sampled
+    actions, so ``evaluate`` re-scores them exactly."""
+
+    min_log_std: float | None = None
+
+    def _build_heads(self, in_dim: int, hidden: list[int], activation: str, init_log_std: float) -> None:
+        if self.config.chunk_size < 1:
+            raise ValueError(f"policy.chunk_size must be >= 1, got {self.config.chunk_size}")
+        T, A = self.config.chunk_size, self.spec.action_dim
+        self.actor = _mlp(in_dim, hidden, T * A, activation, 0.01)
+        self.critic = _mlp(in_dim, hidden, 1, activation, 1.0)
+        self.log_std = nn.Parameter(torch.full((T, A), float(init_log_std)))
+        self.register_buffer("action_low", torch.tensor(self.spec.action_low, dtype=torch.float32))
+        self.register_buffer("action_high", torch.tensor(self.spec.action_high, dtype=torch.float32))
 
     def _features(self, obs: dict[str, Any]) -> torch.Tensor:
-        state = as_float_tensor(obs["state"], self.log_std.device)
-        if state.ndim != 2 or state.shape[1] != self.spec.state_dim:
-            raise ValueError(
-                f"MLP policy expects obs['state'] of shape [B, {self.spec.state_dim}], got {tuple(state.shape)}"
-            )
-        return self.norm(state) if self.config.normalize_obs else state
+        raise NotImplementedError
 
     def _dist(self, x: torch.Tensor) -> torch.distributions.Normal:
         mean = self.actor(x).view(x.shape[0], self.config.chunk_size, self.spec.action_dim)
-        return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean))
+        log_std = self.log_std if self.min_log_std is None else self.log_std.clamp_min(self.min_log_std)
+        return torch.distributions.Normal(mean, log_std.exp().expand_as(mean))
 
     @torch.no_grad()
     def sample(self, obs: dict[str, Any]) -> ActionSample:
@@ -115,7 +115,7 @@ class MLPPolicy(Policy):
     def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]):
         x = self._features(obs)
         dist = self._dist(x)
-        return dist.log_prob(replay["actions"]), dist.entropy(), self.critic(x).squeeze(-1)
+        return dist.log_prob(replay["actions"].to(x.device)), dist.entropy(), self.critic(x).squeeze(-1)
 
     @torch.no_grad()
     def act(self, obs: dict[str, Any]) -> torch.Tensor:
@@ -125,6 +125,22 @@ class MLPPolicy(Policy):
     @torch.no_grad()
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         return self.critic(self._features(obs)).squeeze(-1)
+
+
+@register_policy("mlp", MLPPolicyConfig)
+class MLPPolicy(GaussianChunkPolicy):
+    def __init__(self, config: MLPPolicyConfig, spec: PolicySpec):
+        super().__init__(config, spec)
+        self.norm = RunningNorm(spec.state_dim, config.obs_clip)
+        self._build_heads(spec.state_dim, list(config.hidden_sizes), config.activation, config.init_log_std)
+
+    def _features(self, obs: dict[str, Any]) -> torch.Tensor:
+        state = as_float_tensor(obs["state"], self.log_std.device)
+        if state.ndim != 2 or state.shape[1] != self.spec.state_dim:
+            raise ValueError(
+                f"MLP policy expects obs['state'] of shape [B, {self.spec.state_dim}], got {tuple(state.shape)}"
+            )
+        return self.norm(state) if self.config.normalize_obs else state
 
     def update_normalization(self, obs: dict[str, Any]) -> None:
         if self.config.normalize_obs:

@@ -15,9 +15,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from policies.base import ActionSample, Policy, PolicySpec, as_float_tensor
+from policies.base import PolicySpec, as_float_tensor
 from policies.cnn.encoders import (
     LITE0_MEAN,
     LITE0_STD,
@@ -27,7 +26,7 @@ from policies.cnn.encoders import (
     load_efficientnet_lite0,
     shared_minilm,
 )
-from policies.mlp import RunningNorm, _mlp
+from policies.mlp import GaussianChunkPolicy, RunningNorm
 from policies.registry import register_policy
 
 VISION_ENCODERS = ("small_cnn", "efficientnet_lite0")
@@ -54,7 +53,7 @@ class CNNPolicyConfig:
 
 
 @register_policy("cnn", CNNPolicyConfig)
-class CNNPolicy(Policy):
+class CNNPolicy(GaussianChunkPolicy):
     def __init__(self, config: CNNPolicyConfig, spec: PolicySpec):
         super().__init__(config, spec)
         if config.chunk_size < 1:
@@ -66,7 +65,6 @@ class CNNPolicy(Policy):
         if not spec.image_keys:
             raise ValueError("policy=cnn needs camera images but the env has none; set env.obs_mode=rgb "
                              "(e.g. env=maniskill_pushcube_rgb) or use policy=mlp for state observations")
-        T, A = config.chunk_size, spec.action_dim
         if config.vision_encoder == "small_cnn":
             self.vision = SmallCNN(config.image_size, list(config.cnn_channels), config.vision_dim)
             mean, std = 0.5, 0.5
@@ -82,11 +80,8 @@ class CNNPolicy(Policy):
         fused = len(spec.image_keys) * self.vision.out_dim + text_dim[config.text_encoder]
         fused += spec.state_dim if config.use_state else 0
         self.norm = RunningNorm(spec.state_dim, 10.0)
-        self.actor = _mlp(fused, list(config.hidden_sizes), T * A, config.activation, 0.01)
-        self.critic = _mlp(fused, list(config.hidden_sizes), 1, config.activation, 1.0)
-        self.log_std = nn.Parameter(torch.full((T, A), float(config.init_log_std)))
-        self.register_buffer("action_low", torch.tensor(spec.action_low, dtype=torch.float32))
-        self.register_buffer("action_high", torch.tensor(spec.action_high, dtype=torch.float32))
+        self.min_log_std = config.min_log_std
+        self._build_heads(fused, list(config.hidden_sizes), config.activation, config.init_log_std)
 
     @property
     def device(self) -> torch.device:
@@ -134,33 +129,6 @@ class CNNPolicy(Policy):
         if self.config.use_state:
             parts.append(self.norm(state) if self.config.normalize_state else state)
         return torch.cat(parts, -1)
-
-    def _dist(self, x: torch.Tensor) -> torch.distributions.Normal:
-        mean = self.actor(x).view(x.shape[0], self.config.chunk_size, self.spec.action_dim)
-        std = self.log_std.clamp_min(self.config.min_log_std).exp()
-        return torch.distributions.Normal(mean, std.expand_as(mean))
-
-    # -- the Policy interface -------------------------------------------------------------------
-    @torch.no_grad()
-    def sample(self, obs: dict[str, Any]) -> ActionSample:
-        x = self._features(obs)
-        dist = self._dist(x)
-        actions = dist.sample()
-        return ActionSample(actions, dist.log_prob(actions), self.critic(x).squeeze(-1), {"actions": actions})
-
-    def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]):
-        x = self._features(obs)
-        dist = self._dist(x)
-        return dist.log_prob(replay["actions"].to(self.device)), dist.entropy(), self.critic(x).squeeze(-1)
-
-    @torch.no_grad()
-    def act(self, obs: dict[str, Any]) -> torch.Tensor:
-        mean = self._dist(self._features(obs)).mean
-        return torch.maximum(torch.minimum(mean, self.action_high), self.action_low)
-
-    @torch.no_grad()
-    def value(self, obs: dict[str, Any]) -> torch.Tensor:
-        return self.critic(self._features(obs)).squeeze(-1)
 
     def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor) -> torch.Tensor:
         """Behaviour cloning: MSE of the Gaussian mean to demonstration chunks [B, T, A], in [-1, 1] units."""
