@@ -178,6 +178,7 @@ class EvalCLIConfig:
     episodes: int = 100  # per task; with suite=, the suite's pinned count unless given
     seed: int = 1_000_000  # episode k starts from seed + k; with suite=, the suite's seed unless given
     num_envs: int = 4
+    num_workers: int = 1  # processes the num_envs envs are split over (EnvWorker Ray actors); same results
     video_episodes: int = 0  # per task: the first N episodes rendered to MP4
     output: str = ""  # "" = <checkpoint>/eval/<task or suite>_seed<seed>
     deterministic: bool = True

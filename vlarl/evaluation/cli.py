@@ -12,26 +12,11 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-from vlarl.config.schema import EvalCLIConfig
-
 PROG = "vlarl-eval"
-
-
-@dataclass
-class EvalRunConfig(EvalCLIConfig):
-    """``vlarl-eval``'s config (configs/eval.yaml): the shared eval schema plus process-parallel envs."""
-
-    num_workers: int = 1  # processes the num_envs envs are split over (EnvWorker Ray actors); same results
-
-
-def _register_schema() -> None:
-    from hydra.core.config_store import ConfigStore
-
-    ConfigStore.instance().store(name="eval_run_schema", node=EvalRunConfig)
 
 
 def _fail(msg: str) -> int:
@@ -89,7 +74,6 @@ def main(args: list[str]) -> int:
     try:
         if "checkpoint" not in given:
             raise ConfigError("missing checkpoint=<policy directory> (e.g. <run_dir>/checkpoints/latest)")
-        _register_schema()
         cfg = load_eval_config(args)
         if cfg.episodes < 1 or cfg.num_envs < 1 or cfg.video_episodes < 0:
             raise ConfigError("episodes and num_envs must be >= 1 and video_episodes >= 0")
