@@ -101,6 +101,13 @@ class Policy(nn.Module, abc.ABC):
         """Value estimate ``[B]`` (for bootstrapping a truncated episode), or None without a value head."""
         return None
 
+    #: parameter-name prefixes of the value head's own weights (``algorithm.critic_lr`` applies to them)
+    value_head_prefixes: tuple[str, ...] = ("critic.", "value_head.")
+
+    def value_head_parameters(self) -> list[str]:
+        """Names of the trainable parameters that belong to the value head only (not the shared trunk)."""
+        return [n for n, p in self.named_parameters() if p.requires_grad and n.startswith(self.value_head_prefixes)]
+
     def normalization_stats(self) -> dict[str, list[float]]:
         """Statistics the policy normalizes with (saved beside the weights for humans and tools)."""
         return {}

@@ -112,6 +112,7 @@ PPO_ONLY = {
     "reward_scale": ({}, 3.0),
     "reward_level": ({"logprob_level": "action"}, "action"),
     "critic_warmup_iterations": ({}, 1),
+    "critic_lr": ({}, 0.1),
 }
 GRPO_ONLY = {
     "group_size": ({}, 4),
@@ -205,3 +206,26 @@ def test_update_metrics_are_reported():
     assert m["stale_dropped"] == 2 * B
     _, g = train_once(GRPOConfig(**GRPO_BASE, filter_groups=True))
     assert g["samples"] > 0 and g["score_mean"] == pytest.approx(0.5)
+
+
+def test_critic_lr_moves_only_the_value_head_faster():
+    """algorithm.critic_lr gives the value head (``critic.*``) its own Adam group; the actor's update is
+    unchanged, and lr annealing keeps the ratio between the two groups."""
+    no_clip = {**PPO_BASE, "max_grad_norm": 0.0}  # a global-norm clip would couple the two groups' steps
+    base, _ = train_once(PPOConfig(**no_clip))
+    fast, _ = train_once(PPOConfig(**no_clip, critic_lr=PPO_BASE["lr"] * 10))
+    torch.manual_seed(0)
+    start = ActorWorker(POLICY, PPOConfig(), SPEC, seed=0).policy
+    moved = {}
+    for tag, m in (("base", base), ("fast", fast)):
+        after = dict(m.named_parameters())
+        moved[tag] = {n: (after[n] - p).abs().sum().item() for n, p in start.named_parameters()}
+    critic = [n for n in moved["base"] if n.startswith("critic.")]
+    actor = [n for n in moved["base"] if not n.startswith("critic.")]
+    assert critic and actor
+    assert sum(moved["fast"][n] for n in critic) > 3 * sum(moved["base"][n] for n in critic)
+    assert all(moved["fast"][n] == pytest.approx(moved["base"][n], rel=1e-4, abs=1e-7) for n in actor)
+    worker = ActorWorker(POLICY, PPOConfig(lr=1e-3, critic_lr=5e-3), SPEC, seed=0)
+    assert [g["lr"] for g in worker.optimizer.param_groups] == [1e-3, 5e-3]
+    worker.set_lr(5e-4)
+    assert [g["lr"] for g in worker.optimizer.param_groups] == pytest.approx([5e-4, 2.5e-3])

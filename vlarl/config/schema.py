@@ -59,6 +59,10 @@ class PPOConfig(AlgorithmConfig):
     reward_scale: float = 1.0
     reward_level: str = "chunk"  # "chunk" | "action": "action" credits an action only with rewards at/after it
     critic_warmup_iterations: int = 0  # first N updates train only the value head
+    # learning rate of the value head's own weights (Policy.value_head_parameters); 0 = algorithm.lr.
+    # A VLA's small value head on a pretrained/SFT'd trunk fits returns of size ~5 far too slowly at a
+    # policy-sized lr (explained variance stayed ~0 for 40 updates at 1e-4): give it its own.
+    critic_lr: float = 0.0
 
 
 @dataclass

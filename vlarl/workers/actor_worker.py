@@ -24,6 +24,21 @@ from vlarl.scheduler.timeline import Spans
 TRAINER_STATE = "trainer_state.pt"
 
 
+def param_groups(policy: Any, alg_cfg: Any) -> list[dict[str, Any]]:
+    """One Adam group, or two when ``algorithm.critic_lr`` > 0: the value head's own weights at critic_lr
+    (``lr_scale`` keeps that ratio under lr annealing) and everything else at ``algorithm.lr``."""
+    critic_lr = float(getattr(alg_cfg, "critic_lr", 0.0) or 0.0)
+    params = dict(policy.named_parameters())
+    if critic_lr <= 0:
+        return [{"params": list(params.values())}]
+    head = set(policy.value_head_parameters())
+    if not head:
+        raise ValueError(f"algorithm.critic_lr={critic_lr} but policy '{policy.name}' has no value-head parameters "
+                         f"(names starting with {policy.value_head_prefixes}); set algorithm.critic_lr=0")
+    return [{"params": [p for n, p in params.items() if n not in head]},
+            {"params": [params[n] for n in sorted(head)], "lr": critic_lr, "lr_scale": critic_lr / alg_cfg.lr}]
+
+
 class ActorWorker:
     def __init__(self, policy_cfg: Any, alg_cfg: Any, spec: PolicySpec, seed: int, device: str = "cpu",
                  torch_threads: int = 1, placement: WorkerPlacement | None = None):
@@ -39,7 +54,7 @@ class ActorWorker:
             self.reference = make_policy(policy_cfg, spec).to(self.device).eval().requires_grad_(False)
             self.reference.load_state_dict(self.policy.state_dict())
         self.update_fn = algorithm_spec(alg_cfg.name).update
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=alg_cfg.lr, eps=1e-5)
+        self.optimizer = torch.optim.Adam(param_groups(self.policy, alg_cfg), lr=alg_cfg.lr, eps=1e-5)
         self.generator = torch.Generator().manual_seed(seed)
         self.version = 0
         self.spans = Spans("actor")
@@ -75,8 +90,9 @@ class ActorWorker:
         return self.version
 
     def set_lr(self, lr: float) -> None:
+        """Set the policy lr (annealing); the value head's group keeps its ratio to it."""
         for g in self.optimizer.param_groups:
-            g["lr"] = lr
+            g["lr"] = lr * g.get("lr_scale", 1.0)
 
     def train(self, traj: Trajectory) -> dict[str, float]:
         """PPO on one rollout; then fold its observations into the normalizer (so the update used
