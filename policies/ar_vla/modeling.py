@@ -25,7 +25,7 @@ from torch import nn
 from policies.base import ActionSample, PolicySpec
 from policies.registry import register_policy
 from policies.vlm.backbone import BackboneConfig
-from policies.vlm.policy_base import LoRAConfig, VLAPolicy, coerce_nested, value_mlp
+from policies.vlm.policy_base import LoRAConfig, VLAPolicy, coerce_nested
 from policies.vlm.tokenizer import ActionTokenizer, add_action_tokens
 
 DECODINGS = ("parallel", "sequential")
@@ -43,6 +43,9 @@ class ARVLAConfig:
     temperature: float = 1.0
     top_k: int = 0  # 0 = all bins
     use_state: bool = True  # add a projected proprio-state token to the prefix
+    # value head input: "hidden" (the VLM state before the actions) or "state" (an MLP critic on the
+    # normalized state vector: asymmetric actor-critic in simulation, decoupled from the trunk)
+    value_from: str = "hidden"
     # keep the state normalization the policy was (SF)trained with: RL rollouts do not move it
     freeze_state_norm: bool = False
     freeze_vlm: bool = False
@@ -71,7 +74,7 @@ class ARVLAPolicy(VLAPolicy):
         H = self.backbone.hidden_size
         self.n_tokens = config.chunk_size * spec.action_dim
         self.action_queries = nn.Parameter(torch.randn(self.n_tokens, H) * 0.02) if config.decoding == "parallel" else None
-        self.value_head = value_mlp(H)
+        self.value_head = self._build_value_head()
         self._finish_init()
 
     # -- the distribution over bins ------------------------------------------------------------
@@ -109,13 +112,13 @@ class ARVLAPolicy(VLAPolicy):
     def _forward_tokens(self, obs: dict[str, Any], bins: torch.Tensor | None):
         """-> (log-probs [B, n, n_bins], value [B])."""
         h_act, h_pre = self._hidden(obs, bins)
-        return self._log_probs(self._bin_logits(h_act)), self.value_head(h_pre.float()).squeeze(-1)
+        return self._log_probs(self._bin_logits(h_act)), self._value(h_pre, obs)
 
     def _generate(self, obs: dict[str, Any], greedy: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sequential decoding with a KV cache -> (bins [B, n], log-probs [B, n, n_bins], value [B])."""
         emb, mask = self.prefix(obs)
         h, past = self.backbone(emb, mask, use_cache=True)
-        value = self.value_head(h[:, -1].float()).squeeze(-1)
+        value = self._value(h[:, -1], obs)
         h_last = h[:, -1:]
         bins, logps = [], []
         for _ in range(self.n_tokens):
@@ -168,7 +171,7 @@ class ARVLAPolicy(VLAPolicy):
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         emb, mask = self.prefix(obs)
         h, _ = self.backbone(emb, mask)
-        return self.value_head(h[:, -1].float()).squeeze(-1)
+        return self._value(h[:, -1], obs)
 
     def update_normalization(self, obs: dict[str, Any]) -> None:
         """RL rollouts fold into the state statistics unless ``freeze_state_norm`` keeps the SFT ones."""

@@ -46,6 +46,9 @@ class DiffusionPolicyConfig:
     ddim_eta: float = 1.0  # DDIM stochasticity of the RL steps
     min_std: float = 0.1  # DPPO's floor on each step's std
     use_state: bool = True
+    # value head input: "hidden" (the VLM state before the actions) or "state" (an MLP critic on the
+    # normalized state vector: asymmetric actor-critic in simulation, decoupled from the trunk)
+    value_from: str = "hidden"
     freeze_vlm: bool = False
     freeze_vision: bool = False
     lora: LoRAConfig = field(default_factory=LoRAConfig)

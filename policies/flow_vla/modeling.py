@@ -49,6 +49,9 @@ class FlowVLAConfig:
     log_std_max: float = -0.5
     min_std: float = 0.02  # floor on every step's std
     use_state: bool = True
+    # value head input: "hidden" (the VLM state before the actions) or "state" (an MLP critic on the
+    # normalized state vector: asymmetric actor-critic in simulation, decoupled from the trunk)
+    value_from: str = "hidden"
     # keep the state normalization the policy was (SF)trained with: RL rollouts do not move it
     freeze_state_norm: bool = False
     freeze_vlm: bool = False

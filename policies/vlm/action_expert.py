@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from policies.base import PolicySpec
-from policies.vlm.policy_base import VLAPolicy, value_mlp
+from policies.vlm.policy_base import VLAPolicy
 
 
 def timestep_embedding(t: torch.Tensor, dim: int, scale: float) -> torch.Tensor:
@@ -66,14 +66,14 @@ class ChainVLAPolicy(VLAPolicy):
         H = self.backbone.hidden_size
         self.expert = ActionExpert(spec.action_dim, config.chunk_size, H, config.expert_width,
                                    config.expert_layers, config.expert_heads, self.time_scale)
-        self.value_head = value_mlp(H)
+        self.value_head = self._build_value_head()
         self.backbone.lm_head.requires_grad_(False)  # the expert reads hidden states, never token logits
 
     def context(self, obs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """-> (memory [B, L, W], memory padding mask [B, L] (True = pad), value [B])."""
         emb, mask = self.prefix(obs)
         h, _ = self.backbone(emb, mask)
-        value = self.value_head(h[:, -1].float()).squeeze(-1)
+        value = self._value(h[:, -1], obs)
         return self.expert.encode_memory(h), mask == 0, value
 
     @torch.no_grad()

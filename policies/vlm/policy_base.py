@@ -53,12 +53,21 @@ def coerce_nested(cfg: Any) -> None:
                 setattr(cfg, f.name, type(default)(**{k: v for k, v in value.items() if k in names}))
 
 
-def value_mlp(dim: int) -> nn.Sequential:
-    """Value head [.., dim] -> [.., 1]; small last-layer init so early values are ~0."""
-    head = nn.Sequential(nn.Linear(dim, dim), nn.Tanh(), nn.Linear(dim, 1))
-    nn.init.orthogonal_(head[2].weight, 0.01)
-    nn.init.zeros_(head[2].bias)
+def value_mlp(dim: int, hidden: int | None = None, layers: int = 1) -> nn.Sequential:
+    """Value head [.., dim] -> [.., 1] with ``layers`` tanh layers of width ``hidden`` (default ``dim``);
+    small last-layer init so early values are ~0."""
+    mods: list[nn.Module] = []
+    width = dim
+    for _ in range(layers):
+        mods += [nn.Linear(width, hidden or dim), nn.Tanh()]
+        width = hidden or dim
+    head = nn.Sequential(*mods, nn.Linear(width, 1))
+    nn.init.orthogonal_(head[-1].weight, 0.01)
+    nn.init.zeros_(head[-1].bias)
     return head
+
+
+VALUE_SOURCES = ("hidden", "state")
 
 
 class VLAPolicy(Policy):
@@ -79,6 +88,25 @@ class VLAPolicy(Policy):
         bc = config.backbone
         self.register_buffer("image_mean", torch.tensor(bc.image_mean, dtype=torch.float32).view(1, 1, 3, 1, 1))
         self.register_buffer("image_std", torch.tensor(bc.image_std, dtype=torch.float32).view(1, 1, 3, 1, 1))
+
+    def _build_value_head(self) -> nn.Module:
+        """``value_from=hidden``: an MLP on the VLM hidden state; ``state``: a 2x256 MLP on the normalized
+        state vector (the trunk then carries no value gradient)."""
+        src = getattr(self.config, "value_from", "hidden")
+        if src not in VALUE_SOURCES:
+            raise ValueError(f"policy.value_from='{src}' is unknown; choose one of {VALUE_SOURCES}")
+        if src == "state":
+            if self.spec.state_dim < 1:
+                raise ValueError("policy.value_from=state needs a state observation (env.obs_mode with state); "
+                                 "use policy.value_from=hidden")
+            return value_mlp(self.spec.state_dim, 256, 2)
+        return value_mlp(self.backbone.hidden_size)
+
+    def _value(self, h_last: torch.Tensor, obs: dict[str, Any]) -> torch.Tensor:
+        """Value [B] from the hidden state before the action tokens, or from the state (``value_from``)."""
+        if getattr(self.config, "value_from", "hidden") == "state":
+            return self.value_head(self._state(obs).float()).squeeze(-1)
+        return self.value_head(h_last.float()).squeeze(-1)
 
     def _finish_init(self) -> None:
         """Freezing, LoRA and dtype, applied after the subclass has built its heads."""

@@ -125,3 +125,23 @@ def test_cli_refuses_a_missing_init_from_before_writing_a_run(tmp_path):
     assert p.returncode == 2
     assert "init_from=" in p.stderr and "not a policy directory" in p.stderr and "Traceback" not in p.stderr
     assert not (run_dir / "config.yaml").exists()
+
+
+def test_value_from_change_keeps_the_trunk_and_starts_a_fresh_value_head(tmp_path, capsys):
+    """An SFT'd VLA (value head never trained) may start RL with policy.value_from=state: every other
+    weight loads as saved; only the value head is new."""
+    from policies.base import PolicySpec
+    from policies.flow_vla import FlowVLAConfig
+    from policies.vlm import BackboneConfig
+
+    vspec = PolicySpec(state_dim=5, action_dim=3, action_low=[-1.0] * 3, action_high=[1.0] * 3)
+    torch.manual_seed(0)
+    sft = make_policy(FlowVLAConfig(backbone=BackboneConfig(kind="siglip_qwen2"), chunk_size=2), vspec)
+    sft.save_pretrained(tmp_path / "sft")
+    cfg = FlowVLAConfig(backbone=BackboneConfig(kind="siglip_qwen2"), chunk_size=2, value_from="state")
+    state = load_init_weights(tmp_path / "sft", cfg, vspec)
+    assert "value_from=state (checkpoint: hidden)" in capsys.readouterr().out
+    saved_state = sft.state_dict()
+    assert state["value_head.0.weight"].shape == (256, 5)
+    same = [k for k in state if not k.startswith("value_head.")]
+    assert same and all(torch.equal(state[k], saved_state[k]) for k in same)

@@ -98,3 +98,24 @@ def test_ppo_update_changes_weights(vla_spec, likelihood):
 def test_bad_config_names_the_key(vla_spec):
     with pytest.raises(ValueError, match="policy.likelihood"):
         _policy(vla_spec, "flow_magic")
+
+
+@pytest.mark.parametrize("family", ["flow_vla", "ar_vla"])
+def test_value_from_state_is_an_mlp_on_the_state_and_leaves_the_trunk(vla_spec, obs, family):
+    """policy.value_from=state: the value reads the normalized state only, so value gradients never reach
+    the VLM trunk, sample/evaluate agree on it, and a save/load round trip keeps it."""
+    from policies.ar_vla import ARVLAConfig
+
+    cfg_cls = FlowVLAConfig if family == "flow_vla" else ARVLAConfig
+    pol = make_policy(cfg_cls(backbone=BackboneConfig(kind="siglip_qwen2"), chunk_size=2, value_from="state"), vla_spec)
+    assert pol.value_head[0].in_features == vla_spec.state_dim
+    s = pol.sample(obs)
+    _, _, v = pol.evaluate(obs, s.replay)
+    torch.testing.assert_close(v, s.value, atol=1e-5, rtol=0)
+    torch.testing.assert_close(pol.value(obs), s.value, atol=1e-5, rtol=0)
+    v.sum().backward()
+    grads = {n for n, p in pol.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert grads and all(n.startswith("value_head.") for n in grads), grads
+    assert pol.value_head_parameters() == [n for n, _ in pol.value_head.named_parameters(prefix="value_head")]
+    with pytest.raises(ValueError, match="policy.value_from"):
+        make_policy(cfg_cls(backbone=BackboneConfig(kind="siglip_qwen2"), value_from="pixels"), vla_spec)
