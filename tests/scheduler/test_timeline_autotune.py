@@ -78,3 +78,27 @@ def test_choose_for_collocated_kinds():
     assert (c.kind, c.stages, c.predicted_speedup) == ("turns", 1, 1.0)
     with pytest.raises(ValueError, match="divides 3 envs"):
         choose(0.1, 0.1, 0.0, 2, 3, candidates=(2, 4), kind="shared")
+
+
+def test_measured_inference_per_stage_count_changes_the_choice():
+    """A weight-streaming model whose S calls cost S x one call gains nothing from stages: with that
+    measured cost the model stops predicting a pipelining speedup it cannot deliver."""
+    kw = dict(t_env=0.08, t_infer=0.08, overhead=0.0, num_devices=2, num_envs=16, env_devices=1, stage_cost=0.0)
+    linear = choose(**kw)
+    assert linear.stages >= 2 and linear.predicted_speedup == pytest.approx(1.5)
+    flat = choose(**kw, infer_by_stages={1: 0.08, 2: 0.16, 4: 0.32, 8: 0.64})
+    assert flat.stages == 1 and flat.predicted_speedup < 1.0
+
+
+def test_rollout_worker_times_inference_as_s_calls():
+    import torch
+
+    from policies.base import PolicySpec
+    from policies.mlp import MLPPolicyConfig
+    from vlarl.workers.rollout_worker import RolloutWorker
+
+    spec = PolicySpec(state_dim=4, action_dim=2, action_low=[-1.0] * 2, action_high=[1.0] * 2)
+    w = RolloutWorker(MLPPolicyConfig(hidden_sizes=[32]), spec, seed=0)
+    obs = {"state": torch.randn(8, 4), "images": {}, "instruction": ["x"] * 8}
+    t = w.time_inference(obs, [1, 2, 4], repeats=1)
+    assert sorted(t) == [1, 2, 4] and all(v > 0 for v in t.values())

@@ -12,6 +12,11 @@ busy resource and by one stage's own loop (its env, its inference and the latenc
     shared (collocated overlap) max((t_env + t_infer + 2 S c) / n, t_env / par + S c, t_infer + S c,
                                     (t_env / par + t_infer) / S + o)
 
+Inference is not always linear in the batch: a wide model streams its weights once per call, so S calls on
+B/S rows can cost up to S x one call. ``profile`` therefore times the rollout worker on the whole batch cut
+into S parts for every candidate S (``RolloutWorker.time_inference``) and ``choose`` uses that measured
+t_infer(S) in place of t_infer wherever a step runs S stages.
+
 Bounds over collocated turns, without overhead (``bounds``): the issue's ``(e + i) / max(e, i)`` with
 e = t_env / par assumes env and inference each keep all their devices; a disjoint split cannot beat
 ``min_k max(t_env / k, t_infer)`` per step, and devices shared by both cannot beat
@@ -21,7 +26,7 @@ e = t_env / par assumes env and inference each keep all their devices; a disjoin
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -66,13 +71,15 @@ def bounds(t_env: float, t_infer: float, num_devices: int, par: int) -> dict[str
 
 def choose(t_env: float, t_infer: float, overhead: float, num_devices: int, num_envs: int,
            candidates: tuple[int, ...] = (1, 2, 4, 8), env_devices: int | None = None, kind: str = "split",
-           par: int | None = None, stage_cost: float = 0.0) -> Choice:
+           par: int | None = None, stage_cost: float = 0.0, infer_by_stages: dict[int, float] | None = None) -> Choice:
     """Best S (and, for a split with ``env_devices`` None, the best env device count) for measured
     ``t_env`` (device-seconds per step of B envs), ``t_infer`` and per-stage ``overhead``; S divides ``num_envs``.
     ``kind``: "split" (hybrid / disaggregated), "shared" (collocated overlap) or "turns" (collocated).
     ``par``: devices the env workers of a collocated run use in parallel (default all), which sets the
-    reference, collocated turns."""
+    reference, collocated turns. ``infer_by_stages``: measured inference seconds of the whole batch cut
+    into S calls (missing S: ``t_infer``)."""
     par = par or num_devices
+    by_s = infer_by_stages or {}
     colloc = turns_step(t_env, t_infer, par, overhead)
     options: list[Choice] = []
     for S in candidates:
@@ -83,11 +90,11 @@ def choose(t_env: float, t_infer: float, overhead: float, num_devices: int, num_
             break
         if kind == "shared":
             if S >= 2:
-                t = shared_step(t_env, t_infer, S, num_devices, par, overhead, stage_cost)
+                t = shared_step(t_env, by_s.get(S, t_infer), S, num_devices, par, overhead, stage_cost)
                 options.append(Choice(S, par, t, colloc, kind))
             continue
         ks = [env_devices] if env_devices else range(1, max(2, num_devices))
-        options += [Choice(S, k, pipelined_step(t_env, t_infer, S, k, overhead, stage_cost), colloc, kind)
+        options += [Choice(S, k, pipelined_step(t_env, by_s.get(S, t_infer), S, k, overhead, stage_cost), colloc, kind)
                     for k in ks]
     if not options:
         raise ValueError(f"no pipeline depth in {candidates} divides {num_envs} envs (and suits kind={kind})")
@@ -101,15 +108,20 @@ class Profile:
     overhead: float  # wall seconds per step beyond env (in parallel) and inference
     wall: float
     stage_cost: float = 0.0  # seconds of one no-op call to the rollout worker
+    infer_by_stages: dict[int, float] = field(default_factory=dict)  # S -> seconds for the batch as S calls
 
 
-def profile(env_workers: list[Any], rollout: Any, obs_parts: list[Any], steps: int, par: int) -> Profile:
+def profile(env_workers: list[Any], rollout: Any, obs_parts: list[Any], steps: int, par: int,
+            stages: tuple[int, ...] = ()) -> Profile:
     """Run ``steps`` unstaged chunk steps (after one warm-up) through the real pipeline and read the workers'
-    phase timers; ``par``: env devices the workers simulate on in parallel."""
+    phase timers; ``par``: env devices the workers simulate on in parallel; ``stages``: the S whose
+    inference cost (whole batch as S calls) is timed on the rollout worker."""
     import ray
 
+    from vlarl.data.trajectory import cat_obs
     from vlarl.scheduler.pipeline import StagedRollout
     from vlarl.scheduler.timeline import phase_totals
+    from vlarl.scheduler.transport import from_wire, to_wire
 
     workers = [*env_workers, rollout]
     obs = obs_parts
@@ -126,7 +138,12 @@ def profile(env_workers: list[Any], rollout: Any, obs_parts: list[Any], steps: i
     for _ in range(5):
         ray.get(rollout.get_version.remote())
     cost = (time.perf_counter() - t) / 5
-    return Profile(t_env, t_inf, max(0.0, wall - t_env / par - t_inf), wall, cost)
+    by_s = {}
+    if stages:
+        B = sum(int(from_wire(o)["state"].shape[0]) for o in obs)
+        usable = [S for S in stages if B % S == 0]
+        by_s = ray.get(rollout.time_inference.remote(to_wire(cat_obs([from_wire(o) for o in obs])), usable))
+    return Profile(t_env, t_inf, max(0.0, wall - t_env / par - t_inf), wall, cost, by_s)
 
 
 def apply(plan: Any, env_workers: list[Any], rollout: Any, obs_parts: list[Any], num_envs: int, seed: int,
@@ -141,23 +158,24 @@ def apply(plan: Any, env_workers: list[Any], rollout: Any, obs_parts: list[Any],
     W = len(env_workers)
     env_devs = sorted({d for w in plan.env for d in w.devices})
     par = max(1, min(W, len(env_devs)))
-    prof = profile(env_workers, rollout, obs_parts, steps, par)
+    per_worker_cands = tuple(c for c in plan.stage_candidates if (num_envs // W) % c == 0)
+    prof = profile(env_workers, rollout, obs_parts, steps, par, stages=per_worker_cands)
     if plan.mode != "collocated":
         par = plan.num_devices  # the reference is collocated turns with env on all devices
     if plan.mode == "collocated":
         kind = "shared" if plan.overlap else "turns"
     else:
         kind = "split"
-    per_worker_cands = tuple(c for c in plan.stage_candidates if (num_envs // W) % c == 0)
     best = choose(prof.t_env, prof.t_infer, prof.overhead, plan.num_devices, num_envs // W, per_worker_cands,
                   env_devices=len(env_devs) if kind == "split" else None, kind=kind, par=par,
-                  stage_cost=prof.stage_cost)
+                  stage_cost=prof.stage_cost, infer_by_stages=prof.infer_by_stages)
     b = bounds(prof.t_env, prof.t_infer, plan.num_devices, par)
+    by_s = ", ".join(f"S={k} {v * 1e3:.1f}" for k, v in sorted(prof.infer_by_stages.items()))
     print(f"[vlarl] autotune: per chunk step t_env {prof.t_env * 1e3:.1f} ms (device-s), t_infer "
-          f"{prof.t_infer * 1e3:.1f} ms, other {prof.overhead * 1e3:.1f} ms, call {prof.stage_cost * 1e3:.1f} ms; bounds over collocated: issue "
-          f"{b['issue']:.2f}x, split {b['split']:.2f}x, shared {b['shared']:.2f}x -> placement.pipeline_stages="
-          f"{best.stages} ({best.kind}, predicted {best.predicted_speedup:.2f}x over collocated turns; override with "
-          f"placement.pipeline_stages=<S>)")
+          f"{prof.t_infer * 1e3:.1f} ms (whole batch as S calls, ms: {by_s}), other {prof.overhead * 1e3:.1f} ms, "
+          f"call {prof.stage_cost * 1e3:.1f} ms; bounds over collocated: issue {b['issue']:.2f}x, split "
+          f"{b['split']:.2f}x, shared {b['shared']:.2f}x -> placement.pipeline_stages={best.stages} ({best.kind}, "
+          f"predicted {best.predicted_speedup:.2f}x over collocated turns; override with placement.pipeline_stages=<S>)")
     if best.stages != plan.stages:
         ray.get([w.set_stages.remote(best.stages) for w in env_workers])
     ray.get(rollout.reseed.remote(seed))

@@ -16,7 +16,7 @@ import torch
 from policies.base import ActionSample, PolicySpec
 from policies.registry import make_policy
 from simulators.base import ChunkStepResult
-from vlarl.data.trajectory import cat_obs
+from vlarl.data.trajectory import cat_obs, split_obs
 from vlarl.scheduler import collective
 from vlarl.scheduler.placement import WorkerPlacement, bind
 from vlarl.scheduler.timeline import Spans
@@ -118,6 +118,25 @@ class RolloutWorker:
     def values(self, *obs: dict[str, Any] | None) -> list[torch.Tensor | None]:
         """``value`` of several observation batches in one round trip (None stays None)."""
         return [self.value(o) for o in obs]
+
+    @torch.no_grad()
+    def time_inference(self, obs: dict[str, Any], stages: list[int], repeats: int = 2) -> dict[int, float]:
+        """Seconds to sample the whole batch ``obs`` as S equal sub-batches, for each S in ``stages``
+        (autotune's inference cost per S: a wide model streams its weights once per call whatever the
+        batch, so S stages can cost up to S x one call). Draws samples: reseed afterwards."""
+        import time
+
+        full = self._to_device(obs)
+        out: dict[int, float] = {}
+        for S in stages:
+            parts = split_obs(full, S)
+            self.policy.sample(parts[0])  # warm-up at this batch size
+            t = time.perf_counter()
+            for _ in range(repeats):
+                for part in parts:
+                    self.policy.sample(part)
+            out[int(S)] = (time.perf_counter() - t) / repeats
+        return out
 
     def get_version(self) -> int:
         return self.version
