@@ -124,6 +124,11 @@ def main() -> int:
                     results[m].append(sps)
                     phases[m].append(ph)
             roll = runners[args.modes[0]].rollout
+            from vlarl.data.trajectory import cat_obs
+            from vlarl.scheduler.transport import from_wire, to_wire
+
+            whole = to_wire(cat_obs([from_wire(o) for o in runners[args.modes[0]]._bench_obs]))
+            infer_by_s = ray.get(roll.time_inference.remote(whole, [s for s in (1, 2, 4) if args.num_envs % s == 0]))
             t = time.perf_counter()
             for _ in range(10):  # one more call's cost: a no-op round trip (the model's stage_cost)
                 ray.get(roll.get_version.remote())
@@ -147,7 +152,7 @@ def main() -> int:
         b = bounds(ph["env"], t_inf, n_dev, W)
         overhead = max(0.0, ph["wall"] - t_env - t_inf)
         bases[base] = (med[base], b["issue"], ph, overhead)
-        print(f"{base}: per chunk step t_env {t_env * 1e3:.1f} ms ({W} env worker{'s' * (W > 1)} in parallel), "
+        print(f"{base}: per chunk step t_env {t_env * 1e3:.1f} ms ({'2 env workers in parallel' if W > 1 else '1 env worker'}), "
               f"t_infer {t_inf * 1e3:.1f} ms, other {overhead * 1e3:.1f} ms; bounds over it: ideal "
               f"(t_env+t_infer)/max = {b['issue']:.2f}x | disjoint split {b['split']:.2f}x | shared cores "
               f"{b['shared']:.2f}x")
@@ -158,7 +163,8 @@ def main() -> int:
             print(f"  autotune from it: split S={split.stages} env on {split.env_devices} of {n_dev} cores, predicted "
                   f"{split.predicted_speedup:.2f}x | collocated overlap S={shared.stages}, predicted "
                   f"{shared.predicted_speedup:.2f}x")
-    print(f"one extra Ray call: {call * 1e3:.1f} ms")
+    print(f"one extra Ray call: {call * 1e3:.1f} ms; inference of the whole batch as S calls: "
+          + ", ".join(f"S={k} {v * 1e3:.1f} ms" for k, v in sorted(infer_by_s.items())))
     cols = "".join(f" {'vs ' + b:>16} {'/ideal':>7}" for b in bases)
     print(f"\n{'mode':<20} {'steps/s':>9}{cols} {'model':>6}")
     for m in args.modes:
@@ -170,9 +176,9 @@ def main() -> int:
             if m == "collocated":
                 model = 1.0
             elif m.startswith("colloc+"):
-                model = ph["wall"] / shared_step(ph["env"], ph["infer"], S, n_dev, 2, overhead, call)
+                model = ph["wall"] / shared_step(ph["env"], infer_by_s.get(S, ph["infer"]), S, n_dev, 2, overhead, call)
             elif not m.startswith("collocated"):
-                model = ph["wall"] / pipelined_step(ph["env"], ph["infer"], S, 1, overhead, call)
+                model = ph["wall"] / pipelined_step(ph["env"], infer_by_s.get(S, ph["infer"]), S, 1, overhead, call)
         print(f"{m:<20} {med[m]:>9.0f}{row} {model:>5.2f}x")
     return 0
 
