@@ -48,6 +48,10 @@ class FlowVLAConfig:
     log_std_min: float = -3.0  # Flow-Noise: bounds of the learned log-std
     log_std_max: float = -0.5
     min_std: float = 0.02  # floor on every step's std
+    # where a sampled chain starts: "noise" (x_0 ~ N(0, I), as in flow-matching training) or "zero" (the
+    # start act() uses): with "zero" all sampling randomness is in the scored SDE/noise steps, so what
+    # RL improves is the deterministic policy that is evaluated and deployed
+    sample_start: str = "noise"
     use_state: bool = True
     # value head input: "hidden" (the VLM state before the actions) or "state" (an MLP critic on the
     # normalized state vector: asymmetric actor-critic in simulation, decoupled from the trunk)
@@ -72,6 +76,8 @@ class FlowVLAPolicy(ChainVLAPolicy):
             raise ValueError(f"policy.likelihood='{config.likelihood}' is unknown; choose one of {LIKELIHOODS}")
         if config.num_steps < 1:
             raise ValueError(f"policy.num_steps must be >= 1, got {config.num_steps}")
+        if config.sample_start not in ("noise", "zero"):
+            raise ValueError(f"policy.sample_start='{config.sample_start}' is unknown; choose 'noise' or 'zero'")
         if not config.log_std_min < config.log_std_max:
             raise ValueError("policy.log_std_min must be < policy.log_std_max")
         super().__init__(config, spec)
@@ -114,6 +120,8 @@ class FlowVLAPolicy(ChainVLAPolicy):
         B, K = memory.shape[0], self.config.num_steps
         times = self._times()
         x = torch.randn(self.chunk_shape(B), device=self.device)
+        if self.config.sample_start == "zero":
+            x = torch.zeros_like(x)
         chain = [x]
         logprob = torch.zeros_like(x)
         sde_step = torch.randint(0, K, (B,), device=self.device)

@@ -119,3 +119,21 @@ def test_value_from_state_is_an_mlp_on_the_state_and_leaves_the_trunk(vla_spec, 
     assert pol.value_head_parameters() == [n for n, _ in pol.value_head.named_parameters(prefix="value_head")]
     with pytest.raises(ValueError, match="policy.value_from"):
         make_policy(cfg_cls(backbone=BackboneConfig(kind="siglip_qwen2"), value_from="pixels"), vla_spec)
+
+
+def test_sample_start_zero_explores_around_the_deterministic_policy(vla_spec, obs):
+    """policy.sample_start=zero: chains start where act() starts, log-probs still re-score exactly, and
+    with the SDE noise at its floor a sampled chunk is act()'s chunk up to that noise."""
+    pol = _policy(vla_spec, "flow_sde", sample_start="zero")
+    s = pol.sample(obs)
+    assert torch.equal(s.replay["chain"][:, 0], torch.zeros_like(s.replay["chain"][:, 0]))
+    lp, _, _ = pol.evaluate(obs, s.replay)
+    torch.testing.assert_close(lp, s.logprob, atol=1e-5, rtol=0)
+    quiet = _policy(vla_spec, "flow_sde", sample_start="zero", noise_level=1e-6, min_std=1e-4)
+    quiet.load_state_dict(pol.state_dict())
+    torch.testing.assert_close(quiet.sample(obs).actions, quiet.act(obs), atol=2e-3, rtol=0)
+    noisy = _policy(vla_spec, "flow_sde", noise_level=1e-6, min_std=1e-4)  # default start: x_0 ~ N(0, I)
+    noisy.load_state_dict(pol.state_dict())
+    assert (noisy.sample(obs).actions - noisy.act(obs)).abs().max() > 1e-2
+    with pytest.raises(ValueError, match="policy.sample_start"):
+        _policy(vla_spec, "flow_sde", sample_start="middle")
