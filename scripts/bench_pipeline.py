@@ -166,7 +166,8 @@ def main() -> int:
     print(f"one extra Ray call: {call * 1e3:.1f} ms; inference of the whole batch as S calls: "
           + ", ".join(f"S={k} {v * 1e3:.1f} ms" for k, v in sorted(infer_by_s.items())))
     cols = "".join(f" {'vs ' + b:>16} {'/ideal':>7}" for b in bases)
-    print(f"\n{'mode':<20} {'steps/s':>9}{cols} {'model':>6}")
+    first = next(iter(bases), None)
+    print(f"\n{'mode':<20} {'steps/s':>9}{cols} {'model':>6}  per-round speedup vs {first}")
     for m in args.modes:
         S = int(m.split("S=")[1]) if "S=" in m else 1
         row = "".join(f" {med[m] / sps:>15.2f}x {med[m] / sps / ideal:>7.2f}" for sps, ideal, _, _ in bases.values())
@@ -179,7 +180,10 @@ def main() -> int:
                 model = ph["wall"] / shared_step(ph["env"], infer_by_s.get(S, ph["infer"]), S, n_dev, 2, overhead, call)
             elif not m.startswith("collocated"):
                 model = ph["wall"] / pipelined_step(ph["env"], infer_by_s.get(S, ph["infer"]), S, 1, overhead, call)
-        print(f"{m:<20} {med[m]:>9.0f}{row} {model:>5.2f}x")
+        spread = ""
+        if first is not None:  # each round's ratio to the same round's baseline (both ran back to back)
+            spread = " ".join(f"{a / b:.2f}" for a, b in zip(results[m], results[first], strict=True))
+        print(f"{m:<20} {med[m]:>9.0f}{row} {model:>5.2f}x  {spread}")
     return 0
 
 
