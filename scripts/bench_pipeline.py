@@ -2,7 +2,7 @@
 
 All configurations are built once (one Ray instance, every worker pinned per its placement) and then
 measured in interleaved rounds, so a busy machine slows them alike; each row reports the median over
-rounds. From the collocated run's per-phase spans it derives t_env (wall seconds of simulation per
+rounds (steps/s) and the median of per-round ratios to a baseline (speedups). From the collocated run's per-phase spans it derives t_env (wall seconds of simulation per
 chunk step, env workers in parallel) and t_infer (inference per chunk step) and prints
 
     ideal bound   = (t_env + t_infer) / max(t_env, t_infer)          (the issue's pipelining bound)
@@ -170,7 +170,10 @@ def main() -> int:
     print(f"\n{'mode':<20} {'steps/s':>9}{cols} {'model':>6}  per-round speedup vs {first}")
     for m in args.modes:
         S = int(m.split("S=")[1]) if "S=" in m else 1
-        row = "".join(f" {med[m] / sps:>15.2f}x {med[m] / sps / ideal:>7.2f}" for sps, ideal, _, _ in bases.values())
+        # speedup = median over rounds of this mode's steps/s over the baseline's in the same round (paired:
+        # the two ran back to back, so a machine that slows down between rounds cancels out)
+        paired = {b: statistics.median(a / c for a, c in zip(results[m], results[b], strict=True)) for b in bases}
+        row = "".join(f" {paired[b]:>15.2f}x {paired[b] / ideal:>7.2f}" for b, (_, ideal, _, _) in bases.items())
         model = float("nan")
         if "collocated" in bases:  # autotune's prediction against the two-worker baseline
             _, _, ph, overhead = bases["collocated"]
