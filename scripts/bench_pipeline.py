@@ -2,8 +2,9 @@
 
 All configurations are built once (one Ray instance, every worker pinned per its placement) and then
 measured in interleaved rounds, so a busy machine slows them alike; each row reports the median over
-rounds (steps/s) and the median of per-round ratios to a baseline (speedups). From the collocated run's per-phase spans it derives t_env (wall seconds of simulation per
-chunk step, env workers in parallel) and t_infer (inference per chunk step) and prints
+rounds (steps/s) and the median of per-round ratios to a baseline (speedups). From the collocated runs'
+per-phase spans it derives t_env (wall seconds of simulation per chunk step, env workers in parallel)
+and t_infer (inference per chunk step) and prints
 
     ideal bound   = (t_env + t_infer) / max(t_env, t_infer)          (the issue's pipelining bound)
     split bound   = best a disjoint env/rollout split can reach (env loses devices to the rollout)
