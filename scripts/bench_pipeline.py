@@ -168,7 +168,7 @@ def main() -> int:
           + ", ".join(f"S={k} {v * 1e3:.1f} ms" for k, v in sorted(infer_by_s.items())))
     cols = "".join(f" {'vs ' + b:>16} {'/ideal':>7}" for b in bases)
     first = next(iter(bases), None)
-    print(f"\n{'mode':<20} {'steps/s':>9}{cols} {'model':>6}  per-round speedup vs {first}")
+    print(f"\n{'mode':<20} {'steps/s':>9}{cols} {'model':>6} {'env ms':>7} {'inf ms':>7}  per-round speedup vs {first}")
     for m in args.modes:
         S = int(m.split("S=")[1]) if "S=" in m else 1
         # speedup = median over rounds of this mode's steps/s over the baseline's in the same round (paired:
@@ -187,7 +187,10 @@ def main() -> int:
         spread = ""
         if first is not None:  # each round's ratio to the same round's baseline (both ran back to back)
             spread = " ".join(f"{a / b:.2f}" for a, b in zip(results[m], results[first], strict=True))
-        print(f"{m:<20} {med[m]:>9.0f}{row} {model:>5.2f}x  {spread}")
+        # busy seconds per chunk step of simulation (summed over env workers) and of inference, measured in
+        # this mode: when they exceed the W=1 baseline's, the co-running phases slow each other down
+        busy = {k: statistics.median(p[k] for p in phases[m]) * 1e3 for k in ("env", "infer")}
+        print(f"{m:<20} {med[m]:>9.0f}{row} {model:>5.2f}x {busy['env']:>7.0f} {busy['infer']:>7.0f}  {spread}")
     return 0
 
 
