@@ -105,7 +105,7 @@ def main() -> int:
 
     from vlarl import scheduler
     from vlarl.config.schema import PlacementConfig
-    from vlarl.scheduler.autotune import bounds, choose, pipelined_step, shared_step
+    from vlarl.scheduler.autotune import bounds, choose, pipelined_step, rollout_costs, shared_step
 
     common = [f"env.num_envs={args.num_envs}", f"policy.hidden_sizes=[{args.hidden}]", "algorithm.num_minibatches=1",
               f"algorithm.num_steps={args.steps}", f"policy.chunk_size={args.chunk}"]
@@ -124,16 +124,9 @@ def main() -> int:
                     sps, ph = measure(runners[m], args.steps)
                     results[m].append(sps)
                     phases[m].append(ph)
-            roll = runners[args.modes[0]].rollout
-            from vlarl.data.trajectory import cat_obs
-            from vlarl.scheduler.transport import from_wire, to_wire
-
-            whole = to_wire(cat_obs([from_wire(o) for o in runners[args.modes[0]]._bench_obs]))
-            infer_by_s = ray.get(roll.time_inference.remote(whole, [s for s in (1, 2, 4) if args.num_envs % s == 0]))
-            t = time.perf_counter()
-            for _ in range(10):  # one more call's cost: a no-op round trip (the model's stage_cost)
-                ray.get(roll.get_version.remote())
-            call = (time.perf_counter() - t) / 10
+            # one more call's cost (a no-op round trip: the model's stage_cost) and inference as S calls
+            r0 = runners[args.modes[0]]
+            call, infer_by_s = rollout_costs(r0.rollout, r0._bench_obs, (1, 2, 4), calls=10)
         finally:
             for r in runners.values():
                 for w in [*r.env_workers, r.rollout]:
@@ -144,7 +137,7 @@ def main() -> int:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"\nManiSkill PushCube-v1 (state, CPU), {args.num_envs} envs, MLP [{args.hidden}], chunk {args.chunk}, "
           f"{args.steps} chunk steps x {args.rounds} rounds, {n_dev} cores, load average {load}; median env steps/s")
-    bases = {}  # baseline -> (steps/s, ideal bound, phases)
+    bases = {}  # baseline -> (ideal bound, median phases per chunk step, overhead per chunk step)
     for base, W in (("collocated W=1", 1), ("collocated", 2)):
         if base not in med:
             continue
@@ -152,15 +145,16 @@ def main() -> int:
         t_env, t_inf = ph["env"] / W, ph["infer"]  # env workers run in parallel: wall seconds per step
         b = bounds(ph["env"], t_inf, n_dev, W)
         overhead = max(0.0, ph["wall"] - t_env - t_inf)
-        bases[base] = (med[base], b["issue"], ph, overhead)
+        bases[base] = (b["issue"], ph, overhead)
         print(f"{base}: per chunk step t_env {t_env * 1e3:.1f} ms ({'2 env workers in parallel' if W > 1 else '1 env worker'}), "
               f"t_infer {t_inf * 1e3:.1f} ms, other {overhead * 1e3:.1f} ms; bounds over it: ideal "
               f"(t_env+t_infer)/max = {b['issue']:.2f}x | disjoint split {b['split']:.2f}x | shared cores "
               f"{b['shared']:.2f}x")
         if W == 2:
-            split = choose(ph["env"], t_inf, overhead, n_dev, args.num_envs, stage_cost=call)
+            split = choose(ph["env"], t_inf, overhead, n_dev, args.num_envs, stage_cost=call,
+                           infer_by_stages=infer_by_s)
             shared = choose(ph["env"], t_inf, overhead, n_dev, args.num_envs // W, kind="shared", par=W,
-                            stage_cost=call)
+                            stage_cost=call, infer_by_stages=infer_by_s)
             print(f"  autotune from it: split S={split.stages} env on {split.env_devices} of {n_dev} cores, predicted "
                   f"{split.predicted_speedup:.2f}x | collocated overlap S={shared.stages}, predicted "
                   f"{shared.predicted_speedup:.2f}x")
@@ -171,22 +165,21 @@ def main() -> int:
     print(f"\n{'mode':<20} {'steps/s':>9}{cols} {'model':>6} {'env ms':>7} {'inf ms':>7}  per-round speedup vs {first}")
     for m in args.modes:
         S = int(m.split("S=")[1]) if "S=" in m else 1
-        # speedup = median over rounds of this mode's steps/s over the baseline's in the same round (paired:
-        # the two ran back to back, so a machine that slows down between rounds cancels out)
-        paired = {b: statistics.median(a / c for a, c in zip(results[m], results[b], strict=True)) for b in bases}
-        row = "".join(f" {paired[b]:>15.2f}x {paired[b] / ideal:>7.2f}" for b, (_, ideal, _, _) in bases.items())
+        # per-round ratios to each baseline (paired: the two ran back to back, so a machine that slows down
+        # between rounds cancels out); the speedup is their median
+        ratios = {b: [a / c for a, c in zip(results[m], results[b], strict=True)] for b in bases}
+        row = "".join(f" {statistics.median(ratios[b]):>15.2f}x {statistics.median(ratios[b]) / ideal:>7.2f}"
+                      for b, (ideal, _, _) in bases.items())
         model = float("nan")
         if "collocated" in bases:  # autotune's prediction against the two-worker baseline
-            _, _, ph, overhead = bases["collocated"]
+            _, ph, overhead = bases["collocated"]
             if m == "collocated":
                 model = 1.0
             elif m.startswith("colloc+"):
                 model = ph["wall"] / shared_step(ph["env"], infer_by_s.get(S, ph["infer"]), S, n_dev, 2, overhead, call)
             elif not m.startswith("collocated"):
                 model = ph["wall"] / pipelined_step(ph["env"], infer_by_s.get(S, ph["infer"]), S, 1, overhead, call)
-        spread = ""
-        if first is not None:  # each round's ratio to the same round's baseline (both ran back to back)
-            spread = " ".join(f"{a / b:.2f}" for a, b in zip(results[m], results[first], strict=True))
+        spread = " ".join(f"{x:.2f}" for x in ratios[first]) if first is not None else ""
         # busy seconds per chunk step of simulation (summed over env workers) and of inference, measured in
         # this mode: when they exceed the W=1 baseline's, the co-running phases slow each other down
         busy = {k: statistics.median(p[k] for p in phases[m]) * 1e3 for k in ("env", "infer")}

@@ -84,8 +84,9 @@ def load_init_weights(path: str | Path, policy_cfg: Any, spec: PolicySpec, env_c
     was = meta.get("config", {}).get("value_from", "hidden")
     now_from = getattr(policy_cfg, "value_from", was)
     if was != now_from:  # a different value-head input: only the value head starts fresh (SFT never trains it)
-        fresh = {k: v for k, v in probe.state_dict().items() if k.startswith("value_head.")}
-        state = {**{k: v for k, v in state.items() if not k.startswith("value_head.")}, **fresh}
+        head = probe.value_head_prefixes
+        fresh = {k: v for k, v in probe.state_dict().items() if k.startswith(head)}
+        state = {**{k: v for k, v in state.items() if not k.startswith(head)}, **fresh}
         print(f"[vlarl] init_from: policy.value_from={now_from} (checkpoint: {was}); the value head starts fresh")
     try:
         probe.load_state_dict(state, strict=True)

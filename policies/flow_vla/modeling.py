@@ -119,9 +119,8 @@ class FlowVLAPolicy(ChainVLAPolicy):
         memory, pad, value = self.context(obs)
         B, K = memory.shape[0], self.config.num_steps
         times = self._times()
-        x = torch.randn(self.chunk_shape(B), device=self.device)
-        if self.config.sample_start == "zero":
-            x = torch.zeros_like(x)
+        start = torch.zeros if self.config.sample_start == "zero" else torch.randn
+        x = start(self.chunk_shape(B), device=self.device)
         chain = [x]
         logprob = torch.zeros_like(x)
         sde_step = torch.randint(0, K, (B,), device=self.device)

@@ -118,10 +118,8 @@ def profile(env_workers: list[Any], rollout: Any, obs_parts: list[Any], steps: i
     inference cost (whole batch as S calls) is timed on the rollout worker."""
     import ray
 
-    from vlarl.data.trajectory import cat_obs
     from vlarl.scheduler.pipeline import StagedRollout
     from vlarl.scheduler.timeline import phase_totals
-    from vlarl.scheduler.transport import from_wire, to_wire
 
     workers = [*env_workers, rollout]
     obs = obs_parts
@@ -134,16 +132,28 @@ def profile(env_workers: list[Any], rollout: Any, obs_parts: list[Any], steps: i
     wall = (time.perf_counter() - t) / steps
     totals = phase_totals(ray.get([w.pop_spans.remote() for w in workers]))
     t_env, t_inf = totals.get("env", 0.0) / steps, totals.get("infer", 0.0) / steps
-    t = time.perf_counter()
-    for _ in range(5):
-        ray.get(rollout.get_version.remote())
-    cost = (time.perf_counter() - t) / 5
-    by_s = {}
-    if stages:
-        B = sum(int(from_wire(o)["state"].shape[0]) for o in obs)
-        usable = [S for S in stages if B % S == 0]
-        by_s = ray.get(rollout.time_inference.remote(to_wire(cat_obs([from_wire(o) for o in obs])), usable))
+    cost, by_s = rollout_costs(rollout, obs, stages)
     return Profile(t_env, t_inf, max(0.0, wall - t_env / par - t_inf), wall, cost, by_s)
+
+
+def rollout_costs(rollout: Any, obs_parts: list[Any], stages: tuple[int, ...] = (), calls: int = 5
+                  ) -> tuple[float, dict[int, float]]:
+    """(seconds of one no-op call to the rollout worker, {S: seconds to infer the whole batch of the env
+    workers' ``obs_parts`` as S calls} for every S in ``stages`` that divides the batch)."""
+    import ray
+
+    from vlarl.data.trajectory import cat_obs
+    from vlarl.scheduler.transport import from_wire, to_wire
+
+    t = time.perf_counter()
+    for _ in range(calls):
+        ray.get(rollout.get_version.remote())
+    cost = (time.perf_counter() - t) / calls
+    if not stages:
+        return cost, {}
+    whole = cat_obs([from_wire(o) for o in obs_parts])
+    usable = [S for S in stages if whole["state"].shape[0] % S == 0]
+    return cost, ray.get(rollout.time_inference.remote(to_wire(whole), usable))
 
 
 def apply(plan: Any, env_workers: list[Any], rollout: Any, obs_parts: list[Any], num_envs: int, seed: int,
@@ -182,4 +192,5 @@ def apply(plan: Any, env_workers: list[Any], rollout: Any, obs_parts: list[Any],
     return dataclasses.replace(plan, stages=best.stages)
 
 
-__all__ = ["Choice", "Profile", "apply", "bounds", "choose", "pipelined_step", "profile", "shared_step", "turns_step"]
+__all__ = ["Choice", "Profile", "apply", "bounds", "choose", "pipelined_step", "profile", "rollout_costs", "shared_step",
+           "turns_step"]

@@ -9,6 +9,7 @@ arrive instead by ``receive_weights`` over a torch.distributed group (``vlarl.sc
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -124,8 +125,6 @@ class RolloutWorker:
         """Seconds to sample the whole batch ``obs`` as S equal sub-batches, for each S in ``stages``
         (autotune's inference cost per S: a wide model streams its weights once per call whatever the
         batch, so S stages can cost up to S x one call). Draws samples: reseed afterwards."""
-        import time
-
         full = self._to_device(obs)
         out: dict[int, float] = {}
         for S in stages:
