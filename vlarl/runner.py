@@ -193,10 +193,15 @@ class Runner:
             ended = (dones[-1] + truncs[-1]).bool() | (ended if t else False)
             if until_all_ended and bool(ended.all()):
                 break  # the pipeline already submitted one more step; its replies are dropped
-        # values of the last step in one round trip: V(next obs) for GAE, V(final obs) for truncated episodes
-        boot_obs = (cat_obs([r.final_obs if r.final_obs is not None else r.obs for r in results])
-                    if bool(truncs[-1].any()) else None)
-        next_value, last_boot = ray.get(self.rollout.values.remote(to_wire(cat_obs(obs_parts)), to_wire(boot_obs)))
+        # values of the last step: V(next obs) for GAE, V(final obs) for truncated episodes. The pipeline
+        # computed them per stage as each stage ended; a collect that stopped early asks in one round trip
+        if rec.tail is not None:
+            next_value, last_boot = rec.tail
+        else:
+            boot_obs = (cat_obs([r.final_obs if r.final_obs is not None else r.obs for r in results])
+                        if bool(truncs[-1].any()) else None)
+            next_value, last_boot = ray.get(self.rollout.values.remote(to_wire(cat_obs(obs_parts)),
+                                                                       to_wire(boot_obs)))
         final_values.append(last_boot if last_boot is not None else torch.zeros_like(values[-1]))
         if next_value is None:
             next_value = torch.zeros_like(values[-1])

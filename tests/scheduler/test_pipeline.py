@@ -8,6 +8,7 @@ import ray
 import torch
 
 from vlarl.config import load_train_config
+from vlarl.data.trajectory import cat_obs
 from vlarl.runner import policy_spec_from_env
 from vlarl.scheduler.pipeline import stage_rows, stage_to_global, staged_steps
 from vlarl.workers import EnvWorker, RolloutWorker
@@ -57,6 +58,36 @@ def test_every_sub_batch_gets_its_own_actions_in_order(ray_local, overlap):
             for t in range(1, N):
                 torch.testing.assert_close(records[t].obs["state"][k * S * m:(k + 1) * S * m],
                                            records[t - 1].results[k].obs["state"], rtol=0, atol=0)
+    finally:
+        for a in [*envs, rollout]:
+            ray.kill(a)
+
+
+def test_tail_values_are_each_stages_next_values_computed_as_that_stage_ends(ray_local):
+    """The last record carries V(next obs) in global row order, equal to the rollout's value of the
+    final observations; with overlap, stage 0's values start before stage 1's last simulation ends."""
+    cfg = load_train_config(["policy.hidden_sizes=[8]"])
+    W, S, m, N = 2, 2, 4, 2  # 4 envs per sub-batch: a stage simulates for far longer than a Ray hop
+    envs = [ray.remote(EnvWorker).options(num_cpus=0.2).remote(cfg.env, S * m, k, 1, S) for k in range(W)]
+    spec = policy_spec_from_env(ray.get(envs[0].spec.remote()))
+    rollout = ray.remote(RolloutWorker).options(num_cpus=0.2).remote(cfg.policy, spec, 0)
+    try:
+        obs = ray.get([e.reset.remote([10 * k + j for j in range(S * m)]) for k, e in enumerate(envs)])
+        ray.get([w.pop_spans.remote() for w in [*envs, rollout]])
+        records = list(staged_steps(envs, rollout, obs, N, S, True))
+        assert all(r.tail is None for r in records[:-1])
+        next_value, boot = records[-1].tail
+        final_obs = cat_obs([r.obs for r in records[-1].results])  # worker order = global row order
+        want = ray.get(rollout.value.remote(final_obs))
+        assert next_value.shape == (W * S * m,)
+        torch.testing.assert_close(next_value, want, rtol=1e-5, atol=1e-6)
+        assert boot is None  # no episode is truncated after 2 chunk steps
+        spans = dict(ray.get([w.pop_spans.remote() for w in [*envs, rollout]]))
+        value_s0 = next(e for e in spans["rollout"] if e[0] == "value" and e[3]["stage"] == 0)
+        last_env_s1 = [e for w, ev in spans.items() if w.startswith("env") for e in ev
+                       if e[0] == "env" and e[3].get("stage") == 1 and e[3].get("step") == N - 1]
+        assert last_env_s1, spans.keys()
+        assert value_s0[1] < max(e[1] + e[2] for e in last_env_s1)
     finally:
         for a in [*envs, rollout]:
             ray.kill(a)

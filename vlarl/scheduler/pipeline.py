@@ -58,6 +58,9 @@ class StepRecord:
     boot: torch.Tensor | None  # V(final obs) of episodes truncated in the previous step, [B] (None: none)
     results: list[ChunkStepResult]  # one per env worker, its stages concatenated
     obs_parts: list[dict[str, Any]] | None = None  # per env worker: the obs the actions were sampled for
+    # last step only: (V(next obs) [B], V(final obs) of episodes truncated in it [B] | None), computed per
+    # stage as soon as that stage's last simulation ended (None on every other step)
+    tail: tuple[torch.Tensor | None, torch.Tensor | None] | None = None
 
     @property
     def obs(self) -> dict[str, Any]:
@@ -81,6 +84,14 @@ def stage_rows(worker: int, stage: int, per_stage: int, stages: int) -> range:
     """Global rows of sub-batch ``stage`` of env worker ``worker``."""
     start = worker * stages * per_stage + stage * per_stage
     return range(start, start + per_stage)
+
+
+def _stages_to_global(parts: list[torch.Tensor | None], workers: int) -> torch.Tensor | None:
+    """Per-stage optional values -> global row order; a stage without values contributes zeros."""
+    if all(p is None for p in parts):
+        return None
+    ref = next(p for p in parts if p is not None)
+    return stage_to_global([p if p is not None else torch.zeros_like(ref) for p in parts], workers)
 
 
 def _sample_to_global(parts: list[ActionSample], workers: int) -> ActionSample:
@@ -120,6 +131,7 @@ class StagedRollout:
         samples: list[list[Any]] = []
         steps: list[list[list[Any]]] = []
         last: list[Any] = []  # env replies of the stage simulated last (turn-taking edge when not overlapping)
+        tail: list[Any] | None = None
         for t in range(num_steps):
             samples.append([])
             steps.append([])
@@ -136,25 +148,32 @@ class StagedRollout:
                 refs = [w.chunk_step_stage.remote(s, ref, k * m, t) for k, w in enumerate(self.env_workers)]
                 steps[t].append(refs)
                 last = refs
+            if t == num_steps - 1:  # the tail values of stage s overlap the simulation of stages > s
+                tail = []
+                for s in range(S):
+                    after = [] if self.overlap or (S == 1) else [r for r in last if all(r is not d for d in steps[t][s])]
+                    tail.append(self.rollout.values_after.remote(s, t + 1, *steps[t][s], *after,
+                                                                 wait_only=len(after)))
             if t >= 1:  # step t-1 is no longer needed for submitting: free its references
                 rec = self._record(samples[t - 1], steps[t - 1], W)
                 samples[t - 1], steps[t - 1] = None, None  # type: ignore[call-overload]
                 yield rec
-        yield self._record(samples[-1], steps[-1], W)
+        yield self._record(samples[-1], steps[-1], W, tail)
 
-    def _record(self, sample_refs: list[Any], step_refs: list[list[Any]], W: int) -> StepRecord:
-        got = from_wire(ray.get([*sample_refs, *(ref for refs in step_refs for ref in refs)]))  # one round trip
-        replies, flat = got[:self.stages], got[self.stages:]  # [(ActionSample, boot)] per stage, [S*W] results
+    def _record(self, sample_refs: list[Any], step_refs: list[list[Any]], W: int,
+                tail_refs: list[Any] | None = None) -> StepRecord:
+        tail_refs = tail_refs or []
+        got = from_wire(ray.get([*sample_refs, *(ref for refs in step_refs for ref in refs), *tail_refs]))
+        replies, flat = got[:self.stages], got[self.stages:len(got) - len(tail_refs)]  # [(sample, boot)], [S*W]
+        tails = got[len(got) - len(tail_refs):]
         results = [flat[s * W:(s + 1) * W] for s in range(self.stages)]  # [S][W] ChunkStepResult
         per_worker = [cat_results([results[s][k] for s in range(self.stages)]) for k in range(W)]
-        boots = [b for _, b in replies]
-        if all(b is None for b in boots):
-            boot = None
-        else:
-            ref = next(b for b in boots if b is not None)
-            boot = stage_to_global([b if b is not None else torch.zeros_like(ref) for b in boots], W)
+        boot = _stages_to_global([b for _, b in replies], W)
         sample = _sample_to_global([s for s, _ in replies], W)
-        return StepRecord(sample=sample, boot=boot, results=per_worker)
+        tail = None
+        if tails:
+            tail = (_stages_to_global([v for v, _ in tails], W), _stages_to_global([b for _, b in tails], W))
+        return StepRecord(sample=sample, boot=boot, results=per_worker, tail=tail)
 
 
 def staged_steps(runner_envs: list[Any], rollout: Any, obs_parts: list[dict[str, Any]], num_steps: int,

@@ -110,6 +110,19 @@ class RolloutWorker:
         return self.sample(obs, boot, stage, step)
 
     @torch.no_grad()
+    def values_after(self, stage: int, step: int, *results: ChunkStepResult, wait_only: int = 0):
+        """The rollout's tail for one stage: (V(next obs), V(final obs) of truncated episodes | None) of
+        the env workers' last replies for ``stage``. Submitted per stage right after the last chunk step,
+        so the values of stage s are computed while later stages still simulate, instead of after the
+        whole batch has ended. ``wait_only`` as in ``sample_after``."""
+        results = from_wire(results[:len(results) - wait_only])
+        with self.spans("value", stage=stage, step=step):  # not "infer": per-step costs stay per step
+            obs = cat_obs([r.obs for r in results])
+            trunc = any(bool(r.truncated.any()) for r in results)
+            boot = cat_obs([r.final_obs if r.final_obs is not None else r.obs for r in results]) if trunc else None
+            return to_wire(tuple(self.values(obs, boot)))
+
+    @torch.no_grad()
     def value(self, obs: dict[str, Any] | None) -> torch.Tensor | None:
         if obs is None:
             return None
