@@ -2,7 +2,9 @@
 
 All configurations are built once (one Ray instance, every worker pinned per its placement) and then
 measured in interleaved rounds, so a busy machine slows them alike; each row reports the median over
-rounds (steps/s) and the median of per-round ratios to a baseline (speedups). From the collocated runs'
+rounds (steps/s) and the median of per-round ratios to a baseline (speedups). Within a round every mode
+is bracketed by two measurements of the reference baseline (collocated W=1), and its ratio is taken
+over their mean: a shared VM's speed drifts by 10-30% within minutes, and bracketing cancels the drift. From the collocated runs'
 per-phase spans it derives t_env (wall seconds of simulation per chunk step, env workers in parallel)
 and t_infer (inference per chunk step) and prints
 
@@ -113,17 +115,34 @@ def main() -> int:
     scheduler.start_ray(PlacementConfig(num_cpus=n_dev * len(args.modes)))  # each config fits; idle ones sleep
     runners, results = {}, {m: [] for m in args.modes}
     phases: dict[str, list[dict[str, float]]] = {m: [] for m in args.modes}
+    bracket: dict[str, list[float]] = {m: [] for m in args.modes}  # per round: the reference's steps/s around m
     with tempfile.TemporaryDirectory() as d:
         try:
             for m in args.modes:
                 runners[m] = build([*common, *MODES[m]], f"{d}/{len(runners)}")
                 ray.kill(runners[m].actor)  # collect never trains: free the optimizer state of a wide MLP
                 measure(runners[m], args.steps)  # warm-up
+            # every mode is bracketed by measurements of the reference baseline (the first collocated mode):
+            # its speedup in a round is its steps/s over the mean of the baseline just before and just after,
+            # which cancels the slow drift of a shared VM's speed far better than one baseline per round
+            ref = next((m for m in ("collocated W=1", "collocated") if m in args.modes), None)
+            others = [m for m in args.modes if m != ref]
             for _ in range(args.rounds):
-                for m in args.modes:
+                before = None
+                if ref is not None:
+                    before = measure(runners[ref], args.steps)
+                    results[ref].append(before[0])
+                    phases[ref].append(before[1])
+                for m in others:
                     sps, ph = measure(runners[m], args.steps)
                     results[m].append(sps)
                     phases[m].append(ph)
+                    if ref is not None:
+                        after = measure(runners[ref], args.steps)
+                        results[ref].append(after[0])
+                        phases[ref].append(after[1])
+                        bracket[m].append((before[0] + after[0]) / 2)
+                        before = after
             # one more call's cost (a no-op round trip: the model's stage_cost) and inference as S calls
             r0 = runners[args.modes[0]]
             call, infer_by_s = rollout_costs(r0.rollout, r0._bench_obs, (1, 2, 4), calls=10)
@@ -167,7 +186,16 @@ def main() -> int:
         S = int(m.split("S=")[1]) if "S=" in m else 1
         # per-round ratios to each baseline (paired: the two ran back to back, so a machine that slows down
         # between rounds cancels out); the speedup is their median
-        ratios = {b: [a / c for a, c in zip(results[m], results[b], strict=True)] for b in bases}
+        ratios = {}
+        for b in bases:
+            if m == b:
+                ratios[b] = [1.0]
+            elif b == ref:
+                ratios[b] = [a / c for a, c in zip(results[m], bracket[m], strict=True)]
+            elif m == ref:  # the reference against the other baseline: pair each round's first measurement
+                ratios[b] = [results[m][k * (len(others) + 1)] / c for k, c in enumerate(results[b])]
+            else:
+                ratios[b] = [a / c for a, c in zip(results[m], results[b], strict=True)]
         row = "".join(f" {statistics.median(ratios[b]):>15.2f}x {statistics.median(ratios[b]) / ideal:>7.2f}"
                       for b, (ideal, _, _) in bases.items())
         model = float("nan")
