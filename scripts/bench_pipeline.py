@@ -92,12 +92,14 @@ def main() -> int:
 
     system_env.apply()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--hidden", default="1024,1024,1024", help="MLP hidden sizes (sets the inference cost)")
+    ap.add_argument("--hidden", default="1024,1024,1024", help="MLP hidden sizes (sets the inference cost); '' for a policy without hidden_sizes")
     ap.add_argument("--num-envs", type=int, default=16)
-    ap.add_argument("--chunk", type=int, default=1, help="policy.chunk_size (env steps per inference call)")
+    ap.add_argument("--chunk", type=int, default=0, help="policy.chunk_size (env steps per inference call); 0 = the config's")
     ap.add_argument("--steps", type=int, default=20, help="chunk steps per measured collect")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--modes", nargs="*", default=list(MODES), help=f"subset of {list(MODES)}")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="more config overrides for every mode, e.g. env=maniskill_pushcube_rgb policy=cnn")
     args = ap.parse_args()
     unknown = sorted(set(args.modes) - set(MODES))
     if unknown:
@@ -109,8 +111,9 @@ def main() -> int:
     from vlarl.config.schema import PlacementConfig
     from vlarl.scheduler.autotune import bounds, choose, pipelined_step, rollout_costs, shared_step
 
-    common = [f"env.num_envs={args.num_envs}", f"policy.hidden_sizes=[{args.hidden}]", "algorithm.num_minibatches=1",
-              f"algorithm.num_steps={args.steps}", f"policy.chunk_size={args.chunk}"]
+    common = [f"env.num_envs={args.num_envs}", *([f"policy.hidden_sizes=[{args.hidden}]"] if args.hidden else []),
+              "algorithm.num_minibatches=1",
+              f"algorithm.num_steps={args.steps}", *([f"policy.chunk_size={args.chunk}"] if args.chunk else []), *args.set]
     n_dev = 2
     scheduler.start_ray(PlacementConfig(num_cpus=n_dev * len(args.modes)))  # each config fits; idle ones sleep
     runners, results = {}, {m: [] for m in args.modes}
@@ -154,7 +157,8 @@ def main() -> int:
 
     med = {m: statistics.median(v) for m, v in results.items()}
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"\nManiSkill PushCube-v1 (state, CPU), {args.num_envs} envs, MLP [{args.hidden}], chunk {args.chunk}, "
+    what = " ".join(args.set) or "ManiSkill PushCube-v1 (state, CPU), MLP"
+    print(f"\n{what}, {args.num_envs} envs, hidden [{args.hidden}], chunk {args.chunk or 'from config'}, "
           f"{args.steps} chunk steps x {args.rounds} rounds, {n_dev} cores, load average {load}; median env steps/s")
     bases = {}  # baseline -> (ideal bound, median phases per chunk step, overhead per chunk step)
     for base, W in (("collocated W=1", 1), ("collocated", 2)):

@@ -71,29 +71,28 @@ class Runner:
     # -- set-up ---------------------------------------------------------------------------------
     def setup(self) -> None:
         cfg = self.cfg
-        W = cfg.env.num_workers
-        per_worker = cfg.env.num_envs // W
         device = self._device()
         # placement as data: devices and Ray resources of every worker (vlarl.scheduler.placement)
         self.plan = scheduler.resolve_for_training(cfg, device)
         print(f"[vlarl] {self.plan.describe()}")
         scheduler.start_ray(cfg.placement)
-        self.env_workers = [
-            scheduler.remote_on(EnvWorker, w).remote(cfg.env, per_worker, i, cfg.torch_threads, self.plan.stages, w)
-            for i, w in enumerate(self.plan.env)
-        ]
-        self.env_spec: EnvSpec = ray.get(self.env_workers[0].spec.remote())
-        self.policy_spec = policy_spec_from_env(self.env_spec)
-        self.rollout = scheduler.remote_on(RolloutWorker, self.plan.rollout).remote(
-            cfg.policy, self.policy_spec, cfg.seed + 1, device, cfg.torch_threads, self.plan.rollout)
-        self.actor = scheduler.remote_on(ActorWorker, self.plan.actor).remote(
-            cfg.policy, cfg.algorithm, self.policy_spec, cfg.seed, device, cfg.torch_threads, self.plan.actor)
-        self.per_worker = per_worker
-        if self.plan.auto_stages:  # placement.pipeline_stages=auto: a short profiling pass picks S (printed)
+        self._build_rollout_side(device)
+        if self.plan.auto_stages or self.plan.auto_split:  # =auto: a short profiling pass picks S / k (printed)
             from vlarl.scheduler import autotune
 
-            self.plan = autotune.apply(self.plan, self.env_workers, self.rollout, self._reset_envs(),
-                                       cfg.env.num_envs, cfg.seed + 1)
+            group = scheduler.group_size_of(cfg.algorithm)
+            plan = autotune.apply(self.plan, self.env_workers, self.rollout, self._reset_envs(), cfg.env.num_envs,
+                                  cfg.seed + 1, group=group,
+                                  resplit=lambda k: scheduler.resolve_for_training(cfg, device, env_devices=k))
+            if not autotune.same_devices(plan, self.plan):  # another env/rollout split: workers from the new plan
+                for w in [*self.env_workers, self.rollout]:
+                    ray.kill(w)
+                print(f"[vlarl] {plan.describe()}")
+                self.plan = plan
+                self._build_rollout_side(device)
+            self.plan = plan
+        self.actor = scheduler.remote_on(ActorWorker, self.plan.actor).remote(
+            cfg.policy, cfg.algorithm, self.policy_spec, cfg.seed, device, cfg.torch_threads, self.plan.actor)
         if cfg.placement.weight_sync == "collective":  # weights by torch.distributed broadcast, actor = rank 0
             addr, keys = ray.get([self.actor.weight_group_address.remote(), self.actor.weight_keys.remote()])
             ray.get([self.actor.join_weight_group.remote(addr, 2), self.rollout.join_weight_group.remote(addr, 1, 2, keys)])
@@ -114,6 +113,19 @@ class Runner:
             # no CPU reservation: the placement plan sizes env/rollout/actor to fill the devices, and the
             # critic runs between rollout steps, taking turns with the rollout worker
             self.reward_worker = scheduler.remote(RewardWorker, 0.0).remote(cfg.reward, cfg.torch_threads)
+
+    def _build_rollout_side(self, device: str) -> None:
+        """Env workers and the rollout worker of ``self.plan`` (the actor is built once the plan is final)."""
+        cfg = self.cfg
+        self.per_worker = cfg.env.num_envs // len(self.plan.env)
+        self.env_workers = [
+            scheduler.remote_on(EnvWorker, w).remote(cfg.env, self.per_worker, i, cfg.torch_threads, self.plan.stages, w)
+            for i, w in enumerate(self.plan.env)
+        ]
+        self.env_spec: EnvSpec = ray.get(self.env_workers[0].spec.remote())
+        self.policy_spec = policy_spec_from_env(self.env_spec)
+        self.rollout = scheduler.remote_on(RolloutWorker, self.plan.rollout).remote(
+            cfg.policy, self.policy_spec, cfg.seed + 1, device, cfg.torch_threads, self.plan.rollout)
 
     def _sync_weights(self) -> int:
         """Actor -> rollout weight sync (placement.weight_sync); returns the policy version the rollout holds."""
@@ -157,7 +169,7 @@ class Runner:
             ray.get(self.reward_worker.reset_state.remote())  # episodes start afresh: forget start frames
         self.reset_seeds = [[base + i * self.per_worker + j for j in range(self.per_worker)]
                             for i in range(len(self.env_workers))]
-        return ray.get([w.reset.remote(seeds) for w, seeds in zip(self.env_workers, self.reset_seeds)])
+        return ray.get([w.reset.remote(seeds) for w, seeds in zip(self.env_workers, self.reset_seeds, strict=True)])
 
     # -- one rollout ----------------------------------------------------------------------------
     def collect(self, obs_parts: list[dict[str, Any]], num_steps: int = 0,
@@ -169,6 +181,7 @@ class Runner:
         obs_hist, replays, logprobs, values = [], [], [], []
         rewards, dones, truncs, final_values = [], [], [], []
         steps, next_frames, results = 0, [], []
+        ended: torch.Tensor | bool = False  # per env: an episode ended during this collect
         obs_parts = from_wire(obs_parts)  # env replies arrive as numpy (zero-copy object store buffers)
         # env sub-batches and inference in pipeline stages (vlarl.scheduler.pipeline); rows in global order
         for t, rec in enumerate(scheduler.staged_steps(self.env_workers, self.rollout, obs_parts, N,
@@ -190,7 +203,7 @@ class Runner:
             if self.reward_worker is not None:
                 next_frames.append(end_of_chunk_frames(results, self.reward_cam))
             obs_parts = [r.obs for r in results]
-            ended = (dones[-1] + truncs[-1]).bool() | (ended if t else False)
+            ended = (dones[-1] + truncs[-1]).bool() | ended
             if until_all_ended and bool(ended.all()):
                 break  # the pipeline already submitted one more step; its replies are dropped
         # values of the last step: V(next obs) for GAE, V(final obs) for truncated episodes. The pipeline

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from vlarl.config import ConfigError, load_train_config
@@ -38,3 +40,15 @@ def test_bad_config_is_one_clear_line(overrides, needle):
     msg = str(e.value)
     assert needle in msg
     assert "\n" not in msg
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (Path(__file__).parents[2] / "configs" / "experiment").glob("*.yaml")))
+def test_every_experiment_config_composes(name):
+    cfg = load_train_config([f"experiment={name}"])
+    assert cfg.experiment_name == name
+
+
+def test_pipeline_benchmark_workload_is_a_flow_vla_on_state_pushcube():
+    cfg = load_train_config(["experiment=pipeline_flow_vla"])
+    assert type(cfg.policy).__name__ == "FlowVLAConfig" and cfg.policy.chunk_size == 2
+    assert cfg.policy.backbone.hidden_size == 256 and cfg.env.num_envs == 64 and cfg.env.obs_mode == "state"

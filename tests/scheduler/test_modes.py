@@ -131,3 +131,39 @@ def test_auto_stages_and_collective_weight_sync_in_a_training_run(tmp_path, capf
     train = [x for x in rows if "iteration" in x]
     assert [x["env_steps"] for x in train] == [20, 40]
     assert r.rollout_version == 2  # both updates arrived by broadcast
+
+
+@pytest.mark.slow
+def test_auto_env_split_picks_k_env_devices_and_trains(tmp_path, capfd):
+    """env_split=auto on 3 devices (of 2 cores): profiling picks k env devices (one env worker each) and S,
+    prints them, and the run trains on the workers of that plan (rebuilt when k differs from the default)."""
+    from vlarl.config import load_train_config
+    from vlarl.runner import Runner
+
+    cfg = load_train_config([
+        "placement=hybrid", "placement.pipeline_stages=auto", "placement.env_split=auto", "placement.num_devices=3",
+        "placement.num_cpus=2", "env.num_envs=8", "algorithm.num_steps=3", "algorithm.num_minibatches=2",
+        "policy.hidden_sizes=[16,16]", "total_env_steps=48", "eval.episodes=2", "eval.num_envs=2",
+        "eval.video_episodes=0", "logger.tensorboard=false", "logger.progress_bar=false",
+    ])
+    run = tmp_path / "run"
+    run.mkdir()
+    r = Runner(cfg, run)
+    try:
+        r.setup()
+        out = capfd.readouterr().out
+        line = next(x for x in out.splitlines() if x.startswith("[vlarl] autotune:"))
+        k = int(line.split("env on ")[1].split()[0])
+        S = int(line.split("placement.pipeline_stages=")[1].split(",")[0])
+        assert k in (1, 2) and r.plan.stages == S and not r.plan.auto_split
+        assert [w.devices for w in r.plan.env] == [[d] for d in range(k)]
+        assert r.plan.rollout.devices == list(range(k, 3)) and len(r.env_workers) == k == len(r.plan.env)
+        assert r.per_worker == 8 // k
+        assert ray.get([w.__ray_call__.remote(lambda w: w.stages) for w in r.env_workers]) == [S] * k
+        if k != 1:  # the default split gave env 1 device: the workers were rebuilt and the new plan printed
+            assert "env [0] [1] |" in out
+        r.train()
+    finally:
+        r.close()
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x["env_steps"] for x in rows if "iteration" in x] == [24, 48]

@@ -116,3 +116,25 @@ def test_collocated_overlap_and_auto_stages():
     cfg = load_train_config(["placement.pipeline_stages=auto", "placement.overlap=true", "env.num_envs=8",
                              "placement.weight_sync=collective"])
     assert (cfg.placement.pipeline_stages, cfg.placement.overlap, cfg.placement.weight_sync) == ("auto", True, "collective")
+
+
+def test_env_split_auto_candidates_and_errors():
+    """env_split=auto lists the env device counts k whose k workers divide the batch; a chosen k puts env
+    on devices 0..k-1 (one worker each) and the rollout on the rest; bad input names the key."""
+    p = PlacementConfig(mode="hybrid", pipeline_stages="auto", env_split="auto")
+    plan = resolve(p, 1, 12, device_type="cpu", num_devices=4)
+    assert plan.auto_split and plan.split_candidates == (1, 2, 3) and "split auto" in plan.describe()
+    assert resolve(p, 1, 8, device_type="cpu", num_devices=4).split_candidates == (1, 2)  # 3 workers can't share 8
+    chosen = resolve(p, 3, 12, device_type="cpu", num_devices=4, env_devices=3)
+    assert [w.devices for w in chosen.env] == [[0], [1], [2]] and chosen.rollout.devices == [3]
+    assert chosen.actor.devices == [0, 1, 2, 3]  # hybrid trains on all devices
+    dis = resolve(PlacementConfig(mode="disaggregated", env_split="auto"), 1, 12, device_type="cpu", num_devices=4,
+                  env_devices=1)
+    assert dis.rollout.devices == dis.actor.devices == [1, 2, 3]
+    assert not resolve(PlacementConfig(env_split="auto"), 2, 8, device_type="cpu", num_devices=2).auto_split
+    with pytest.raises(PlacementError, match="placement.env_split='thirds' is unknown"):
+        resolve(PlacementConfig(mode="hybrid", env_split="thirds"), 1, 8, device_type="cpu", num_devices=2)
+    given = PlacementConfig(mode="hybrid", env_split="auto")
+    given.env.devices = [0]
+    with pytest.raises(PlacementError, match="remove them or set placement.env_split=half"):
+        resolve(given, 1, 8, device_type="cpu", num_devices=2)

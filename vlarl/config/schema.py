@@ -114,6 +114,8 @@ class PlacementConfig:
     device_type: str = "auto"  # "auto" (GPUs if any, else CPU cores) | "cpu" | "gpu"
     num_devices: int = 0  # devices of one node used by placement; 0 = all visible
     pipeline_stages: Any = 1  # S sub-batches per env worker, or "auto": profile at start-up and pick S
+    env_split: str = "half"  # hybrid/disaggregated: env gets the first half of the devices, or "auto": profile
+    # at start-up and pick k env devices (one env worker each; rollout on the other n - k) with the S
     overlap: bool = False  # collocated only: with S >= 2, stage s+1 infers while stage s simulates on the shared
     # devices (uses the core that single-threaded inference leaves idle); split modes always overlap
     weight_sync: str = "object_store"  # "object_store" | "collective" (torch.distributed Gloo/NCCL broadcast)

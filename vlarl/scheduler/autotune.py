@@ -1,4 +1,4 @@
-"""Auto-tuning: pick the pipeline depth S (and see the best env/rollout split) from measured phase times.
+"""Auto-tuning: pick the pipeline depth S and the env/rollout device split from measured phase times.
 
 Measured per chunk step of the whole batch B: ``t_env`` device-seconds of simulation (summed over env
 workers), ``t_infer`` seconds of inference (one single-threaded rollout worker), ``overhead`` o, the rest
@@ -156,11 +156,18 @@ def rollout_costs(rollout: Any, obs_parts: list[Any], stages: tuple[int, ...] = 
     return cost, ray.get(rollout.time_inference.remote(to_wire(whole), usable))
 
 
+def same_devices(a: Any, b: Any) -> bool:
+    """Do two placement plans put env workers and the rollout worker on the same devices?"""
+    return [w.devices for w in a.env] == [w.devices for w in b.env] and a.rollout.devices == b.rollout.devices
+
+
 def apply(plan: Any, env_workers: list[Any], rollout: Any, obs_parts: list[Any], num_envs: int, seed: int,
-          steps: int = 3) -> Any:
-    """``placement.pipeline_stages=auto``: profile, pick S for the plan's mode and device split, switch the
-    env workers to S sub-batches, re-seed the rollout worker (profiling drew samples) and return the plan
-    with ``stages`` set. Prints the measurement and the choice."""
+          steps: int = 3, group: int = 1, resplit: Any = None) -> Any:
+    """``placement.pipeline_stages=auto`` / ``placement.env_split=auto``: profile, pick S (and, for a split
+    with env_split=auto, the env device count k) for the plan's mode, and return the plan to run. With the
+    same k the env workers switch to S sub-batches and the rollout worker is re-seeded (profiling drew
+    samples); with another k, ``resplit(k)`` gives the new plan (the caller rebuilds its workers from it).
+    Prints the measurement and the choice."""
     import dataclasses
 
     import ray
@@ -168,29 +175,49 @@ def apply(plan: Any, env_workers: list[Any], rollout: Any, obs_parts: list[Any],
     W = len(env_workers)
     env_devs = sorted({d for w in plan.env for d in w.devices})
     par = max(1, min(W, len(env_devs)))
-    per_worker_cands = tuple(c for c in plan.stage_candidates if (num_envs // W) % c == 0)
-    prof = profile(env_workers, rollout, obs_parts, steps, par, stages=per_worker_cands)
+    splits = plan.split_candidates if plan.auto_split else (len(env_devs),)
+    stage_opts = plan.stage_candidates if plan.auto_stages else (plan.stages,)
+    if plan.auto_split and plan.auto_stages:
+        stage_opts = (1, 2, 4, 8)
+
+    def stages_for(workers: int) -> tuple[int, ...]:
+        return tuple(c for c in stage_opts if num_envs % (workers * c * max(1, group)) == 0)
+
+    timed = tuple(sorted({c for k in splits for c in stages_for(k if plan.auto_split else W)}))
+    prof = profile(env_workers, rollout, obs_parts, steps, par, stages=timed)
     if plan.mode != "collocated":
         par = plan.num_devices  # the reference is collocated turns with env on all devices
-    if plan.mode == "collocated":
-        kind = "shared" if plan.overlap else "turns"
-    else:
-        kind = "split"
-    best = choose(prof.t_env, prof.t_infer, prof.overhead, plan.num_devices, num_envs // W, per_worker_cands,
-                  env_devices=len(env_devs) if kind == "split" else None, kind=kind, par=par,
-                  stage_cost=prof.stage_cost, infer_by_stages=prof.infer_by_stages)
+    kind = ("shared" if plan.overlap else "turns") if plan.mode == "collocated" else "split"
+    options = []
+    for k in splits:
+        workers = k if plan.auto_split else W
+        cands = stages_for(workers)
+        if cands:
+            options.append(choose(prof.t_env, prof.t_infer, prof.overhead, plan.num_devices, num_envs // workers,
+                                  cands, env_devices=k if kind == "split" else None, kind=kind, par=par,
+                                  stage_cost=prof.stage_cost, infer_by_stages=prof.infer_by_stages))
+    best = min(options, key=lambda c: c.predicted_step_s)
     b = bounds(prof.t_env, prof.t_infer, plan.num_devices, par)
     by_s = ", ".join(f"S={k} {v * 1e3:.1f}" for k, v in sorted(prof.infer_by_stages.items()))
+    split = ""
+    if plan.auto_split:
+        split = (f", env on {best.env_devices} of {plan.num_devices} devices with one env worker each "
+                 f"(placement.env_split=auto; override with placement.env.devices / placement.rollout.devices)")
     print(f"[vlarl] autotune: per chunk step t_env {prof.t_env * 1e3:.1f} ms (device-s), t_infer "
           f"{prof.t_infer * 1e3:.1f} ms (whole batch as S calls, ms: {by_s}), other {prof.overhead * 1e3:.1f} ms, "
           f"call {prof.stage_cost * 1e3:.1f} ms; bounds over collocated: issue {b['issue']:.2f}x, split "
-          f"{b['split']:.2f}x, shared {b['shared']:.2f}x -> placement.pipeline_stages={best.stages} ({best.kind}, "
-          f"predicted {best.predicted_speedup:.2f}x over collocated turns; override with placement.pipeline_stages=<S>)")
+          f"{b['split']:.2f}x, shared {b['shared']:.2f}x -> placement.pipeline_stages={best.stages}{split} "
+          f"({best.kind}, predicted {best.predicted_speedup:.2f}x over collocated turns; override with "
+          f"placement.pipeline_stages=<S>)")
+    if plan.auto_split:
+        new = resplit(best.env_devices)
+        if not same_devices(new, plan):  # the caller rebuilds env and rollout workers from the new plan
+            return dataclasses.replace(new, stages=best.stages, auto_stages=False, auto_split=False)
     if best.stages != plan.stages:
         ray.get([w.set_stages.remote(best.stages) for w in env_workers])
     ray.get(rollout.reseed.remote(seed))
-    return dataclasses.replace(plan, stages=best.stages)
+    return dataclasses.replace(plan, stages=best.stages, auto_split=False)
 
 
-__all__ = ["Choice", "Profile", "apply", "bounds", "choose", "pipelined_step", "profile", "rollout_costs", "shared_step",
-           "turns_step"]
+__all__ = ["Choice", "Profile", "apply", "bounds", "choose", "pipelined_step", "profile", "rollout_costs", "same_devices",
+           "shared_step", "turns_step"]

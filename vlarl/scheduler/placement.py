@@ -59,6 +59,8 @@ class PlacementPlan:
     reward: WorkerPlacement
     auto_stages: bool = False  # pipeline_stages=auto: the runner profiles and sets ``stages`` at start-up
     stage_candidates: tuple[int, ...] = (1,)  # the S values this batch layout allows (auto picks among them)
+    auto_split: bool = False  # env_split=auto: the runner profiles and picks the env device count k
+    split_candidates: tuple[int, ...] = ()  # the k (env devices = env workers) the batch layout allows
 
     def describe(self) -> str:
         def sets(ws: list[WorkerPlacement]) -> str:
@@ -66,6 +68,7 @@ class PlacementPlan:
 
         kind = "GPU" if self.device_type == "gpu" else "core"
         stages = f"S={self.stages}" + (" (auto)" if self.auto_stages else "") + (" overlapped" if self.overlap else "")
+        stages += " split auto" if self.auto_split else ""
         return (f"placement {self.mode} on {self.num_devices} {kind}s, {stages}: "
                 f"env {sets(self.env)} | rollout {self.rollout.devices} | actor {self.actor.devices}")
 
@@ -96,19 +99,21 @@ def node_cores() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
-def _default_sets(mode: str, n: int) -> dict[str, list[int]]:
+def _default_sets(mode: str, n: int, env_devices: int = 0) -> dict[str, list[int]]:
+    """The mode's device sets; a split mode gives env the first ``env_devices`` (default half)."""
     alldev = list(range(n))
     if mode == "collocated":
         return {c: alldev for c in COMPONENTS}
-    k = max(1, n // 2)
+    k = env_devices or max(1, n // 2)
     env, roll = alldev[:k], alldev[k:]
     actor = alldev if mode == "hybrid" else roll
     return {"env": env, "rollout": roll, "actor": actor, "reward": roll}
 
 
 def resolve(p: Any, num_env_workers: int, num_envs: int, group_size: int = 1,
-            device_type: str | None = None, num_devices: int | None = None) -> PlacementPlan:
-    """Validate ``p`` (a PlacementConfig) and assign devices and Ray resources to every worker."""
+            device_type: str | None = None, num_devices: int | None = None, env_devices: int = 0) -> PlacementPlan:
+    """Validate ``p`` (a PlacementConfig) and assign devices and Ray resources to every worker.
+    ``env_devices`` k > 0 (env_split=auto's choice): env on devices 0..k-1, rollout on the rest."""
     if p.mode not in MODES:
         raise PlacementError(f"placement.mode='{p.mode}' is unknown; choose one of {list(MODES)}")
     dtype = detect_device_type(device_type or p.device_type)
@@ -139,7 +144,17 @@ def resolve(p: Any, num_env_workers: int, num_envs: int, group_size: int = 1,
             f"env.num_envs={num_envs} is not divisible by env.num_workers x placement.pipeline_stages x group size "
             f"= {W} x {S} x {group_size} = {unit}; set env.num_envs to a multiple of {unit} (e.g. {lo} or {lo + unit})"
         )
-    defaults = _default_sets(p.mode, n)
+    split = str(getattr(p, "env_split", "half")).strip().lower()
+    if split not in ("half", "auto"):
+        raise PlacementError(f"placement.env_split={split!r} is unknown; choose half or auto "
+                             f"(or give placement.env.devices / placement.rollout.devices explicitly)")
+    auto_split = split == "auto" and p.mode != "collocated"
+    if auto_split and (list(p.env.devices) or list(p.rollout.devices)):
+        raise PlacementError(
+            f"placement.env_split=auto picks the env and rollout devices itself, but placement.env.devices="
+            f"{list(p.env.devices)} / placement.rollout.devices={list(p.rollout.devices)} are given; remove them "
+            f"or set placement.env_split=half")
+    defaults = _default_sets(p.mode, n, env_devices)
     if p.mode != "collocated" and n < 2:
         raise PlacementError(
             f"placement.mode={p.mode} needs at least 2 devices (env and rollout on disjoint sets) but {n} "
@@ -195,7 +210,12 @@ def resolve(p: Any, num_env_workers: int, num_envs: int, group_size: int = 1,
     rollout, actor, reward = workers[W:]
     per = num_envs // (W * max(1, group_size))
     cands = tuple(c for c in (1, 2, 4, 8) if per % c == 0 and (c >= 2 or not (p.mode == "collocated" and overlap)))
-    return PlacementPlan(p.mode, dtype, n, S, overlap, env_w, rollout, actor, reward, auto, cands or (1,))
+    # env_split=auto: k env devices, one env worker each, with some S of the run dividing each worker's envs
+    # (k = 1 always qualifies: the checks above passed for W x S)
+    stage_opts = (1, 2, 4, 8) if auto else (S,)
+    splits = tuple(k for k in range(1, n) if any(num_envs % (k * s * max(1, group_size)) == 0 for s in stage_opts))
+    return PlacementPlan(p.mode, dtype, n, S, overlap, env_w, rollout, actor, reward, auto, cands or (1,),
+                         auto_split, splits if auto_split else ())
 
 
 def _assign_resources(workers: list[WorkerPlacement], n: int, p: Any, dtype: str) -> None:
@@ -235,15 +255,16 @@ def bind(w: WorkerPlacement | None) -> str | None:
     return w.torch_device
 
 
-def resolve_for_training(cfg: Any, torch_device: str) -> PlacementPlan:
+def resolve_for_training(cfg: Any, torch_device: str, env_devices: int = 0) -> PlacementPlan:
     """``resolve`` for a TrainConfig: devices follow ``cfg.device`` unless ``placement.device_type`` is set;
     the GRPO group size enters the divisibility check when sub-batches are split off (S > 1 or a
-    non-collocated mode)."""
+    non-collocated mode). ``env_devices`` k > 0: env_split=auto chose k env devices, one env worker each."""
     p = cfg.placement
     dtype = p.device_type if p.device_type != "auto" else ("gpu" if str(torch_device).startswith("cuda") else "cpu")
     staged = str(p.pipeline_stages) != "1" or p.mode != "collocated"  # "auto" may pick S > 1
     group = group_size_of(cfg.algorithm) if staged else 1
-    return resolve(p, cfg.env.num_workers, cfg.env.num_envs, group, device_type=dtype)
+    workers = env_devices or cfg.env.num_workers
+    return resolve(p, workers, cfg.env.num_envs, group, device_type=dtype, env_devices=env_devices)
 
 
 def group_size_of(alg_cfg: Any) -> int:
