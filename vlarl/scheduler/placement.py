@@ -131,6 +131,13 @@ def resolve(p: Any, num_env_workers: int, num_envs: int, group_size: int = 1,
     if S < 1:
         raise PlacementError(f"placement.pipeline_stages={S} must be >= 1")
     W = int(num_env_workers)
+    split = str(getattr(p, "env_split", "half")).strip().lower()
+    if split not in ("half", "auto"):
+        raise PlacementError(f"placement.env_split={split!r} is unknown; choose half or auto "
+                             f"(or give placement.env.devices / placement.rollout.devices explicitly)")
+    auto_split = split == "auto" and p.mode != "collocated"
+    if auto_split:  # one env worker per env device (env.num_workers is not used): k, or the default half
+        W = env_devices or max(1, n // 2)
     overlap = p.mode != "collocated" or bool(getattr(p, "overlap", False))
     if p.mode == "collocated" and overlap and S < 2 and not auto:
         raise PlacementError(
@@ -144,11 +151,6 @@ def resolve(p: Any, num_env_workers: int, num_envs: int, group_size: int = 1,
             f"env.num_envs={num_envs} is not divisible by env.num_workers x placement.pipeline_stages x group size "
             f"= {W} x {S} x {group_size} = {unit}; set env.num_envs to a multiple of {unit} (e.g. {lo} or {lo + unit})"
         )
-    split = str(getattr(p, "env_split", "half")).strip().lower()
-    if split not in ("half", "auto"):
-        raise PlacementError(f"placement.env_split={split!r} is unknown; choose half or auto "
-                             f"(or give placement.env.devices / placement.rollout.devices explicitly)")
-    auto_split = split == "auto" and p.mode != "collocated"
     if auto_split and (list(p.env.devices) or list(p.rollout.devices)):
         raise PlacementError(
             f"placement.env_split=auto picks the env and rollout devices itself, but placement.env.devices="
