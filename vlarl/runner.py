@@ -84,13 +84,13 @@ class Runner:
             plan = autotune.apply(self.plan, self.env_workers, self.rollout, self._reset_envs(), cfg.env.num_envs,
                                   cfg.seed + 1, group=group,
                                   resplit=lambda k: scheduler.resolve_for_training(cfg, device, env_devices=k))
-            if not autotune.same_devices(plan, self.plan):  # another env/rollout split: workers from the new plan
+            rebuild = not autotune.same_devices(plan, self.plan)  # another env/rollout split
+            self.plan = plan
+            if rebuild:  # env and rollout workers from the new plan
                 for w in [*self.env_workers, self.rollout]:
                     ray.kill(w)
                 print(f"[vlarl] {plan.describe()}")
-                self.plan = plan
                 self._build_rollout_side(device)
-            self.plan = plan
         self.actor = scheduler.remote_on(ActorWorker, self.plan.actor).remote(
             cfg.policy, cfg.algorithm, self.policy_spec, cfg.seed, device, cfg.torch_threads, self.plan.actor)
         if cfg.placement.weight_sync == "collective":  # weights by torch.distributed broadcast, actor = rank 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from dataclasses import fields, is_dataclass
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 

@@ -123,11 +123,11 @@ def profile(env_workers: list[Any], rollout: Any, obs_parts: list[Any], steps: i
 
     workers = [*env_workers, rollout]
     obs = obs_parts
-    for rec in StagedRollout(env_workers, rollout, 1, True).run(obs, 1):
+    for rec in StagedRollout(env_workers, rollout, 1, True, tail=False).run(obs, 1):
         obs = [r.obs for r in rec.results]
     ray.get([w.pop_spans.remote() for w in workers])
     t = time.perf_counter()
-    for _ in StagedRollout(env_workers, rollout, 1, True).run(obs, steps):
+    for _ in StagedRollout(env_workers, rollout, 1, True, tail=False).run(obs, steps):
         pass
     wall = (time.perf_counter() - t) / steps
     totals = phase_totals(ray.get([w.pop_spans.remote() for w in workers]))

@@ -114,11 +114,12 @@ class StagedRollout:
     simulates); without it every inference also waits for the previous stage's simulation, so the
     components take turns exactly as before, but with no driver round trip in between."""
 
-    def __init__(self, env_workers: list[Any], rollout: Any, stages: int, overlap: bool):
+    def __init__(self, env_workers: list[Any], rollout: Any, stages: int, overlap: bool, tail: bool = True):
         self.env_workers = env_workers
         self.rollout = rollout
         self.stages = stages
         self.overlap = overlap
+        self.tail = tail  # compute the last step's bootstrap values (StepRecord.tail); profiling needs none
 
     def run(self, obs_parts: list[dict[str, Any]], num_steps: int) -> Iterator[StepRecord]:
         """``obs_parts``: the current observation of each env worker (its stages concatenated).
@@ -148,7 +149,7 @@ class StagedRollout:
                 refs = [w.chunk_step_stage.remote(s, ref, k * m, t) for k, w in enumerate(self.env_workers)]
                 steps[t].append(refs)
                 last = refs
-            if t == num_steps - 1:  # the tail values of stage s overlap the simulation of stages > s
+            if self.tail and t == num_steps - 1:  # the tail values of stage s overlap the simulation of stages > s
                 tail = []
                 for s in range(S):
                     after = [] if self.overlap or (S == 1) else [r for r in last if all(r is not d for d in steps[t][s])]
