@@ -14,8 +14,8 @@ and t_infer (inference per chunk step) and prints
     model         = vlarl.scheduler.autotune's prediction for the mode (split / shared / turns)
 
 next to the measured speedup of every mode over collocated. Real ManiSkill PushCube (state, CPU) and a
-real MLP policy whose width sets the inference cost (a VLA's inference is heavy; --hidden 256,256 is
-the default experiment's light policy).
+real policy: an MLP whose width sets the inference cost (--hidden; 256,256 is the default experiment's
+light policy), or any policy through --set (experiment=pipeline_flow_vla: a flow-matching VLA).
 
 Two collocated baselines, because on CPU cores the issue's bound holds only for one of them:
 
@@ -26,8 +26,13 @@ Two collocated baselines, because on CPU cores the issue's bound holds only for 
                      split gives the env one core, and hybrid cannot reach this baseline's ideal bound
                      when simulation parallelizes across cores (the split/shared bounds say how far).
 
-    python scripts/bench_pipeline.py --hidden 4096,4096,4096 --num-envs 64 --steps 6 --rounds 3
+    python scripts/bench_pipeline.py --hidden "" --num-envs 64 --steps 12 --rounds 4 --set experiment=pipeline_flow_vla
+    python scripts/bench_pipeline.py --hidden 4096,4096,4096,4096,4096 --num-envs 64 --steps 20 --rounds 4
     python scripts/bench_pipeline.py --hidden 256,256 --num-envs 16 --steps 20 --rounds 3
+
+The first is a pi0-style flow VLA, whose inference is compute-bound. The second is a wide MLP whose
+inference streams its weights through the L3 shared with the simulator's core, which slows simulation by
+10-20% while they run side by side (docs/pipeline_bench.md).
 """
 
 from __future__ import annotations
