@@ -28,7 +28,7 @@ from vlarl.algorithms.grpo import group_reset_ids, select_groups
 from vlarl.algorithms.registry import algorithm_spec, episode_horizon
 from vlarl.checkpoint import latest_checkpoint, load_reference, save_checkpoint, save_reference
 from vlarl.data.metrics import EpisodeStats
-from vlarl.data.trajectory import Trajectory, cat_obs, stack_cat_obs
+from vlarl.data.trajectory import Trajectory, stack_cat_obs
 from vlarl.logging import MetricLogger
 from vlarl.rewards import (
     apply_process_reward,
@@ -211,10 +211,8 @@ class Runner:
         if rec.tail is not None:
             next_value, last_boot = rec.tail
         else:
-            boot_obs = (cat_obs([r.final_obs if r.final_obs is not None else r.obs for r in results])
-                        if bool(truncs[-1].any()) else None)
-            next_value, last_boot = ray.get(self.rollout.values.remote(to_wire(cat_obs(obs_parts)),
-                                                                       to_wire(boot_obs)))
+            next_obs, boot_obs = scheduler.next_inputs(results)
+            next_value, last_boot = ray.get(self.rollout.values.remote(to_wire(next_obs), to_wire(boot_obs)))
         final_values.append(last_boot if last_boot is not None else torch.zeros_like(values[-1]))
         if next_value is None:
             next_value = torch.zeros_like(values[-1])

@@ -97,26 +97,42 @@ def test_async_rollout_overlaps_training_one_version_stale(tmp_path):
     assert all(r["train/stale_dropped"] == 20 for r in train[1:])  # later ones were sampled one update behind
 
 
-@pytest.mark.slow
-def test_auto_stages_and_collective_weight_sync_in_a_training_run(tmp_path, capfd):
-    """pipeline_stages=auto profiles at start-up, prints its choice and runs with it; weight_sync=collective
-    delivers every update (the rollout's policy versions count up as with the object store)."""
+def _autotuned_runner(overrides: list[str], tmp_path, capfd):
+    """A Runner on a tiny PushCube config after ``setup()`` (profiling included), its run directory and the
+    printed "[vlarl] autotune:" line, plus everything setup printed. The caller closes the runner."""
     from vlarl.config import load_train_config
     from vlarl.runner import Runner
 
     cfg = load_train_config([
-        "placement=hybrid", "placement.pipeline_stages=auto", "placement.weight_sync=collective", "env.num_workers=1",
-        "env.num_envs=4", "algorithm.num_steps=5", "algorithm.num_minibatches=2", "policy.hidden_sizes=[16,16]",
-        "total_env_steps=40", "eval.episodes=2", "eval.num_envs=2", "eval.video_episodes=0",
-        "logger.tensorboard=false", "logger.progress_bar=false",
+        *overrides, "algorithm.num_minibatches=2", "policy.hidden_sizes=[16,16]", "eval.episodes=2", "eval.num_envs=2",
+        "eval.video_episodes=0", "logger.tensorboard=false", "logger.progress_bar=false",
     ])
     run = tmp_path / "run"
     run.mkdir()
     r = Runner(cfg, run)
     try:
         r.setup()
-        out = capfd.readouterr().out
-        line = next(x for x in out.splitlines() if x.startswith("[vlarl] autotune:"))
+    except BaseException:
+        r.close()
+        raise
+    out = capfd.readouterr().out
+    return r, run, next(x for x in out.splitlines() if x.startswith("[vlarl] autotune:")), out
+
+
+def _train_env_steps(run) -> list[int]:
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return [x["env_steps"] for x in rows if "iteration" in x]
+
+
+@pytest.mark.slow
+def test_auto_stages_and_collective_weight_sync_in_a_training_run(tmp_path, capfd):
+    """pipeline_stages=auto profiles at start-up, prints its choice and runs with it; weight_sync=collective
+    delivers every update (the rollout's policy versions count up as with the object store)."""
+    r, run, line, _ = _autotuned_runner([
+        "placement=hybrid", "placement.pipeline_stages=auto", "placement.weight_sync=collective", "env.num_workers=1",
+        "env.num_envs=4", "algorithm.num_steps=5", "total_env_steps=40",
+    ], tmp_path, capfd)
+    try:
         S = int(line.split("placement.pipeline_stages=")[1].split()[0])
         assert S in (1, 2, 4) and r.plan.stages == S
         assert ray.get(r.env_workers[0].__ray_call__.remote(lambda w: w.stages)) == S
@@ -127,9 +143,7 @@ def test_auto_stages_and_collective_weight_sync_in_a_training_run(tmp_path, capf
             torch.testing.assert_close(have[k], want[k], rtol=0, atol=0)
     finally:
         r.close()
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    train = [x for x in rows if "iteration" in x]
-    assert [x["env_steps"] for x in train] == [20, 40]
+    assert _train_env_steps(run) == [20, 40]
     assert r.rollout_version == 2  # both updates arrived by broadcast
 
 
@@ -137,22 +151,11 @@ def test_auto_stages_and_collective_weight_sync_in_a_training_run(tmp_path, capf
 def test_auto_env_split_picks_k_env_devices_and_trains(tmp_path, capfd):
     """env_split=auto on 3 devices (of 2 cores): profiling picks k env devices (one env worker each) and S,
     prints them, and the run trains on the workers of that plan (rebuilt when k differs from the default)."""
-    from vlarl.config import load_train_config
-    from vlarl.runner import Runner
-
-    cfg = load_train_config([
+    r, run, line, out = _autotuned_runner([
         "placement=hybrid", "placement.pipeline_stages=auto", "placement.env_split=auto", "placement.num_devices=3",
-        "placement.num_cpus=2", "env.num_envs=8", "algorithm.num_steps=3", "algorithm.num_minibatches=2",
-        "policy.hidden_sizes=[16,16]", "total_env_steps=48", "eval.episodes=2", "eval.num_envs=2",
-        "eval.video_episodes=0", "logger.tensorboard=false", "logger.progress_bar=false",
-    ])
-    run = tmp_path / "run"
-    run.mkdir()
-    r = Runner(cfg, run)
+        "placement.num_cpus=2", "env.num_envs=8", "algorithm.num_steps=3", "total_env_steps=48",
+    ], tmp_path, capfd)
     try:
-        r.setup()
-        out = capfd.readouterr().out
-        line = next(x for x in out.splitlines() if x.startswith("[vlarl] autotune:"))
         k = int(line.split("env on ")[1].split()[0])
         S = int(line.split("placement.pipeline_stages=")[1].split(",")[0])
         assert k in (1, 2) and r.plan.stages == S and not r.plan.auto_split
@@ -165,5 +168,4 @@ def test_auto_env_split_picks_k_env_devices_and_trains(tmp_path, capfd):
         r.train()
     finally:
         r.close()
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [x["env_steps"] for x in rows if "iteration" in x] == [24, 48]
+    assert _train_env_steps(run) == [24, 48]

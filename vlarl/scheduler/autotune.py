@@ -29,6 +29,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from vlarl.scheduler.placement import STAGE_CHOICES
+
 
 @dataclass
 class Choice:
@@ -175,26 +177,22 @@ def apply(plan: Any, env_workers: list[Any], rollout: Any, obs_parts: list[Any],
     W = len(env_workers)
     env_devs = sorted({d for w in plan.env for d in w.devices})
     par = max(1, min(W, len(env_devs)))
-    splits = plan.split_candidates if plan.auto_split else (len(env_devs),)
-    stage_opts = plan.stage_candidates if plan.auto_stages else (plan.stages,)
-    if plan.auto_split and plan.auto_stages:
-        stage_opts = (1, 2, 4, 8)
-
-    def stages_for(workers: int) -> tuple[int, ...]:
-        return tuple(c for c in stage_opts if num_envs % (workers * c * max(1, group)) == 0)
-
-    timed = tuple(sorted({c for k in splits for c in stages_for(k if plan.auto_split else W)}))
+    # the plan's stage candidates fit its own W; an auto split changes W, so it starts from every choice
+    stage_opts = (STAGE_CHOICES if plan.auto_split else plan.stage_candidates) if plan.auto_stages else (plan.stages,)
+    # (env devices k, env workers): an auto split runs one env worker per env device
+    layouts = [(k, k) for k in plan.split_candidates] if plan.auto_split else [(len(env_devs), W)]
+    stages = {workers: tuple(c for c in stage_opts if num_envs % (workers * c * max(1, group)) == 0)
+              for _, workers in layouts}
+    timed = tuple(sorted({c for cands in stages.values() for c in cands}))
     prof = profile(env_workers, rollout, obs_parts, steps, par, stages=timed)
     if plan.mode != "collocated":
         par = plan.num_devices  # the reference is collocated turns with env on all devices
     kind = ("shared" if plan.overlap else "turns") if plan.mode == "collocated" else "split"
     options = []
-    for k in splits:
-        workers = k if plan.auto_split else W
-        cands = stages_for(workers)
-        if cands:
+    for k, workers in layouts:
+        if stages[workers]:
             options.append(choose(prof.t_env, prof.t_infer, prof.overhead, plan.num_devices, num_envs // workers,
-                                  cands, env_devices=k if kind == "split" else None, kind=kind, par=par,
+                                  stages[workers], env_devices=k if kind == "split" else None, kind=kind, par=par,
                                   stage_cost=prof.stage_cost, infer_by_stages=prof.infer_by_stages))
     best = min(options, key=lambda c: c.predicted_step_s)
     b = bounds(prof.t_env, prof.t_infer, plan.num_devices, par)

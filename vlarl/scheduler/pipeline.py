@@ -29,6 +29,15 @@ from vlarl.data.trajectory import cat_obs, split_obs
 from vlarl.scheduler.transport import from_wire, to_wire
 
 
+def next_inputs(results: list[ChunkStepResult]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """What the rollout needs after env replies ``results`` (concatenated in order): the observations to
+    act on, and the final observations to bootstrap truncated episodes from (None when none was truncated)."""
+    obs = cat_obs([r.obs for r in results])
+    if not any(bool(r.truncated.any()) for r in results):
+        return obs, None
+    return obs, cat_obs([r.final_obs if r.final_obs is not None else r.obs for r in results])
+
+
 def cat_results(results: list[ChunkStepResult]) -> ChunkStepResult:
     """Concatenate the sub-batch results of one worker along the env dim (stage order)."""
     if len(results) == 1:
@@ -187,4 +196,5 @@ def staged_steps(runner_envs: list[Any], rollout: Any, obs_parts: list[dict[str,
         yield rec
 
 
-__all__ = ["StagedRollout", "StepRecord", "cat_results", "stage_rows", "stage_to_global", "staged_steps"]
+__all__ = ["StagedRollout", "StepRecord", "cat_results", "next_inputs", "stage_rows", "stage_to_global",
+           "staged_steps"]

@@ -21,6 +21,7 @@ from typing import Any
 
 MODES = ("collocated", "disaggregated", "hybrid")
 COMPONENTS = ("env", "rollout", "actor", "reward")
+STAGE_CHOICES = (1, 2, 4, 8)  # the pipeline depths S that pipeline_stages=auto chooses among
 # Keep a little head-room under each device's capacity so float rounding never blocks scheduling.
 _FILL = 0.95
 
@@ -136,8 +137,9 @@ def resolve(p: Any, num_env_workers: int, num_envs: int, group_size: int = 1,
         raise PlacementError(f"placement.env_split={split!r} is unknown; choose half or auto "
                              f"(or give placement.env.devices / placement.rollout.devices explicitly)")
     auto_split = split == "auto" and p.mode != "collocated"
+    defaults = _default_sets(p.mode, n, env_devices)
     if auto_split:  # one env worker per env device (env.num_workers is not used): k, or the default half
-        W = env_devices or max(1, n // 2)
+        W = len(defaults["env"])
     overlap = p.mode != "collocated" or bool(getattr(p, "overlap", False))
     if p.mode == "collocated" and overlap and S < 2 and not auto:
         raise PlacementError(
@@ -156,7 +158,6 @@ def resolve(p: Any, num_env_workers: int, num_envs: int, group_size: int = 1,
             f"placement.env_split=auto picks the env and rollout devices itself, but placement.env.devices="
             f"{list(p.env.devices)} / placement.rollout.devices={list(p.rollout.devices)} are given; remove them "
             f"or set placement.env_split=half")
-    defaults = _default_sets(p.mode, n, env_devices)
     if p.mode != "collocated" and n < 2:
         raise PlacementError(
             f"placement.mode={p.mode} needs at least 2 devices (env and rollout on disjoint sets) but {n} "
@@ -211,10 +212,10 @@ def resolve(p: Any, num_env_workers: int, num_envs: int, group_size: int = 1,
     env_w = workers[:W]
     rollout, actor, reward = workers[W:]
     per = num_envs // (W * max(1, group_size))
-    cands = tuple(c for c in (1, 2, 4, 8) if per % c == 0 and (c >= 2 or not (p.mode == "collocated" and overlap)))
+    cands = tuple(c for c in STAGE_CHOICES if per % c == 0 and (c >= 2 or not (p.mode == "collocated" and overlap)))
     # env_split=auto: k env devices, one env worker each, with some S of the run dividing each worker's envs
     # (k = 1 always qualifies: the checks above passed for W x S)
-    stage_opts = (1, 2, 4, 8) if auto else (S,)
+    stage_opts = STAGE_CHOICES if auto else (S,)
     splits = tuple(k for k in range(1, n) if any(num_envs % (k * s * max(1, group_size)) == 0 for s in stage_opts))
     return PlacementPlan(p.mode, dtype, n, S, overlap, env_w, rollout, actor, reward, auto, cands or (1,),
                          auto_split, splits if auto_split else ())
@@ -274,5 +275,5 @@ def group_size_of(alg_cfg: Any) -> int:
     return int(getattr(alg_cfg, "group_size", 1) or 1)
 
 
-__all__ = ["MODES", "PlacementError", "PlacementPlan", "WorkerPlacement", "bind", "count_devices", "detect_device_type",
+__all__ = ["MODES", "STAGE_CHOICES", "PlacementError", "PlacementPlan", "WorkerPlacement", "bind", "count_devices", "detect_device_type",
            "group_size_of", "node_cores", "resolve", "resolve_for_training"]

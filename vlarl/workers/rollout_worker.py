@@ -17,8 +17,9 @@ import torch
 from policies.base import ActionSample, PolicySpec
 from policies.registry import make_policy
 from simulators.base import ChunkStepResult
-from vlarl.data.trajectory import cat_obs, split_obs
+from vlarl.data.trajectory import split_obs
 from vlarl.scheduler import collective
+from vlarl.scheduler.pipeline import next_inputs
 from vlarl.scheduler.placement import WorkerPlacement, bind
 from vlarl.scheduler.timeline import Spans
 from vlarl.scheduler.transport import from_wire, to_wire
@@ -103,10 +104,7 @@ class RolloutWorker:
         stage (worker order), bootstrapping truncated episodes from their final obs. The replies come
         from the object store, so the driver never holds them on the critical path. The last
         ``wait_only`` arguments are only waited for (turn-taking order) and are not used."""
-        results = from_wire(results[:len(results) - wait_only])
-        obs = cat_obs([r.obs for r in results])
-        trunc = any(bool(r.truncated.any()) for r in results)
-        boot = cat_obs([r.final_obs if r.final_obs is not None else r.obs for r in results]) if trunc else None
+        obs, boot = next_inputs(from_wire(results[:len(results) - wait_only]))
         return self.sample(obs, boot, stage, step)
 
     @torch.no_grad()
@@ -115,11 +113,8 @@ class RolloutWorker:
         the env workers' last replies for ``stage``. Submitted per stage right after the last chunk step,
         so the values of stage s are computed while later stages still simulate, instead of after the
         whole batch has ended. ``wait_only`` as in ``sample_after``."""
-        results = from_wire(results[:len(results) - wait_only])
+        obs, boot = next_inputs(from_wire(results[:len(results) - wait_only]))
         with self.spans("value", stage=stage, step=step):  # not "infer": per-step costs stay per step
-            obs = cat_obs([r.obs for r in results])
-            trunc = any(bool(r.truncated.any()) for r in results)
-            boot = cat_obs([r.final_obs if r.final_obs is not None else r.obs for r in results]) if trunc else None
             return to_wire(tuple(self.values(obs, boot)))
 
     @torch.no_grad()
