@@ -145,8 +145,12 @@ class Policy(nn.Module, abc.ABC):
                 f"policy checkpoint '{d}' is missing {missing}; point at a directory written by "
                 f"save_pretrained (e.g. <run_dir>/checkpoints/latest)"
             )
-        meta = json.loads((d / CONFIG_NAME).read_text())
-        klass = policy_class(meta["policy"])
+        try:
+            meta = json.loads((d / CONFIG_NAME).read_text())
+            klass = policy_class(meta["policy"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"checkpoint file '{d / CONFIG_NAME}' is not a policy config ({e}); "
+                                  f"re-save the policy with save_pretrained") from None
         if cls is not Policy and not issubclass(klass, cls):
             raise CheckpointError(f"'{d}' holds a '{meta['policy']}' policy, not a {cls.__name__}")
         if cls is Policy and klass.from_pretrained.__func__ is not Policy.from_pretrained.__func__:
@@ -155,7 +159,11 @@ class Policy(nn.Module, abc.ABC):
         config = _dataclass_from_dict(klass.config_class, meta["config"])
         spec = _dataclass_from_dict(PolicySpec, meta["spec"])
         policy = klass(config, spec)
-        state = load_file(str(d / WEIGHTS_NAME), device=map_location)
+        try:
+            state = load_file(str(d / WEIGHTS_NAME), device=map_location)
+        except Exception as e:  # safetensors raises its own error types for a truncated or foreign file
+            raise CheckpointError(f"checkpoint file '{d / WEIGHTS_NAME}' cannot be read ({e}); restore it or "
+                                  f"use another checkpoint") from None
         policy.load_state_dict(state)
         return policy
 

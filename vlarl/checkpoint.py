@@ -36,6 +36,19 @@ def _fsync_dir(path: Path) -> None:
         pass
 
 
+class CheckpointWriteError(OSError):
+    """Writing a checkpoint failed (e.g. a full disk); the temporary directory is gone, earlier ones are intact."""
+
+
+def _remove_stale(root: Path) -> None:
+    """Temporary directories and links left by a process that died while writing (kill -9, power loss)."""
+    for p in list(root.glob(".tmp-*")) + list(root.glob(".old-*")) + list(root.glob(f".{LATEST}-*")):
+        if p.is_symlink() or p.is_file():
+            p.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(p, ignore_errors=True)
+
+
 def save_checkpoint(
     run_dir: str | Path,
     iteration: int,
@@ -43,23 +56,34 @@ def save_checkpoint(
     env_cfg: Any = None,
     keep: int = 3,
 ) -> Path:
-    """Call ``write(tmp_dir)`` to fill a fresh directory, then publish it atomically."""
+    """Call ``write(tmp_dir)`` to fill a fresh directory, then publish it atomically.
+
+    A failing ``write`` (a full disk included) removes the temporary directory and raises
+    ``CheckpointWriteError`` naming the directory and the cause; ``latest`` keeps pointing at the previous
+    checkpoint."""
     root = checkpoint_root(run_dir)
     root.mkdir(parents=True, exist_ok=True)
+    _remove_stale(root)
     name = f"iter_{iteration:06d}"
     final = root / name
     tmp = root / f".tmp-{name}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    write(tmp)
-    if env_cfg is not None:
-        data = asdict(env_cfg) if is_dataclass(env_cfg) else dict(env_cfg)
-        (tmp / ENV_CONFIG_NAME).write_text(json.dumps(data, indent=2))
-    for f in tmp.iterdir():
-        with open(f, "rb") as fh:
-            os.fsync(fh.fileno())
-    _fsync_dir(tmp)
+    try:
+        tmp.mkdir()
+        write(tmp)
+        if env_cfg is not None:
+            data = asdict(env_cfg) if is_dataclass(env_cfg) else dict(env_cfg)
+            (tmp / ENV_CONFIG_NAME).write_text(json.dumps(data, indent=2))
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        _fsync_dir(tmp)
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise CheckpointWriteError(
+                f"writing checkpoint {final} failed ({e.strerror or e}); nothing was published and the previous "
+                f"checkpoint is intact; free disk space and continue with `vlarl-train resume={run_dir}`") from e
+        raise
     if final.exists():  # re-saving the same iteration (e.g. final save after a periodic one)
         old = root / f".old-{name}-{os.getpid()}"
         os.replace(final, old)
@@ -85,13 +109,35 @@ def _prune(root: Path, keep: int) -> None:
         shutil.rmtree(p, ignore_errors=True)
 
 
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
+def latest_checkpoint(run_dir: str | Path, warn: bool = True) -> Path | None:
+    """The newest complete checkpoint of ``run_dir`` (policy files and trainer state load), or None.
+
+    ``latest`` is tried first; when it dangles or its checkpoint is corrupt (a truncated file after a crash
+    or a copy), the newest complete ``iter_*`` is used instead and a warning names what was skipped."""
+    from vlarl.evaluation.checkpoint_files import checkpoint_problem
+
     root = checkpoint_root(run_dir)
     link = root / LATEST
-    if link.exists():
-        return link.resolve()
-    ckpts = sorted(p for p in root.glob("iter_*") if p.is_dir())
-    return ckpts[-1] if ckpts else None
+    candidates: list[Path] = []
+    if link.is_symlink() or link.exists():
+        candidates.append(link.resolve())
+    candidates += sorted((p for p in root.glob("iter_*") if p.is_dir()), reverse=True)
+    skipped: list[str] = []
+    seen: set[Path] = set()
+    for c in candidates:
+        if c in seen:
+            continue
+        seen.add(c)
+        problem = checkpoint_problem(c, trainer_state=True)
+        if problem is None:
+            if skipped and warn:
+                print(f"[vlarl] warning: skipped {len(skipped)} incomplete checkpoint(s) ({'; '.join(skipped)}); "
+                      f"using {c.name}", flush=True)
+            return c
+        skipped.append(problem)
+    if skipped and warn:
+        print(f"[vlarl] warning: no complete checkpoint in {root} ({'; '.join(skipped)})", flush=True)
+    return None
 
 
 def save_reference(worker: Any, directory: str) -> bool:

@@ -178,6 +178,11 @@ def validate_train_config(cfg: TrainConfig) -> None:
         raise ConfigError(f"total_env_steps={cfg.total_env_steps} must be >= 1")
     if cfg.device not in ("cpu", "cuda", "auto"):
         raise ConfigError(f"device='{cfg.device}' is unknown; choose cpu, cuda or auto")
+    from vlarl.config.construct import validate_by_construction
+
+    problem = validate_by_construction(cfg)  # policy (meta device), optimizer, algorithm ranges, reward
+    if problem:
+        raise ConfigError(problem)
     # impossible placements fail here, before a run directory exists
     from vlarl.scheduler.placement import PlacementError, resolve_for_training
 

@@ -64,7 +64,7 @@ def main(args: list[str]) -> int:
     from simulators.registry import env_class, make_env
     from vlarl.checkpoint import load_env_config
     from vlarl.config import ConfigError, load_eval_config
-    from vlarl.evaluation.checkpoint_files import check_processor_files
+    from vlarl.evaluation.checkpoint_files import check_checkpoint
     from vlarl.evaluation.protocol import check_policy_fits_env, evaluate
     from vlarl.evaluation.remote import RemotePolicy, is_server_address
     from vlarl.evaluation.suites import SuiteError, build_env_config, evaluate_suite, get_suite, suite_tasks
@@ -82,7 +82,7 @@ def main(args: list[str]) -> int:
                               f"(each worker process holds at least one env); lower num_workers or raise num_envs")
         remote = is_server_address(cfg.checkpoint)
         if not remote:
-            check_processor_files(cfg.checkpoint)
+            check_checkpoint(cfg.checkpoint)  # every file complete and readable, VLA processors present
         policy = RemotePolicy(cfg.checkpoint) if remote else Policy.from_pretrained(cfg.checkpoint)
         saved = None if remote else load_env_config(cfg.checkpoint)
         saved_cfg = _env_from_saved(saved) if saved else None

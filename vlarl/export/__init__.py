@@ -26,9 +26,9 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, formats: list
                       opset: int = 0) -> dict[str, Any]:
     """Load a ``save_pretrained`` directory (weights, config, normalization, processor) and export it."""
     from policies.base import Policy
-    from vlarl.evaluation.checkpoint_files import check_processor_files
+    from vlarl.evaluation.checkpoint_files import check_checkpoint
 
-    check_processor_files(checkpoint)  # a VLA without its tokenizer/processor would load with defaults
+    check_checkpoint(checkpoint)  # a corrupt file in one line; a VLA without its processor would load defaults
     policy = Policy.from_pretrained(checkpoint)
     return export_policy(policy, out_dir, formats, instruction, atol, opset, checkpoint=str(checkpoint))
 

@@ -1,0 +1,1 @@
+"""Importable test helpers (``from tests.helpers.checkpoints import ...``): shared code lives here, not in conftest."""

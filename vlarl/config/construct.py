@@ -1,0 +1,116 @@
+"""Validate a run by building its parts through their own classes, on the driver, before anything is written.
+
+The schema catches a misspelt key or a wrong type; the classes that consume a value know what it means.
+So the policy is built on PyTorch's ``meta`` device (shapes only, no memory, no weights read), the
+optimizer is built with the run's learning rates on one placeholder parameter, and the reward config goes
+through the reward module's own check. Each refusal becomes one ``ConfigError`` line naming the key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from policies.base import PolicySpec
+
+
+def probe_spec(env_cfg: Any) -> PolicySpec:
+    """A ``PolicySpec`` with the env config's cameras and placeholder sizes (state 8, action 7), enough to
+    build any policy family without starting a simulator."""
+    obs_mode = str(getattr(env_cfg, "obs_mode", "state"))
+    cameras = list(getattr(env_cfg, "cameras", []) or [])
+    image_keys = (cameras or ["base_camera"]) if "rgb" in obs_mode else []
+    size = int(getattr(env_cfg, "image_size", 64) or 64)
+    return PolicySpec(state_dim=8, action_dim=7, action_low=[-1.0] * 7, action_high=[1.0] * 7,
+                      image_keys=image_keys, image_size=[size, size] if image_keys else None,
+                      max_episode_steps=int(getattr(env_cfg, "max_episode_steps", 50) or 50),
+                      task=str(getattr(env_cfg, "task", "")), instruction="probe")
+
+
+def check_policy(policy_cfg: Any, env_cfg: Any) -> str | None:
+    """Build ``policy_cfg`` on the meta device; the family's own refusal (ValueError/KeyError) or None."""
+    from policies.registry import make_policy
+
+    try:
+        with torch.device("meta"):
+            make_policy(policy_cfg, probe_spec(env_cfg))
+    except (ValueError, KeyError) as e:
+        msg = str(e.args[0] if isinstance(e, KeyError) and e.args else e).strip().splitlines()
+        return f"policy={policy_cfg.name} refused its config: {msg[0] if msg else type(e).__name__}"
+    except OSError as e:  # a pretrained path the family reads at build time
+        return f"policy={policy_cfg.name} cannot read a file it needs: {e}; fix the path in policy.*"
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None  # a family that cannot be built shape-only; its worker still validates it
+    return None
+
+
+def check_optimizer(alg: Any) -> str | None:
+    """The actor's Adam, built with ``algorithm.lr`` (and ``critic_lr``) on one placeholder parameter."""
+    p = torch.nn.Parameter(torch.zeros(1))
+    for key in ("lr", "critic_lr"):
+        value = getattr(alg, key, None)
+        if value is None or (key == "critic_lr" and value == 0):
+            continue
+        try:
+            torch.optim.Adam([p], lr=value, eps=1e-5)
+        except ValueError as e:
+            return f"algorithm.{key}={value} is refused by the optimizer ({e}); use a positive learning rate, e.g. 3e-4"
+    return None
+
+
+# (key, low, high, inclusive high): numbers whose meaning bounds them; each check can fail
+_ALGORITHM_RANGES = (
+    ("update_epochs", 1, None, True),
+    ("clip_low", 0.0, 1.0, False),
+    ("clip_high", 0.0, None, True),
+    ("ent_coef", 0.0, None, True),
+    ("max_grad_norm", 0.0, None, True),
+    ("target_kl", 0.0, None, True),
+    ("kl_coef", 0.0, None, True),
+    ("gamma", 0.0, 1.0, True),
+    ("gae_lambda", 0.0, 1.0, True),
+    ("value_clip", 0.0, None, True),
+    ("vf_coef", 0.0, None, True),
+    ("critic_lr", 0.0, None, True),
+    ("adv_eps", 0.0, None, True),
+)
+
+
+def check_algorithm_ranges(alg: Any) -> str | None:
+    for key, lo, hi, inclusive in _ALGORITHM_RANGES:
+        if not hasattr(alg, key):
+            continue
+        v = getattr(alg, key)
+        too_high = hi is not None and (v > hi if inclusive else v >= hi)
+        if v != v or v < lo or too_high:
+            span = f"[{lo}, {hi}{']' if inclusive else ')'}" if hi is not None else f">= {lo}"
+            return f"algorithm.{key}={v} is out of range; it must be {span}"
+    return None
+
+
+def check_reward(reward_cfg: Any) -> str | None:
+    from pathlib import Path
+
+    from vlarl.rewards import validate_reward_config
+
+    try:
+        validate_reward_config(reward_cfg)
+    except ValueError as e:
+        return str(e)
+    if reward_cfg.enabled and not Path(reward_cfg.critic_path).exists():
+        return (f"reward.critic_path='{reward_cfg.critic_path}' does not exist; point it at a critic directory "
+                "written by scripts/train_critic.py")
+    return None
+
+
+def validate_by_construction(cfg: Any) -> str | None:
+    """The first refusal among algorithm ranges, optimizer, reward and policy, or None."""
+    for problem in (check_algorithm_ranges(cfg.algorithm), check_optimizer(cfg.algorithm), check_reward(cfg.reward)):
+        if problem:
+            return problem
+    return check_policy(cfg.policy, cfg.env)
+
+
+__all__ = ["check_algorithm_ranges", "check_optimizer", "check_policy", "check_reward", "probe_spec",
+           "validate_by_construction"]
