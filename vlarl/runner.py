@@ -40,6 +40,7 @@ from vlarl.rewards import (
 from vlarl.scheduler.transport import from_wire, to_wire
 from vlarl.workers import ActorWorker, EnvWorker, RolloutWorker
 from vlarl.workers.crash import describe_dead_env_worker
+from vlarl.workers.supervisor import WorkerSupervisor
 
 
 def policy_spec_from_env(spec: EnvSpec) -> PolicySpec:
@@ -270,6 +271,7 @@ class Runner:
         self.rollout_version = self._sync_weights()
         prefetched = None  # asynchronous mode: the rollout collected while the actor trained
         obs_parts = self._reset_envs()
+        supervisor = WorkerSupervisor(cfg.faults.max_worker_deaths, cfg.faults.death_window_iterations)
         t_start = time.time()
         bar = tqdm(total=cfg.total_env_steps, initial=min(self.env_steps, cfg.total_env_steps), unit="step",
                    desc=cfg.experiment_name, disable=not cfg.logger.progress_bar, dynamic_ncols=True)
@@ -285,7 +287,7 @@ class Runner:
                     self.actor.set_lr.remote(cfg.algorithm.lr * frac)
                 t0 = time.time()
                 collect = {"steps": self.collect, "groups": self.collect_groups}[algorithm_spec(cfg.algorithm.name).rollout]
-                traj, obs_parts, steps = prefetched if prefetched is not None else collect(obs_parts)
+                traj, obs_parts, steps = prefetched or supervisor.collect(self, collect, obs_parts)  # restarts dead envs
                 reward_metrics = {}
                 if self.reward_worker is not None:
                     # GRPO groups start every episode at the trajectory's first step
@@ -297,7 +299,7 @@ class Runner:
                 train_ref, prefetched = self.actor.train.remote(traj), None
                 if cfg.placement.async_rollout and self.env_steps + steps < cfg.total_env_steps:
                     # the next rollout runs on the current weights while the actor trains: one version stale
-                    prefetched = collect(obs_parts)
+                    prefetched = supervisor.collect(self, collect, obs_parts)
                     obs_parts = prefetched[1]
                 train_metrics = ray.get(train_ref)
                 self.rollout_version = self._sync_weights()
@@ -317,6 +319,7 @@ class Runner:
                     "perf/collect_s": t1 - t0,
                     "perf/train_s": t2 - t1,
                     **phase_metrics,
+                    **supervisor.metrics(),  # faults/*
                     "perf/wall_s": self.wall_offset + time.time() - t_start,
                     "iteration": self.iteration,
                     "env_steps": self.env_steps,

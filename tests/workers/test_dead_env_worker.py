@@ -1,4 +1,4 @@
-"""A simulator process that dies mid-run is reported by task, worker, seeds and the resume command."""
+"""With faults.max_worker_deaths=1, a simulator process that dies mid-run is reported by task, worker, seeds and the resume command."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def test_killed_env_worker_is_named_with_task_and_seeds(tmp_path, monkeypatch):
         return obs
 
     monkeypatch.setattr(Runner, "_reset_envs", reset_then_kill)
-    cfg = load_train_config(SMALL)
+    cfg = load_train_config([*SMALL, "faults.max_worker_deaths=1"])  # no restart: the first death stops the run
     (tmp_path / "run").mkdir()
     with pytest.raises(RuntimeError) as info:
         run_training(cfg, tmp_path / "run")

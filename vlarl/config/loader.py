@@ -174,6 +174,9 @@ def validate_train_config(cfg: TrainConfig) -> None:
     problem = validate_algorithm(alg, env.num_envs, env.num_workers)
     if problem:
         raise ConfigError(problem)
+    if cfg.faults.max_worker_deaths < 1 or cfg.faults.death_window_iterations < 1:
+        raise ConfigError(f"faults.max_worker_deaths={cfg.faults.max_worker_deaths} and faults.death_window_iterations="
+                          f"{cfg.faults.death_window_iterations} must be >= 1 (1 death = stop at the first one)")
     if cfg.total_env_steps < 1:
         raise ConfigError(f"total_env_steps={cfg.total_env_steps} must be >= 1")
     if cfg.device not in ("cpu", "cuda", "auto"):

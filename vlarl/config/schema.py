@@ -152,6 +152,16 @@ class LoggerConfig:
 
 
 @dataclass
+class FaultConfig:
+    """What a dead env worker costs (``vlarl.workers.supervisor``): it is re-created and the iteration collected
+    again, until ``max_worker_deaths`` deaths fall within ``death_window_iterations`` iterations; then the run
+    stops with the worker's task, seeds and the resume command."""
+
+    max_worker_deaths: int = 3
+    death_window_iterations: int = 10
+
+
+@dataclass
 class TrainConfig:
     env: Any = MISSING
     policy: Any = MISSING
@@ -160,6 +170,7 @@ class TrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)  # process reward from a VLM critic (off: "none")
+    faults: FaultConfig = field(default_factory=FaultConfig)
     experiment_name: str = "default"
     seed: int = 0
     total_env_steps: int = 1_000_000
