@@ -45,6 +45,13 @@ def _prepare_process() -> None:
     torch.set_num_threads(int(os.environ.get("VLARL_TORCH_THREADS", "1")))
 
 
+def _one_line(exc: BaseException) -> str:
+    """The message of ``exc``, or of the error a Ray worker raised (``RayTaskError`` carries it as ``cause``)."""
+    cause = getattr(exc, "cause", None)
+    msg = str(cause if isinstance(cause, BaseException) else exc).strip()
+    return msg.splitlines()[0] if msg else type(exc).__name__
+
+
 def _default_run_dir(name: str) -> Path:
     now = _dt.datetime.now()
     return Path("outputs") / now.strftime("%Y-%m-%d") / f"{now.strftime('%H-%M-%S')}_{name}"
@@ -101,12 +108,17 @@ def train_main(argv: list[str] | None = None) -> int:
         (run_dir / "config.yaml").write_text(to_yaml(cfg))
         (run_dir / "overrides.txt").write_text("\n".join(rest) + "\n")
     print(f"[vlarl] run directory: {run_dir}")
+    from vlarl.checkpoint import CheckpointWriteError
     from vlarl.runner import run_training
+    from vlarl.workers.crash import WorkerDiedError
 
     try:
         final = run_training(cfg, run_dir)
-    except CheckpointError as e:  # e.g. init_from weights that do not fit this env/policy: one line, no traceback
-        return _fail("vlarl-train", str(e))
+    except (CheckpointError, EnvError) as e:  # init_from weights that do not fit; a simulator's NaN (from a worker)
+        return _fail("vlarl-train", _one_line(e))
+    except (WorkerDiedError, CheckpointWriteError) as e:  # the run stopped; the last checkpoint is intact
+        print(f"vlarl-train: error: {_one_line(e)}", file=sys.stderr)
+        return 1
     lo, hi = final["success_once_ci95"]
     print(f"[vlarl] held-out evaluation ({final['episodes']} episodes, seeds {final['seeds'][0]}..{final['seeds'][1]}): "
           f"success_once={final['success_once']:.3f} [95% CI {lo:.3f}, {hi:.3f}]  "

@@ -18,7 +18,6 @@ from typing import Any
 
 import ray
 import torch
-from tqdm import tqdm
 
 from policies.base import PolicySpec
 from simulators.base import EnvSpec
@@ -29,7 +28,7 @@ from vlarl.algorithms.registry import algorithm_spec, episode_horizon
 from vlarl.checkpoint import latest_checkpoint, load_reference, save_checkpoint, save_reference
 from vlarl.data.metrics import EpisodeStats
 from vlarl.data.trajectory import Trajectory, stack_cat_obs
-from vlarl.logging import MetricLogger
+from vlarl.logging import MetricLogger, RunProgress
 from vlarl.rewards import (
     apply_process_reward,
     end_of_chunk_frames,
@@ -273,8 +272,8 @@ class Runner:
         obs_parts = self._reset_envs()
         supervisor = WorkerSupervisor(cfg.faults.max_worker_deaths, cfg.faults.death_window_iterations)
         t_start = time.time()
-        bar = tqdm(total=cfg.total_env_steps, initial=min(self.env_steps, cfg.total_env_steps), unit="step",
-                   desc=cfg.experiment_name, disable=not cfg.logger.progress_bar, dynamic_ncols=True)
+        bar = RunProgress(cfg.total_env_steps, cfg.time_limit_minutes * 60, self.env_steps, self.wall_offset,
+                          desc=cfg.experiment_name, disable=not cfg.logger.progress_bar)  # ETA: the binding budget
         stop_reason = "total_env_steps"
         try:
             while self.env_steps < cfg.total_env_steps:
@@ -307,7 +306,7 @@ class Runner:
                 phase_metrics = self._phase_metrics(t2 - t0)
                 self.iteration += 1
                 self.env_steps += steps
-                bar.update(min(steps, max(0, cfg.total_env_steps - bar.n)))
+                bar.update(steps)
                 summ = self.stats.summary()
                 sps = steps / max(t2 - t0, 1e-9)
                 metrics = {

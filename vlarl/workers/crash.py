@@ -12,12 +12,16 @@ from typing import Any
 import ray
 
 
+class WorkerDiedError(RuntimeError):
+    """An env worker died and the run stopped; ``str(err)`` is one line with its task, seeds and how to resume."""
+
+
 def actor_hex(handle: Any) -> str:
     return handle._actor_id.hex()
 
 
 def describe_dead_env_worker(exc: BaseException, env_workers: list[Any], task: str,
-                             reset_seeds: list[list[int]], iteration: int, run_dir: str) -> RuntimeError | None:
+                             reset_seeds: list[list[int]], iteration: int, run_dir: str) -> WorkerDiedError | None:
     """A one-line error for ``exc`` when it reports the death of one of ``env_workers``; else None."""
     if not isinstance(exc, ray.exceptions.RayActorError):
         return None
@@ -29,10 +33,10 @@ def describe_dead_env_worker(exc: BaseException, env_workers: list[Any], task: s
     seeds = reset_seeds[k] if k < len(reset_seeds) else []
     span = f"{seeds[0]}..{seeds[-1]}" if seeds else "unknown"
     cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return RuntimeError(
+    return WorkerDiedError(
         f"env worker {k} (task {task}, {len(seeds) or '?'} envs reset with seeds {span}, iteration {iteration}) "
         f"died: {cause} -- its simulator process crashed or was killed; the last checkpoint is intact: "
         f"continue with `vlarl-train resume={run_dir}`")
 
 
-__all__ = ["actor_hex", "describe_dead_env_worker"]
+__all__ = ["WorkerDiedError", "actor_hex", "describe_dead_env_worker"]

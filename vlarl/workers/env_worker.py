@@ -15,6 +15,7 @@ import torch
 
 from simulators.base import ChunkStepResult, EnvSpec, Obs
 from simulators.registry import make_env
+from simulators.validation import check_reply
 from vlarl.data.trajectory import cat_obs
 from vlarl.scheduler.pipeline import cat_results
 from vlarl.scheduler.placement import WorkerPlacement, bind
@@ -62,11 +63,13 @@ class EnvWorker:
         (wire form)."""
         k = self.per_stage
         out = []
+        self._seeds = seeds if isinstance(seeds, list) else None  # named when a reply is refused
         for s, env in enumerate(self.envs):
             sd = seeds[s * k:(s + 1) * k] if isinstance(seeds, list) else (
                 None if seeds is None else seeds + s * k)
             ids = reset_state_ids[s * k:(s + 1) * k] if reset_state_ids is not None else None
             out.append(env.reset(seed=sd, reset_state_ids=ids))
+            check_reply(out[-1], self._where(s), sd if isinstance(sd, list) else None)  # NaN / non-uint8 HWC refused
         return to_wire(out[0] if len(out) == 1 else cat_obs(out))
 
     def chunk_step(self, actions: torch.Tensor) -> ChunkStepResult:
@@ -90,7 +93,16 @@ class EnvWorker:
         if self._executed is not None:
             self._executed.append((step, stage, a.clone()))
         with self.spans("env", stage=stage, step=step):
-            return self.envs[stage].chunk_step(a)
+            r = self.envs[stage].chunk_step(a)
+        seeds = getattr(self, "_seeds", None)
+        k = self.per_stage
+        check_reply(r.obs, self._where(stage), seeds[stage * k:(stage + 1) * k] if seeds else None, r.final_obs,
+                    r.rewards)
+        return r
+
+    def _where(self, stage: int) -> str:
+        return (f"env {self.env_cfg.name} task {getattr(self.env_cfg, 'task', '')} worker {self.worker_index}"
+                + (f" stage {stage}" if self.stages > 1 else ""))
 
     def record_actions(self, on: bool = True) -> None:
         """Keep every (step, stage, actions [per_stage, T, A]) executed from now on (for routing checks)."""

@@ -26,7 +26,7 @@ from typing import Any
 
 import ray
 
-from vlarl.workers.crash import actor_hex, describe_dead_env_worker
+from vlarl.workers.crash import WorkerDiedError, actor_hex, describe_dead_env_worker
 
 
 class WorkerSupervisor:
@@ -71,7 +71,7 @@ class WorkerSupervisor:
         named = describe_dead_env_worker(exc, runner.env_workers, str(runner.cfg.env.task), runner.reset_seeds,
                                          it, str(runner.run_dir))
         if len(self.deaths) >= self.max_deaths:
-            raise RuntimeError(f"{named} ({len(self.deaths)} env worker deaths within {self.window} iterations, "
+            raise WorkerDiedError(f"{named} ({len(self.deaths)} env worker deaths within {self.window} iterations, "
                                f"faults.max_worker_deaths={self.max_deaths})") from exc
         dropped = runner.cfg.env.num_envs
         self.counts["episodes_dropped"] += dropped
