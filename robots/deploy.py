@@ -128,12 +128,18 @@ def run(cfg: DeployConfig, operator_stream: Any = None) -> dict[str, Any]:
         policy: Any = PolicyClient(host, int(port))
     else:
         policy = LocalPolicy(cfg.checkpoint)
-    recorder = HDF5EpisodeRecorder(Path(cfg.output) / "episodes.hdf5", env_args=asdict(cfg.robot))
     stop = OperatorStop(operator_stream) if (cfg.keyboard_stop or operator_stream is not None) else None
-    env = FrankaEnv(cfg.robot, recorder=recorder, operator_stop=stop)
+    recorder = None
+    try:
+        env = FrankaEnv(cfg.robot, operator_stop=stop)  # connects: an unreachable arm fails before any file exists
+    except BaseException:
+        policy.close()
+        raise
     summary: dict[str, Any] = {"episodes": 0, "steps": 0, "clamps": 0, "faults": []}
     try:
         _check_compatible(policy.metadata, env)
+        # the episode file is created once the arm answers and the policy fits it
+        recorder = env.recorder = HDF5EpisodeRecorder(Path(cfg.output) / "episodes.hdf5", env_args=asdict(cfg.robot))
         for ep in range(cfg.episodes):
             obs = env.reset()
             while True:
@@ -157,11 +163,12 @@ def run(cfg: DeployConfig, operator_stream: Any = None) -> dict[str, Any]:
                 break
     finally:
         env.close()
-        recorder.close()
+        if recorder is not None:
+            recorder.close()
         policy.close()
     lat = getattr(policy, "latencies_ms", [])
     summary["latency_ms_p50"] = float(np.median(lat)) if lat else None
-    summary["record"] = str(recorder.path)
+    summary["record"] = str(recorder.path) if recorder is not None else ""
     return summary
 
 
@@ -174,8 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(args)
         summary = run(cfg)
-    except (DeployError, ValueError, FileNotFoundError, ConnectionError, RobotLinkError, ImportError) as exc:
-        print(f"vlarl-deploy: error: {exc}", file=sys.stderr)
+    except (DeployError, ValueError, OSError, RobotLinkError, ImportError) as exc:  # OSError: files, sockets
+        msg = str(exc).strip().splitlines()
+        print(f"vlarl-deploy: error: {msg[0] if msg else type(exc).__name__}", file=sys.stderr)
         return 2
     print(summary)
     return 0

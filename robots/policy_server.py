@@ -73,11 +73,13 @@ def observation_from_request(request: Any, spec: Any) -> tuple[dict[str, Any], b
         img = np.asarray(raw_images[key])
         if img.ndim == 3:
             img = img[None]
-        if img.ndim == 4 and img.shape[1] == 3 and img.shape[-1] != 3:  # CHW -> HWC
-            img = img.transpose(0, 2, 3, 1)
-        if img.ndim != 4 or img.shape[-1] != 3 or img.shape[0] != state.shape[0]:
-            raise RequestError(f"image '{key}' must be uint8 [H, W, 3] (or [B, H, W, 3]), got {list(img.shape)}")
-        images[key] = np.ascontiguousarray(img.astype(np.uint8, copy=False))
+        # no silent conversion: a float frame cast to uint8 turns black, a CHW frame scrambles its pixels
+        if img.dtype != np.uint8 or img.ndim != 4 or img.shape[-1] != 3 or img.shape[0] != state.shape[0]:
+            hint = " (channels first? send HWC)" if img.ndim == 4 and img.shape[1] == 3 else ""
+            hint += " (float? send uint8 0..255)" if img.dtype != np.uint8 else ""
+            raise RequestError(f"image '{key}' must be uint8 [H, W, 3] (or [B, H, W, 3]), got {img.dtype} "
+                               f"{list(img.shape)}{hint}")
+        images[key] = np.ascontiguousarray(img)
     prompt = request.get("prompt", request.get("instruction", spec.instruction))
     prompts = list(prompt) if isinstance(prompt, list | tuple) else [str(prompt)] * state.shape[0]
     return {"images": images, "state": state, "instruction": prompts}, batched

@@ -19,11 +19,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: python -m robots.serve checkpoint=<policy dir> [host=127.0.0.1] [port=8000]"
               f"{f' (unknown keys {unknown})' if unknown else ''}", file=sys.stderr)
         return 2
+    port = args.get("port", "8000")
+    if not port.isdigit() or int(port) > 65535:
+        print(f"robots.serve: error: port='{port}' must be an integer in [0, 65535] (0 = any free port)", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        serve_checkpoint(args["checkpoint"], host=args.get("host", "127.0.0.1"), port=int(args.get("port", 8000)))
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"robots.serve: error: {exc}", file=sys.stderr)
+        serve_checkpoint(args["checkpoint"], host=args.get("host", "127.0.0.1"), port=int(port))
+    except (OSError, ValueError) as exc:  # a bad checkpoint (named file), a bad port, a port in use
+        msg = str(exc).strip().splitlines()
+        print(f"robots.serve: error: {msg[0] if msg else type(exc).__name__}", file=sys.stderr)
         return 2
     return 0
 

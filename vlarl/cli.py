@@ -88,7 +88,8 @@ def train_main(argv: list[str] | None = None) -> int:
             from vlarl.checkpoint import latest_checkpoint
 
             if latest_checkpoint(run_dir) is None:
-                raise ConfigError(f"resume='{run_dir}' has no checkpoint yet (checkpoints/ is empty); start a new run")
+                raise ConfigError(f"resume='{run_dir}' has no complete checkpoint in checkpoints/ (none yet, or "
+                                  f"every one is corrupt: see the warning above); start a new run")
         else:
             cfg = load_train_config(rest)
             run_dir = Path(cfg.run_dir) if cfg.run_dir else _default_run_dir(cfg.experiment_name)

@@ -48,3 +48,17 @@ def tree_hash(root: Path) -> str:
         elif p.is_symlink():
             h.update(str(p.readlink()).encode())
     return h.hexdigest()
+
+
+def pushcube_checkpoint(directory: Path) -> Path:
+    """A tiny MLP for ManiSkill PushCube-v1 (state 35, action 8, default controller) with its env.json, as
+    training saves it."""
+    import json
+
+    from policies.mlp import MLPPolicyConfig as Cfg
+
+    spec = PolicySpec(state_dim=35, action_dim=8, action_low=[-1.0] * 8, action_high=[1.0] * 8, task="PushCube-v1")
+    torch.manual_seed(0)
+    MLPPolicy(Cfg(hidden_sizes=[16], chunk_size=2), spec).save_pretrained(directory)
+    (Path(directory) / "env.json").write_text(json.dumps({"name": "maniskill", "task": "PushCube-v1"}))
+    return Path(directory)
