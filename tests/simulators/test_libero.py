@@ -75,7 +75,7 @@ def test_suites_ship_bddl_and_init_states(suite, n):
 @needs_libero
 def test_gripper_convention_minus_one_opens_plus_one_closes():
     """state[6:8] are the finger joints (+left, -right): their gap shrinks under +1 and grows under -1."""
-    from tests.simulators.conftest import shared_env
+    from tests.helpers.sim_cases import shared_env
 
     env = shared_env("libero")
     obs = env.reset(reset_state_ids=[0])
@@ -95,7 +95,7 @@ def test_gripper_convention_minus_one_opens_plus_one_closes():
 @needs_libero
 def test_init_state_ids_pick_the_standard_states_and_images_are_upright():
     """Id k loads init state k of the task's 50; images are the raw render rotated by 180 degrees."""
-    from tests.simulators.conftest import shared_env
+    from tests.helpers.sim_cases import shared_env
 
     env = shared_env("libero")
     a = env.reset(reset_state_ids=[7])

@@ -39,7 +39,7 @@ def test_unknown_task_names_known_ones():
 def test_lifted_cube_is_success_terminates_and_counts():
     """Put the cube 10 cm above the table through the simulator state: the next step is a success,
     the episode terminates there with success metrics set and the env auto-resets."""
-    from tests.simulators.conftest import shared_env
+    from tests.helpers.sim_cases import shared_env
 
     env = shared_env("robosuite")
     env.reset(seed=0)
@@ -79,7 +79,7 @@ def test_simulator_crash_names_env_task_and_seed():
     """A failure inside the simulator (injected at the robosuite boundary) is re-raised with the env's
     index, task, seed and reset-state id, so a crashed env worker's report says which episode broke."""
     from simulators.serial import SimulatorCrash
-    from tests.simulators.conftest import shared_env
+    from tests.helpers.sim_cases import shared_env
 
     env = shared_env("robosuite")
     env.reset(seed=[40, 41])

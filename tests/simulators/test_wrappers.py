@@ -17,7 +17,7 @@ from simulators.wrappers import (
     normalize_state,
     unnormalize_actions,
 )
-from tests.simulators.conftest import shared_env
+from tests.helpers.sim_cases import shared_env
 
 
 def test_grid_layout():
