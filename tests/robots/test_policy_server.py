@@ -118,37 +118,39 @@ def test_action_chunk_broker_serves_chunk_in_order(server):
 
 
 class _SlowPolicy(torch.nn.Module):
-    """Wraps a policy and sleeps in act(): a stand-in for a big model's inference time."""
+    """Wraps a policy whose act() blocks until ``release`` is set: a stand-in for a big model's inference time,
+    with events instead of clocks (``busy`` says the model is computing)."""
 
-    def __init__(self, inner: Policy, seconds: float):
+    def __init__(self, inner: Policy):
+        import threading
+
         super().__init__()
-        self.inner, self.seconds = inner, seconds
+        self.inner = inner
         self.spec, self.chunk_size, self.name = inner.spec, inner.chunk_size, "slow"
+        self.busy, self.release = threading.Event(), threading.Event()
 
     def act(self, obs):
-        import time
-
-        time.sleep(self.seconds)
+        self.busy.set()
+        assert self.release.wait(60), "the test never released the model"
         return self.inner.act(obs)
 
 
 def test_inference_does_not_block_the_event_loop(tiny_policy_dir):
     import threading
-    import time
 
-    slow = _SlowPolicy(Policy.from_pretrained(tiny_policy_dir), 0.8)
+    slow = _SlowPolicy(Policy.from_pretrained(tiny_policy_dir))
     with PolicyServer(slow, port=0) as srv:
         rng = np.random.default_rng(4)
         client = PolicyClient("127.0.0.1", srv.port)
         result = {}
         th = threading.Thread(target=lambda: result.update(client.infer(_request(rng))))
         th.start()
-        time.sleep(0.2)  # the model is now busy
-        t0 = time.perf_counter()
+        assert slow.busy.wait(30)  # the model is now computing, and stays so until released
         assert healthz("127.0.0.1", srv.port)
         with PolicyClient("127.0.0.1", srv.port) as other:  # a new client still connects and gets metadata
             assert other.metadata["policy"] == "slow"
-        assert time.perf_counter() - t0 < 0.5
+        assert not result and th.is_alive()  # all of that happened while inference was still running
+        slow.release.set()
         th.join()
         assert result["actions"].shape == (4, 7)
         client.close()
