@@ -201,8 +201,9 @@ class Watchdog:
     """
 
     def __init__(self, timeout: float, on_trip: Callable[[str], None], link_ok: Callable[[], bool] | None = None,
-                 poll: float = 0.01):
+                 poll: float = 0.01, clock: Callable[[], float] = time.monotonic):
         self.timeout, self.on_trip, self.link_ok, self.poll = timeout, on_trip, link_ok, poll
+        self.clock = clock  # injectable: tests drive lateness with a fake clock, not with sleeps
         self._deadline: float | None = None
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -216,7 +217,7 @@ class Watchdog:
 
     def kick(self) -> None:
         with self._lock:
-            self._deadline = time.monotonic() + self.timeout
+            self._deadline = self.clock() + self.timeout
 
     def disarm(self) -> None:
         with self._lock:
@@ -234,7 +235,7 @@ class Watchdog:
         while not self._closed.wait(self.poll):
             with self._lock:
                 armed = self._deadline is not None and self.trip_reason is None
-                late = armed and time.monotonic() > self._deadline
+                late = armed and self.clock() > self._deadline
             reason = None
             if armed and late:
                 reason = f"policy step late by more than {self.timeout:.3f} s"

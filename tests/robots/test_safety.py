@@ -113,22 +113,48 @@ def test_bad_config_and_action_size_errors_name_the_key():
         _layer().filter(np.zeros(8))
 
 
+class _FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _polls(wd: Watchdog, n: int = 5) -> None:
+    """Let the watchdog thread run ``n`` more polls (it checks the fake clock on each)."""
+    for _ in range(n):
+        time.sleep(wd.poll)
+
+
+def _wait_for(cond, polls: int = 2000) -> bool:
+    for _ in range(polls):
+        if cond():
+            return True
+        time.sleep(0.005)
+    return False
+
+
 def test_watchdog_trips_once_when_late_and_not_when_kicked():
     trips: list[str] = []
-    wd = Watchdog(0.05, trips.append, poll=0.005)
+    clock = _FakeClock()
+    wd = Watchdog(0.05, trips.append, poll=0.002, clock=clock)
     try:
         wd.arm()
-        for _ in range(10):  # kicked in time: no trip
-            time.sleep(0.01)
+        for _ in range(10):  # kicked in time (0.01 of fake time each): never late, however slow the machine
+            clock.t += 0.01
             wd.kick()
+            _polls(wd, 2)
         assert trips == []
-        time.sleep(0.15)  # late
-        assert len(trips) == 1 and "late" in trips[0] and wd.tripped
-        time.sleep(0.1)
+        clock.t += 0.06  # late
+        assert _wait_for(lambda: trips) and len(trips) == 1 and "late" in trips[0] and wd.tripped
+        clock.t += 1.0
+        _polls(wd)
         assert len(trips) == 1  # once
         wd.reset()
         wd.disarm()
-        time.sleep(0.1)
+        clock.t += 1.0
+        _polls(wd)
         assert len(trips) == 1  # disarmed: never trips
     finally:
         wd.close()
@@ -138,14 +164,13 @@ def test_watchdog_trips_on_link_loss():
     link = threading.Event()
     link.set()
     trips: list[str] = []
-    wd = Watchdog(10.0, trips.append, link_ok=link.is_set, poll=0.005)
+    wd = Watchdog(10.0, trips.append, link_ok=link.is_set, poll=0.002, clock=_FakeClock())
     try:
         wd.arm()
-        time.sleep(0.03)
+        _polls(wd)
         assert trips == []
         link.clear()
-        time.sleep(0.05)
-        assert trips == ["robot link lost"]
+        assert _wait_for(lambda: trips) and trips == ["robot link lost"]
     finally:
         wd.close()
 
