@@ -55,6 +55,22 @@ def attend(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     return out.reshape(out.shape[0], out.shape[1], heads * dim)
 
 
+def patch_position_ids(rows: int, cols: int, side: int, device: torch.device | None = None) -> torch.Tensor:
+    """Position-embedding ids ``[rows * cols]`` of a full patch grid, as transformers 4.5x computes them.
+
+    Fractional coordinates ``i / n * (1 - 1e-6)`` are bucketized on ``side`` equal bins, so row/column
+    ``i >= 1`` lands in bucket ``i - 1`` on a full-size grid (transformers 5 drops the factor and uses
+    bucket ``i``). SmolVLA was trained, and the reference runs, with the 4.5x ids.
+    """
+    bounds = torch.arange(1 / side, 1.0, 1 / side, device=device)
+
+    def buckets(n: int) -> torch.Tensor:
+        frac = torch.arange(n, dtype=torch.float32, device=device) / n * (1 - 1e-6)
+        return torch.bucketize(frac, bounds, right=True)
+
+    return (buckets(rows)[:, None] * side + buckets(cols)[None, :]).flatten()
+
+
 def _qkv(layer: nn.Module, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     attn = layer.self_attn
     h = layer.input_layernorm(hidden).to(attn.q_proj.weight.dtype)
@@ -128,10 +144,18 @@ class SmolVLMWithExpert(nn.Module):
 
     # ---- prefix ----------------------------------------------------------------------------------
     def embed_image(self, pixels: torch.Tensor) -> torch.Tensor:
-        """``pixels [B, 3, S, S]`` in [-1, 1] -> image tokens ``[B, N, H]`` (vision tower + connector)."""
-        model = self.vlm.model
-        feats = model.vision_model(pixel_values=pixels.to(model.vision_model.dtype)).last_hidden_state
-        return model.connector(feats)
+        """``pixels [B, 3, S, S]`` in [-1, 1] -> image tokens ``[B, N, H]`` (vision tower + connector).
+
+        The tower's own modules, with the patch positions the reference computes (``patch_position_ids``).
+        """
+        tower = self.vlm.model.vision_model
+        emb = tower.embeddings
+        x = emb.patch_embedding(pixels.to(emb.patch_embedding.weight.dtype))
+        rows, cols = x.shape[-2:]
+        x = x.flatten(2).transpose(1, 2)
+        x = x + emb.position_embedding(patch_position_ids(rows, cols, emb.num_patches_per_side, x.device))
+        x = tower.post_layernorm(tower.encoder(inputs_embeds=x, attention_mask=None).last_hidden_state)
+        return self.vlm.model.connector(x)
 
     def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.vlm.model.text_model.get_input_embeddings()(tokens)

@@ -1,0 +1,218 @@
+"""Load a LeRobot ``smolvla`` policy directory whole: config, weights, processors and normalization.
+
+    ckpt = load_smolvla("path/to/smolvla_base", vlm_path="path/to/SmolVLM2-500M-Video-Instruct")
+    ckpt.report.missing, ckpt.report.unused   # both empty, or loading fails in one line naming them
+
+The directory is what LeRobot's ``save_pretrained`` writes: ``config.json`` (``"type": "smolvla"``),
+``model.safetensors`` (keys ``model.*``), ``policy_preprocessor.json`` / ``policy_postprocessor.json``
+and the normalizer step's safetensors (``<feature>.mean`` / ``.std``, or quantiles / min-max as the
+config's ``normalization_mapping`` says). The SmolVLM config and tokenizer come from a local folder:
+``vlm_path``, else the config's ``vlm_model_name`` when it names a folder (relative to the checkpoint
+or absolute). Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
+
+from policies.base import CheckpointError
+from policies.flow_vla.interface import FlowInputs
+from policies.flow_vla.smolvla import SmolVLA, SmolVLAConfig, pad_to, prepare_image
+
+MODEL_PREFIX = "model."
+VLM_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json")
+STATE_KEY, ACTION_KEY, IMAGE_PREFIX = "observation.state", "action", "observation.images."
+
+
+@dataclass
+class Normalizer:
+    """LeRobot's per-feature normalization: ``mode`` MEAN_STD | MIN_MAX | QUANTILES | QUANTILE10 | IDENTITY."""
+
+    mode: str
+    stats: dict[str, torch.Tensor]
+    eps: float = 1e-8
+
+    def _shift_scale(self) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """-> (low or mean, scale, maps to [-1, 1]); normalized = (x - low) / scale [* 2 - 1]."""
+        s = self.stats
+        if self.mode == "MEAN_STD":
+            return s["mean"], s["std"] + self.eps, False
+        lo, hi = {"MIN_MAX": ("min", "max"), "QUANTILES": ("q01", "q99"), "QUANTILE10": ("q10", "q90")}[self.mode]
+        span = s[hi] - s[lo]
+        return s[lo], torch.where(span == 0, torch.full_like(span, self.eps), span), True
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        if self.mode == "IDENTITY":
+            return x
+        shift, scale, signed = self._shift_scale()
+        y = (x - shift.to(x)) / scale.to(x)
+        return y * 2 - 1 if signed else y
+
+    def unnormalize(self, y: torch.Tensor) -> torch.Tensor:
+        if self.mode == "IDENTITY":
+            return y
+        shift, scale, signed = self._shift_scale()
+        y = (y + 1) / 2 if signed else y
+        return y * scale.to(y) + shift.to(y)
+
+
+@dataclass
+class LoadReport:
+    missing: list[str] = field(default_factory=list)  # our parameters the checkpoint lacks
+    unused: list[str] = field(default_factory=list)  # checkpoint tensors nothing here reads
+
+
+@dataclass
+class SmolVLACheckpoint:
+    model: SmolVLA
+    config: SmolVLAConfig
+    tokenizer: PreTrainedTokenizerBase
+    image_keys: list[str]  # LeRobot feature names of the cameras, in model order
+    state_dim: int
+    action_dim: int
+    state_norm: Normalizer
+    action_norm: Normalizer
+    report: LoadReport
+    lerobot_config: dict
+
+    def inputs(self, images: dict[str, torch.Tensor], state: torch.Tensor, tasks: list[str]) -> FlowInputs:
+        """LeRobot's pre-processing: ``images[key] [B, 3, H, W]`` in [0, 1], raw ``state [B, S]``, task strings.
+
+        Tasks end with a newline and are tokenized (right padding, ``pad_language_to``, truncated to
+        ``tokenizer_max_length``); the state is normalized and zero-padded; images resized with padding.
+        """
+        cfg = self.config
+        missing = [k for k in self.image_keys if k not in images]
+        if missing:
+            raise KeyError(f"smolvla: observation lacks cameras {missing}; the checkpoint expects {self.image_keys}")
+        texts = [t if t.endswith("\n") else t + "\n" for t in tasks]
+        padding = "max_length" if cfg.pad_language_to == "max_length" else "longest"
+        enc = self.tokenizer(texts, padding=padding, padding_side="right", truncation=True,
+                             max_length=cfg.tokenizer_max_length, return_tensors="pt")
+        batch = state.shape[0]
+        return FlowInputs(
+            images=[prepare_image(images[k].float(), cfg.image_size) for k in self.image_keys],
+            image_masks=[torch.ones(batch, dtype=torch.bool) for _ in self.image_keys],
+            tokens=enc["input_ids"],
+            token_masks=enc["attention_mask"].bool(),
+            state=pad_to(self.state_norm.normalize(state.float()), cfg.max_state_dim),
+        )
+
+    def actions(self, chunk: torch.Tensor) -> torch.Tensor:
+        """Model chunk ``[B, T, A_pad]`` (normalized) -> env actions ``[B, T, action_dim]``."""
+        return self.action_norm.unnormalize(chunk[..., : self.action_dim])
+
+
+def _fail(path: Path, what: str) -> CheckpointError:
+    return CheckpointError(f"smolvla checkpoint {path}: {what}")
+
+
+def _read_json(path: Path, name: str) -> dict:
+    f = path / name
+    if not f.is_file():
+        raise _fail(path, f"missing {name}; point at a LeRobot smolvla directory (save_pretrained output)")
+    return json.loads(f.read_text())
+
+
+def resolve_vlm(path: Path, lerobot_cfg: dict, vlm_path: str | None) -> Path:
+    name = vlm_path or lerobot_cfg.get("vlm_model_name", "")
+    candidates = [Path(name)] if Path(name).is_absolute() else [path / name, Path(name)]
+    folder = next((c for c in candidates if c.is_dir()), None)
+    if folder is None:
+        raise _fail(path, f"vlm_model_name '{name}' is not a local folder; pass vlm_path=<local SmolVLM folder> "
+                          "(config + tokenizer + processor; nothing is downloaded)")
+    missing = [f for f in VLM_FILES if not (folder / f).is_file()]
+    if missing:
+        raise _fail(path, f"SmolVLM folder {folder} lacks {missing}; save the VLM's config, tokenizer and "
+                          "processor there (AutoProcessor.save_pretrained)")
+    return folder
+
+
+def _normalizers(path: Path, lerobot_cfg: dict) -> dict[str, Normalizer]:
+    """Stats of the pre-processor's normalizer step, one Normalizer per feature."""
+    pre = _read_json(path, "policy_preprocessor.json")
+    step = next((s for s in pre.get("steps", []) if s.get("registry_name") == "normalizer_processor"), None)
+    if step is None or "state_file" not in step:
+        raise _fail(path, "policy_preprocessor.json has no normalizer_processor step with a state_file")
+    stats_file = path / step["state_file"]
+    if not stats_file.is_file():
+        raise _fail(path, f"missing {step['state_file']} (the normalization statistics)")
+    flat = load_file(str(stats_file))
+    norm_map = step["config"].get("norm_map") or lerobot_cfg.get("normalization_mapping", {})
+    eps = float(step["config"].get("eps", 1e-8))
+    out = {}
+    for key, kind in ((STATE_KEY, "STATE"), (ACTION_KEY, "ACTION")):
+        mode = norm_map.get(kind, "IDENTITY")
+        stats = {k[len(key) + 1 :]: v.float() for k, v in flat.items() if k.startswith(key + ".")}
+        if mode != "IDENTITY" and not stats:
+            raise _fail(path, f"{stats_file.name} has no statistics for '{key}' ({mode})")
+        out[key] = Normalizer(mode, stats, eps)
+    return out
+
+
+def config_from_lerobot(lerobot_cfg: dict, vlm_config: dict) -> SmolVLAConfig:
+    ours = {f.name for f in fields(SmolVLAConfig)}
+    kw = {k: v for k, v in lerobot_cfg.items() if k in ours}
+    size = lerobot_cfg.get("resize_imgs_with_padding") or [vlm_config["vision_config"]["image_size"]] * 2
+    if size[0] != size[1]:
+        raise CheckpointError(f"smolvla: resize_imgs_with_padding={size} is not square; vlarl supports square")
+    return SmolVLAConfig(**kw, vlm=vlm_config, image_size=int(size[0]))
+
+
+def load_smolvla(path: str | Path, vlm_path: str | None = None, strict: bool = True) -> SmolVLACheckpoint:
+    """Build SmolVLA from a LeRobot directory; raise ``CheckpointError`` (one line) on any mismatch."""
+    path = Path(path)
+    cfg = _read_json(path, "config.json")
+    if cfg.get("type") != "smolvla":
+        raise _fail(path, f"config.json says type '{cfg.get('type')}', not 'smolvla'; "
+                          f"load it with the '{cfg.get('type')}' policy")
+    if not (path / "model.safetensors").is_file():
+        raise _fail(path, "missing model.safetensors")
+    _read_json(path, "policy_postprocessor.json")
+    vlm_dir = resolve_vlm(path, cfg, vlm_path)
+    vlm_config = AutoConfig.from_pretrained(str(vlm_dir), local_files_only=True).to_dict()
+    config = config_from_lerobot(cfg, vlm_config)
+    feats_in, feats_out = cfg.get("input_features", {}), cfg.get("output_features", {})
+    if STATE_KEY not in feats_in or ACTION_KEY not in feats_out:
+        raise _fail(path, f"config.json needs input feature '{STATE_KEY}' and output feature '{ACTION_KEY}'")
+    state_dim, action_dim = feats_in[STATE_KEY]["shape"][-1], feats_out[ACTION_KEY]["shape"][-1]
+    if state_dim > config.max_state_dim or action_dim > config.max_action_dim:
+        raise _fail(path, f"state dim {state_dim} / action dim {action_dim} exceed the padding "
+                          f"max_state_dim={config.max_state_dim} / max_action_dim={config.max_action_dim}")
+    image_keys = [k for k, f in feats_in.items() if f.get("type") == "VISUAL"]
+    tokenizer = AutoTokenizer.from_pretrained(str(vlm_dir), local_files_only=True)
+    if config.add_image_special_tokens:
+        config.fake_image_token_id = tokenizer.convert_tokens_to_ids("<fake_token_around_image>")
+        config.global_image_token_id = tokenizer.convert_tokens_to_ids("<global-img>")
+
+    model = SmolVLA(config)
+    source = {k[len(MODEL_PREFIX) :] if k.startswith(MODEL_PREFIX) else k: v
+              for k, v in load_file(str(path / "model.safetensors")).items()}
+    if vlm_config.get("tie_word_embeddings") or vlm_config.get("text_config", {}).get("tie_word_embeddings"):
+        head, embed = "vlm_with_expert.vlm.lm_head.weight", "vlm_with_expert.vlm.model.text_model.embed_tokens.weight"
+        for a, b in ((head, embed), (embed, head)):
+            if a not in source and b in source:
+                source[a] = source[b]  # tied: saved once
+    ours = model.state_dict()
+    report = LoadReport(missing=sorted(set(ours) - set(source)), unused=sorted(set(source) - set(ours)))
+    shapes = [k for k in set(ours) & set(source) if ours[k].shape != source[k].shape]
+    if shapes:
+        k = sorted(shapes)[0]
+        raise _fail(path, f"{len(shapes)} tensors differ in shape from the SmolVLM config in {vlm_dir}, e.g. {k} "
+                          f"{tuple(source[k].shape)} vs {tuple(ours[k].shape)}; pass the matching vlm_path")
+    if strict and (report.missing or report.unused):
+        raise _fail(path, f"{len(report.missing)} missing keys {report.missing[:3]}, "
+                          f"{len(report.unused)} unused keys {report.unused[:3]}")
+    model.load_state_dict({k: v for k, v in source.items() if k in ours}, strict=False)
+    norms = _normalizers(path, cfg)
+    return SmolVLACheckpoint(
+        model=model.eval(), config=config, tokenizer=tokenizer, image_keys=image_keys, state_dim=state_dim,
+        action_dim=action_dim, state_norm=norms[STATE_KEY], action_norm=norms[ACTION_KEY], report=report,
+        lerobot_config=cfg,
+    )

@@ -1,0 +1,215 @@
+"""SmolVLA parity fixture, made by LeRobot 0.4.4's own classes in an environment of their own.
+
+    python scripts/reference_fixtures/smolvla.py        (or: scripts/make_reference_fixtures.py smolvla)
+
+Creates ``.reference-envs/smolvla`` (lerobot 0.4.4 --no-deps on stock transformers 4.57.6, torchvision
+0.28.0 --no-deps with an operator-schema shim; see /work/shared/REFERENCES.md), then re-runs itself
+inside it. There it writes, under ``tests/fixtures/reference/smolvla/``:
+
+* ``checkpoint/``: a tiny random-weight SmolVLA saved by LeRobot itself (config.json,
+  model.safetensors, policy_preprocessor*/policy_postprocessor* with MEAN_STD statistics) and
+  ``checkpoint/vlm/``: the tiny SmolVLM config + processor + tokenizer the config points at;
+* ``io.safetensors``: raw observations, the model-level inputs LeRobot's pre-processing made from
+  them, the noise, every denoising step's velocity, the normalized padded chunk and the final actions;
+* ``io.json``: the task strings and the versions used.
+
+All parameters are redrawn from a seed (default HF init leaves biases and norm scales constant).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV = ROOT / ".reference-envs" / "smolvla"
+OUT = ROOT / "tests" / "fixtures" / "reference" / "smolvla"
+PINNED = [
+    "torch==2.13.0", "transformers==4.57.6", "huggingface-hub==0.35.3", "diffusers==0.35.2",
+    "datasets>=4.8,<4.9", "accelerate", "draccus==0.10.0", "einops", "pillow", "imageio", "pyserial",
+    "deepdiff", "av", "num2words", "packaging", "safetensors", "jsonlines", "termcolor",
+]
+NO_DEPS = ["lerobot==0.4.4", "torchvision==0.28.0"]
+SEED = 0
+TASKS = ["pick up the red cube", "open the top drawer slowly"]
+
+
+def ensure_env() -> Path:
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        subprocess.check_call([sys.executable, "-m", "venv", str(VENV)])
+        subprocess.check_call([str(python), "-m", "pip", "install", "-q", *PINNED])
+        subprocess.check_call([str(python), "-m", "pip", "install", "-q", "--no-deps", *NO_DEPS])
+    return python
+
+
+def shim_torchvision_ops() -> None:
+    """The CPU torch cannot load torchvision's compiled ops; declare the two schemas its Python side registers."""
+    import torch
+
+    lib = torch.library.Library("torchvision", "DEF")
+    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    lib.define("qnms(Tensor qdets, Tensor qscores, float iou_threshold) -> Tensor")
+    shim_torchvision_ops.lib = lib  # keep the library alive
+
+
+def byte_tokenizer():
+    """A byte-level BPE tokenizer without merges (any string tokenizes) with SmolVLM's extra tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    extra = {
+        "fake_image_token": "<fake_token_around_image>", "image_token": "<image>",
+        "global_image_token": "<global-img>", "end_of_utterance_token": "<end_of_utterance>",
+        "video_token": "<video>",
+    }
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", extra_special_tokens=extra
+    )
+    fast.add_tokens(list(extra.values()), special_tokens=True)
+    return fast
+
+
+def write_vlm(folder: Path) -> None:
+    from transformers import SmolVLMConfig, SmolVLMImageProcessor, SmolVLMProcessor, SmolVLMVideoProcessor
+
+    tok = byte_tokenizer()
+    config = SmolVLMConfig(
+        scale_factor=2, image_token_id=tok.convert_tokens_to_ids("<image>"), tie_word_embeddings=False,
+        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                       "num_attention_heads": 2, "patch_size": 8, "image_size": 32},
+        text_config={"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 6,
+                     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 300,
+                     "rms_norm_eps": 1e-5, "max_position_embeddings": 512, "tie_word_embeddings": False,
+                     "pad_token_id": tok.pad_token_id},
+    )
+    size = {"longest_edge": 32}
+    processor = SmolVLMProcessor(
+        image_processor=SmolVLMImageProcessor(do_image_splitting=False, size=size, max_image_size=size),
+        tokenizer=tok, video_processor=SmolVLMVideoProcessor(), image_seq_len=4,
+    )
+    config.save_pretrained(folder)
+    processor.save_pretrained(folder)
+
+
+def redraw(module, seed: int) -> None:
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(module.named_parameters()):
+            if p.ndim == 1 and ("norm" in name or "layernorm" in name):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            elif p.ndim == 1:
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
+
+
+def build() -> None:
+    shim_torchvision_ops()
+    import lerobot
+    import torch
+    import transformers
+    from lerobot.configs.types import FeatureType, PolicyFeature
+    from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
+    from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
+    from lerobot.policies.smolvla.processor_smolvla import make_smolvla_pre_post_processors
+    from safetensors.torch import save_file
+
+    torch.set_num_threads(1)
+    torch.manual_seed(SEED)
+    ckpt = OUT / "checkpoint"
+    ckpt.mkdir(parents=True, exist_ok=True)
+    write_vlm(ckpt / "vlm")
+    os.chdir(ckpt)  # the config records vlm_model_name="vlm", relative to the checkpoint
+    cameras = {"observation.images.top": (3, 24, 40), "observation.images.wrist": (3, 32, 32)}
+    config = SmolVLAConfig(
+        vlm_model_name="vlm", load_vlm_weights=False, device="cpu", num_vlm_layers=4,
+        resize_imgs_with_padding=(32, 32), tokenizer_max_length=16,
+        input_features={
+            **{k: PolicyFeature(type=FeatureType.VISUAL, shape=s) for k, s in cameras.items()},
+            "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(6,)),
+        },
+        output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(5,))},
+    )
+    policy = SmolVLAPolicy(config)
+    redraw(policy, SEED)
+    policy.eval()
+    g = torch.Generator().manual_seed(SEED + 1)
+    stats = {
+        "observation.state": {"mean": torch.randn(6, generator=g), "std": 0.5 + torch.rand(6, generator=g)},
+        "action": {"mean": torch.randn(5, generator=g), "std": 0.5 + torch.rand(5, generator=g)},
+    }
+    pre, post = make_smolvla_pre_post_processors(config, dataset_stats=stats)
+    policy.save_pretrained(ckpt)
+    pre.save_pretrained(ckpt)
+    post.save_pretrained(ckpt)
+
+    batch_size = 2
+    raw = {k: torch.rand(batch_size, *s, generator=g) for k, s in cameras.items()}
+    raw["observation.state"] = torch.randn(batch_size, 6, generator=g)
+    noise = torch.randn(batch_size, config.chunk_size, config.max_action_dim, generator=g)
+    processed = pre({**{k: v.clone() for k, v in raw.items()}, "task": list(TASKS)})
+
+    velocities = []
+    denoise = policy.model.denoise_step
+
+    def record(**kw):
+        v = denoise(**kw)
+        velocities.append(v.detach().clone())
+        return v
+
+    policy.model.denoise_step = record
+    images, img_masks = policy.prepare_images(processed)
+    state = policy.prepare_state(processed)
+    with torch.no_grad():
+        chunk = policy.model.sample_actions(
+            images, img_masks, processed["observation.language.tokens"],
+            processed["observation.language.attention_mask"], state, noise=noise.clone(),
+        )
+        velocities_model = torch.stack(velocities)
+        velocities.clear()
+        policy.reset()
+        normalized = policy.predict_action_chunk(processed, noise=noise.clone())
+        actions = post(normalized)
+    tensors = {
+        **{f"raw.{k}": v for k, v in raw.items()},
+        **{f"model.image.{i}": im for i, im in enumerate(images)},
+        **{f"model.image_mask.{i}": m for i, m in enumerate(img_masks)},
+        "model.tokens": processed["observation.language.tokens"],
+        "model.token_mask": processed["observation.language.attention_mask"].bool(),
+        "model.state": state,
+        "noise": noise,
+        "velocities": velocities_model,
+        "chunk": chunk,
+        "actions": actions,
+    }
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(OUT / "io.safetensors"))
+    meta = {
+        "tasks": TASKS, "cameras": list(cameras), "seed": SEED,
+        "versions": {"lerobot": lerobot.__version__, "transformers": transformers.__version__,
+                     "torch": torch.__version__},
+    }
+    (OUT / "io.json").write_text(json.dumps(meta, indent=2) + "\n")
+    print(f"[smolvla] wrote {OUT}: actions {tuple(actions.shape)}, chunk |max| {chunk.abs().max():.3f}")
+
+
+def main() -> int:
+    if "--inside" in sys.argv:
+        build()
+        return 0
+    python = ensure_env()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": ""}
+    return subprocess.call([str(python), str(Path(__file__).resolve()), "--inside"], env=env)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
