@@ -7,9 +7,11 @@ chunk keeps simulating until the boundary but its steps are masked out (``step_m
 reward 0) and its ``final_obs`` row is the observation at its episode end; at the boundary the
 finished scenes are reset together with ManiSkill's partial reset (``options={"env_idx": ...}``).
 
-``reset_state_ids``: scenes with the same id are made identical by copying the simulator state of
-the group's first scene into the others (a batched GPU reset draws one random stream for the whole
-batch, so equal seeds alone do not give equal scenes).
+``reset_state_ids``: scenes with the same id are made identical by resetting them to the simulator
+state of the group's first scene (a batched GPU reset draws one random stream for the whole batch, so
+equal seeds alone do not give equal scenes). That initial state is kept, and a scene that ends its
+episode is reset to its group's initial state (ManiSkill's ``reset_to_env_states``, so controllers are
+reset after the state is set), never to the state of another scene mid-episode.
 
 ``sim_backend="cpu"`` with ``num_envs=1`` runs this same code path on a CPU machine (that is how it
 is tested without a GPU); for many CPU envs use ``env=maniskill`` with several env workers.
@@ -108,6 +110,7 @@ class ManiSkillGPUEnv(BatchedEnv):
         self._low = torch.from_numpy(low).to(self.device)
         self._high = torch.from_numpy(high).to(self.device)
         self._ids: torch.Tensor | None = None
+        self._init_state: torch.Tensor | None = None  # [B, D] initial simulator state per scene (groups)
         self._seed_desc = "from 0"
         self._obs: Obs = first
         self._ret = torch.zeros(num_envs, device=self.device)
@@ -126,30 +129,22 @@ class ManiSkillGPUEnv(BatchedEnv):
             images, state = {}, obs.float().reshape(B, -1)
         return {"state": state, "images": images, "instruction": [self.instruction] * B}
 
-    def _sync_groups(self, idx: torch.Tensor) -> None:
-        """Scenes in ``idx`` whose reset-state id is shared take the state of the group's first scene."""
-        if self._ids is None:
-            return
-        ids = self._ids.tolist()
-        first = {}
+    def _group_initial_states(self, ids: list[int]) -> Any:
+        """Obs after resetting every scene to the state of its group's first scene; keeps those states
+        (``[B, D]`` on the device) for the partial resets of later episodes."""
+        first: dict[int, int] = {}
         for j, k in enumerate(ids):
             first.setdefault(k, j)
-        src = torch.tensor([first[ids[j]] for j in range(self.num_envs)], device=self.device)
-        if bool((src == torch.arange(self.num_envs, device=self.device))[idx].all()):
-            return
-        state = self.base.get_state()
-        new = state.clone()
-        new[idx] = state[src[idx]]
-        self.base.set_state(new)
+        src = torch.tensor([first[k] for k in ids], device=self.device)
+        self._init_state = self.base.get_state()[src].clone()
+        raw, _ = self.env.reset(options={"reset_to_env_states": {"env_states": self._init_state}})
+        return raw
 
     def _partial_reset(self, idx: torch.Tensor) -> Obs:
-        seeds = self._ids.tolist() if self._ids is not None else None
-        obs, _ = self.env.reset(seed=seeds, options={"env_idx": idx})
-        if self._ids is not None:
-            self._sync_groups(idx)
-            obs = self.base.get_obs()
-            if self.cfg.obs_mode == "rgb":
-                obs = self.env.observation(obs)
+        options: dict[str, Any] = {"env_idx": idx}
+        if self._ids is not None:  # back to the group's initial state (rows of idx only)
+            options["reset_to_env_states"] = {"env_states": self._init_state[idx]}
+        obs, _ = self.env.reset(options=options)
         return self._convert(obs)
 
     # -- interface --------------------------------------------------------------------------------
@@ -161,11 +156,8 @@ class ManiSkillGPUEnv(BatchedEnv):
         seeds = list(reset_state_ids) if reset_state_ids is not None else resolve_seeds(seed, B)
         self._seed_desc = f"reset_state_ids {seeds[:4]}..." if reset_state_ids is not None else f"from {seed}"
         raw, _ = self.env.reset(seed=None if seeds[0] is None else seeds)
-        if self._ids is not None:
-            self._sync_groups(torch.arange(B, device=self.device))
-            raw = self.base.get_obs()
-            if self.cfg.obs_mode == "rgb":
-                raw = self.env.observation(raw)
+        if reset_state_ids is not None:
+            raw = self._group_initial_states(list(reset_state_ids))
         obs = self._convert(raw)
         self._obs = obs
         self._ret.zero_()

@@ -52,3 +52,29 @@ def test_physx_cuda_batch_stays_on_gpu_with_partial_resets_and_groups():
         assert bool((s2 == s2[:, :1]).all()), "groups differ after the partial reset"
     finally:
         env.close()
+
+
+@needs_maniskill
+def test_group_scene_restarts_from_its_initial_state_after_auto_reset():
+    """reset_state_ids pin a scene through auto-resets: after its episode ends (mid-chunk), the scene
+    starts again from the state it had at reset, whatever happened in between. Same code path as
+    physx_cuda (ManiSkill's partial reset with reset_to_env_states), run on the CPU backend."""
+    from simulators.maniskill_gpu import ManiSkillGPUConfig
+    from simulators.registry import make_env
+
+    env = make_env(ManiSkillGPUConfig(task="PushCube-v1", sim_backend="cpu", max_episode_steps=6), num_envs=1)
+    try:
+        start = env.reset(reset_state_ids=[3])["state"].clone()
+        g = torch.Generator().manual_seed(0)
+        low, high = torch.as_tensor(env.spec.action_low), torch.as_tensor(env.spec.action_high)
+        act = lambda: low + (high - low) * torch.rand(1, 4, env.spec.action_dim, generator=g)  # noqa: E731
+        r1 = env.chunk_step(act())
+        assert not torch.allclose(r1.obs["state"], start), "random actions left the scene where it started"
+        r2 = env.chunk_step(act())
+        assert bool(r2.done.all()) and r2.final_obs is not None
+        assert not torch.allclose(r2.final_obs["state"], start)
+        torch.testing.assert_close(r2.obs["state"], start, rtol=0, atol=1e-5)
+        r3 = env.chunk_step(act())  # the restarted episode runs on from there
+        assert int(r3.step_mask.sum()) == 4
+    finally:
+        env.close()
