@@ -92,6 +92,7 @@ class SmolVLAConfig:
     freeze_vision_encoder: bool = True
     train_expert_only: bool = True
     train_state_proj: bool = True
+    gradient_checkpointing: bool = False  # recompute trunk/expert layers in backward (memory for compute)
 
 
 def tiny_config(**overrides: Any) -> SmolVLAConfig:
@@ -173,6 +174,7 @@ class SmolVLA(nn.Module):
         self.action_out_proj = nn.Linear(width, cfg.max_action_dim)
         self.action_time_mlp_in = nn.Linear(2 * width, width)
         self.action_time_mlp_out = nn.Linear(width, width)
+        self.vlm_with_expert.gradient_checkpointing = cfg.gradient_checkpointing
         self.apply_freezing()
 
     # ---- training setup --------------------------------------------------------------------------
@@ -216,7 +218,7 @@ class SmolVLA(nn.Module):
         lang = trunk.embed_tokens(inputs.tokens)
         embs.append(lang * math.sqrt(lang.shape[-1]))
         pads.append(inputs.token_masks.bool())
-        embs.append(self.state_proj(inputs.state)[:, None, :])
+        embs.append(self.state_proj(inputs.state.to(self.state_proj.weight.dtype))[:, None, :])
         pads.append(torch.ones(batch, 1, dtype=torch.bool, device=inputs.state.device))
         emb, pad = torch.cat(embs, dim=1), torch.cat(pads, dim=1)
         blocks = torch.zeros_like(pad)
@@ -238,13 +240,13 @@ class SmolVLA(nn.Module):
     # ---- one denoising step ----------------------------------------------------------------------
     def embed_suffix(self, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """``x_t [B, T, A_pad]``, ``t [B]`` -> action-time tokens ``[B, T, W]``."""
-        act = self.action_in_proj(x_t)
+        act = self.action_in_proj(x_t.to(self.action_in_proj.weight.dtype))
         temb = time_embedding(t, act.shape[-1], self.cfg.min_period, self.cfg.max_period).to(act.dtype)
         h = torch.cat([act, temb[:, None, :].expand_as(act)], dim=2)
         return self.action_time_mlp_out(F.silu(self.action_time_mlp_in(h)))
 
     def velocity(self, prefix: FlowPrefix, inputs: FlowInputs, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """``v [B, T, A_pad]`` at ``x_t [B, T, A_pad]``, ``t [B]``."""
+        """``v [B, T, A_pad]`` (float32) at ``x_t [B, T, A_pad]``, ``t [B]``."""
         suffix = self.embed_suffix(x_t, t)
         batch, steps = suffix.shape[:2]
         pad = prefix.pad_mask
@@ -252,7 +254,8 @@ class SmolVLA(nn.Module):
         ones = torch.ones(batch, steps, dtype=torch.bool, device=suffix.device)
         positions = pad.long().sum(dim=1, keepdim=True) + torch.arange(steps, device=suffix.device)[None]
         out = self.vlm_with_expert.expert_pass(suffix, prefix.cache, prefix_mask, block_causal(ones, ones), positions)
-        return self.action_out_proj(out[:, -self.chunk_size :].float())
+        out = out[:, -self.chunk_size :].to(self.action_out_proj.weight.dtype)
+        return self.action_out_proj(out).float()
 
     # ---- the reference ODE -----------------------------------------------------------------------
     def integrate(self, inputs: FlowInputs, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

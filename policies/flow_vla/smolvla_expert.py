@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from transformers import LlamaConfig, LlamaModel, SmolVLMConfig, SmolVLMForConditionalGeneration
 
 ROPE_WAVELENGTH = 10_000.0
@@ -130,6 +131,7 @@ class SmolVLMWithExpert(nn.Module):
         self.expert_hidden_size = width
         self.vlm_hidden_size = tc.hidden_size
         self.expert_config = expert_config
+        self.gradient_checkpointing = False
 
     def is_self_attn_layer(self, layer_idx: int) -> bool:
         n = self.self_attn_every_n_layers
@@ -167,11 +169,15 @@ class SmolVLMWithExpert(nn.Module):
         cache: list[tuple[torch.Tensor, torch.Tensor]] = []
         hidden = embs
         for layer in self.vlm.model.text_model.layers:
-            q, k, v = _qkv(layer, hidden)
-            q, k = rope(q, positions), rope(k, positions)
+            hidden, k, v = self._run(self._prefix_step, layer, hidden, mask, positions)
             cache.append((k, v))
-            hidden = _finish(layer, hidden, attend(mask, q, k, v))
         return cache, self.vlm.model.text_model.norm(hidden)
+
+    @staticmethod
+    def _prefix_step(layer, hidden, mask, positions):
+        q, k, v = _qkv(layer, hidden)
+        q, k = rope(q, positions), rope(k, positions)
+        return _finish(layer, hidden, attend(mask, q, k, v)), k, v
 
     # ---- expert ----------------------------------------------------------------------------------
     def expert_pass(
@@ -191,22 +197,32 @@ class SmolVLMWithExpert(nn.Module):
         cross_positions = positions - positions.min(dim=1, keepdim=True).values
         for i in range(self.num_vlm_layers):
             layer = self.expert_layer(i)
-            if layer is None:
-                continue
-            k_pre, v_pre = cache[i]
-            if self.is_self_attn_layer(i):
-                q, k, v = _qkv(layer, hidden)
-                q, k = rope(q, positions), rope(k, positions)
-                k, v = torch.cat([k_pre, k], dim=1), torch.cat([v_pre, v], dim=1)
-                out = attend(torch.cat([prefix_mask, suffix_mask], dim=2), q, k, v)
-            else:
-                attn = layer.self_attn
-                h = layer.input_layernorm(hidden).to(attn.q_proj.weight.dtype)
-                q = rope(attn.q_proj(h).view(*h.shape[:-1], -1, attn.head_dim), cross_positions)
-                flat = (*k_pre.shape[:2], -1)
-                k = attn.k_proj(k_pre.reshape(flat).to(attn.k_proj.weight.dtype)).view(*flat[:2], -1, attn.head_dim)
-                v = attn.v_proj(v_pre.reshape(flat).to(attn.v_proj.weight.dtype)).view(*flat[:2], -1, attn.head_dim)
-                out = attend(prefix_mask, q, k, v)
-            hidden = _finish(layer, hidden, out)
+            if layer is not None:
+                args = (layer, hidden, *cache[i], prefix_mask, suffix_mask, positions, cross_positions)
+                step = self._self_attn_step if self.is_self_attn_layer(i) else self._cross_attn_step
+                hidden = self._run(step, *args)
         return self.lm_expert.norm(hidden)
+
+    def _run(self, fn, *args):
+        """``fn(*args)``, recomputed in backward when ``gradient_checkpointing`` is on and grads are needed."""
+        if self.gradient_checkpointing and torch.is_grad_enabled():
+            return checkpoint(fn, *args, use_reentrant=False)
+        return fn(*args)
+
+    @staticmethod
+    def _self_attn_step(layer, hidden, k_pre, v_pre, prefix_mask, suffix_mask, positions, _cross_positions):
+        q, k, v = _qkv(layer, hidden)
+        q, k = rope(q, positions), rope(k, positions)
+        k, v = torch.cat([k_pre, k], dim=1), torch.cat([v_pre, v], dim=1)
+        return _finish(layer, hidden, attend(torch.cat([prefix_mask, suffix_mask], dim=2), q, k, v))
+
+    @staticmethod
+    def _cross_attn_step(layer, hidden, k_pre, v_pre, prefix_mask, _suffix_mask, _positions, cross_positions):
+        attn = layer.self_attn
+        h = layer.input_layernorm(hidden).to(attn.q_proj.weight.dtype)
+        q = rope(attn.q_proj(h).view(*h.shape[:-1], -1, attn.head_dim), cross_positions)
+        flat = (*k_pre.shape[:2], -1)
+        k = attn.k_proj(k_pre.reshape(flat).to(attn.k_proj.weight.dtype)).view(*flat[:2], -1, attn.head_dim)
+        v = attn.v_proj(v_pre.reshape(flat).to(attn.v_proj.weight.dtype)).view(*flat[:2], -1, attn.head_dim)
+        return _finish(layer, hidden, attend(prefix_mask, q, k, v))
 
