@@ -47,8 +47,7 @@ treescope triton typer typing-extensions typing-inspect urllib3 uvloop wadler-li
 xarray xxhash yarl zipp"
 # Source-only releases that are pure Python: built here into a py3-none-any wheel.
 PURE_SDISTS="antlr4-python3-runtime==4.9.3"
-SKIP_REQS="ruff imageio-ffmpeg"
-SKIP_CLOSURE="opencv-python mplib toppra"
+SKIP="ruff imageio-ffmpeg opencv-python mplib toppra"
 PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
            --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 TARGET=(--only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 --abi abi3 --abi none
@@ -58,7 +57,7 @@ WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 
 # 1. The requirements: pyproject's dependencies + extras, minus what the image holds; pins from .venv.
-"$PY" - "$EXTRAS" "$PRESENT $SKIP_REQS" >"$WORK/reqs.txt" 2>"$WORK/pins.txt" <<'PYEOF'
+"$PY" - "$EXTRAS" "$PRESENT $SKIP" >"$WORK/reqs.txt" 2>"$WORK/pins.txt" <<'PYEOF'
 import re, sys, tomllib
 from importlib import metadata
 extras, present = sys.argv[1].split(","), set(sys.argv[2].split())
@@ -88,7 +87,7 @@ mkdir -p "$WORK/local"
 # 3. Resolve the closure for the GPU machine (metadata only), then download what the image lacks.
 "$PY" -m pip install -q --dry-run --ignore-installed --report "$WORK/report.json" --target "$WORK/t" \
   "${TARGET[@]}" --find-links "$WORK/local" -c "$WORK/pins.txt" -r "$WORK/reqs.txt"
-"$PY" - "$WORK/report.json" "$PRESENT $SKIP_CLOSURE" >"$WORK/closure.txt" <<'PYEOF'
+"$PY" - "$WORK/report.json" "$PRESENT $SKIP" >"$WORK/closure.txt" <<'PYEOF'
 import json, re, sys
 present = set(sys.argv[2].split())
 norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
@@ -126,9 +125,17 @@ for p in sorted(pieces, reverse=True):  # first fit, decreasing
             break
     else:
         batches.append([p])
+# every batch carries the whole manifest (wheel, number of parts, sha256), so the device can tell what
+# it still lacks and check each wheel after joining its parts
+import hashlib
+nparts = {f: max(1, -(-size // cap)) for size, f in files}
+manifest = "".join(f"{f} {nparts[f]} {hashlib.sha256(open(os.path.join(src, f), 'rb').read()).hexdigest()}\n"
+                   for _, f in sorted(files, key=lambda x: x[1]))
 for i, b in enumerate(batches, 1):
     d = os.path.join(out, f"b{i}")
     os.makedirs(d)
+    with open(os.path.join(d, "MANIFEST"), "w") as m:
+        m.write(manifest)
     for size, f, off, name in b:
         with open(os.path.join(src, f), "rb") as r, open(os.path.join(d, name), "wb") as w:
             r.seek(off)

@@ -12,6 +12,10 @@ from simulators.base import EnvError
 needs_maniskill = pytest.mark.skipif(
     importlib.util.find_spec("mani_skill") is None, reason="pip install -e .[maniskill]"
 )
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="physx_cuda needs a CUDA GPU")
+# the batched-env contract (tests/simulators/test_contract.py), run on physx_cuda with 4 scenes
+CONTRACT_CHECKS = ["test_schema_and_spec", "test_chunk_auto_reset_final_obs_and_metrics",
+                   "test_determinism_under_seed", "test_reset_state_ids", "test_bad_actions_are_clear_errors"]
 
 
 @needs_maniskill
@@ -50,6 +54,7 @@ def test_physx_cuda_batch_stays_on_gpu_with_partial_resets_and_groups():
         assert bool((r2.episode["episode_len"] == 6).all())
         s2 = r2.obs["state"].view(8, 8, -1)
         assert bool((s2 == s2[:, :1]).all()), "groups differ after the partial reset"
+        torch.testing.assert_close(r2.obs["state"], obs["state"], rtol=0, atol=1e-5)  # back to the group's start
     finally:
         env.close()
 
@@ -78,3 +83,32 @@ def test_group_scene_restarts_from_its_initial_state_after_auto_reset():
         assert int(r3.step_mask.sum()) == 4
     finally:
         env.close()
+
+
+@pytest.fixture(scope="module")
+def cuda_sim():
+    from tests.helpers.sim_cases import SimCase, build
+
+    case = SimCase("maniskill_gpu", dict(task="PushCube-v1", obs_mode="state", sim_backend="physx_cuda",
+                                         max_episode_steps=6), 4, "mani_skill")
+    env = build(case)
+    yield case, env
+    env.close()
+
+
+@needs_maniskill
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("check", CONTRACT_CHECKS)
+def test_contract_on_physx_cuda(cuda_sim, check):
+    """The CUDA variant of the simulator contract: the same checks, on GPU tensors."""
+    import tests.simulators.test_contract as contract  # the module, so its tests are not collected here again
+
+    getattr(contract, check)(cuda_sim)
+
+
+def test_cuda_contract_runs_every_contract_check():
+    """A check added to the contract is run on physx_cuda too (names kept in step)."""
+    import tests.simulators.test_contract as contract
+
+    assert sorted(CONTRACT_CHECKS) == sorted(n for n in dir(contract) if n.startswith("test_"))

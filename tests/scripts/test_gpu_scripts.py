@@ -1,0 +1,149 @@
+"""The GPU scripts on a CPU machine: the wheel list, the device-side install logic (dry run), the VLA
+memory bench on tiny configs (meta-device counts against a hand count) and the ManiSkill bench at one scene."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).parents[2]
+torch.set_num_threads(1)
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ---- scripts/gpu/prepare_wheels.sh ---------------------------------------------------------------------
+def test_wheel_list_is_what_the_gpu_image_lacks():
+    out = subprocess.run(["bash", str(ROOT / "scripts/gpu/prepare_wheels.sh"), "--dry-run"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "VLARL_PYTHON": sys.executable})
+    assert out.returncode == 0, out.stderr
+    line = next(x for x in out.stdout.splitlines() if x.startswith("[wheels] requirements:"))
+    names = {r.split(">")[0].split("=")[0].split("[")[0] for r in line.split(":", 1)[1].split()}
+    assert {"ray", "mani-skill", "hydra-core", "omegaconf", "diffusers", "gymnasium"} <= names
+    assert not names & {"torch", "transformers", "peft", "numpy", "safetensors", "pytest", "ruff"}
+
+
+# ---- scripts/gpu/run_gpu_tests.sh --dry-run --------------------------------------------------------------
+def _batches(tmp_path: Path) -> tuple[Path, bytes, bytes]:
+    """gpu_wheels/ as prepare_wheels.sh writes it: a.whl cut in two parts across b1/b2, b.whl whole in b2."""
+    a, b = os.urandom(3000), os.urandom(500)
+    wheels = tmp_path / "gpu_wheels"
+    manifest = "".join(f"{n} {p} {hashlib.sha256(d).hexdigest()}\n" for n, p, d in [("a.whl", 2, a), ("b.whl", 1, b)])
+    for batch, files in {"b1": {"a.whl.part00": a[:2000]}, "b2": {"a.whl.part01": a[2000:], "b.whl": b}}.items():
+        (wheels / batch).mkdir(parents=True)
+        (wheels / batch / "MANIFEST").write_text(manifest)
+        for n, d in files.items():
+            (wheels / batch / n).write_bytes(d)
+    return wheels, a, b
+
+
+def _run_dry(wheels: Path, stash: Path, tmp_path: Path, step: str = "all"):
+    env = {**os.environ, "VLARL_WHEEL_DIR": str(wheels), "VLARL_STASH": str(stash),
+           "VLARL_SITE": str(tmp_path / "site"), "OUT": str(tmp_path / "out")}
+    return subprocess.run(["bash", str(ROOT / "scripts/gpu/run_gpu_tests.sh"), "--dry-run", step], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_run_gpu_tests_dry_run_joins_batches_then_lists_the_runs(tmp_path):
+    wheels, a, b = _batches(tmp_path)
+    stash = tmp_path / "stash"
+    # first call: only b1 carried -> a.whl is not whole yet, nothing is tested
+    (wheels / "b2").rename(tmp_path / "b2_later")
+    first = _run_dry(wheels, stash, tmp_path)
+    assert first.returncode == 3, first.stdout + first.stderr
+    assert "a.whl (1 of 2 parts)" in first.stdout and "b.whl" in first.stdout and "[dry-run]" not in first.stdout
+    # next call: b2 carried (b1 is gone from the tree; the stash kept its part)
+    (wheels / "b1").rename(tmp_path / "b1_done")
+    (tmp_path / "b2_later").rename(wheels / "b2")
+    second = _run_dry(wheels, stash, tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert (stash / "a.whl").read_bytes() == a and (stash / "b.whl").read_bytes() == b
+    assert not list(stash.glob("*.part*"))
+    pip = next(x for x in second.stdout.splitlines() if x.startswith("[dry-run]") and "--no-deps" in x and ".whl" in x)
+    assert str(stash / "a.whl") in pip and str(stash / "b.whl") in pip and "--target" in pip
+    runs = [x for x in second.stdout.splitlines() if x.startswith("[dry-run]") and "pytest" in x]
+    for want in ("-m gpu", "tests/simulators/test_maniskill_gpu.py", "tests/simulators/test_contract.py -k maniskill",
+                 "tests/scheduler/test_placement.py tests/workers/test_weight_sync.py"):
+        assert any(want in r for r in runs), (want, runs)
+
+
+def test_run_gpu_tests_refuses_a_broken_copy_and_a_bad_step(tmp_path):
+    wheels, _, _ = _batches(tmp_path)
+    (wheels / "b2" / "b.whl").write_bytes(b"truncated")
+    out = _run_dry(wheels, tmp_path / "stash", tmp_path)
+    assert out.returncode == 3 and "b.whl: sha256 differs" in out.stderr
+    bad = _run_dry(wheels, tmp_path / "stash", tmp_path, step="everything")
+    assert bad.returncode == 2 and "unknown step 'everything'" in bad.stderr
+
+
+# ---- scripts/bench_vla_memory.py -------------------------------------------------------------------------
+def test_meta_device_count_matches_a_hand_count_of_tiny_smolvla():
+    bench = _script("bench_vla_memory")
+    row = next(r for r in bench.ROWS if r.name == "smolvla")
+    build = bench.model_builder(row, tiny=True)
+    meta, _ = bench.build_on_meta(build)
+    assert all(p.is_meta for p in meta.parameters())
+    total, trainable = bench.count_parameters(meta)
+    # by hand, from tiny_config(): VLM width 64, expert width 0.75 x 64 = 48, state/action padded to 8,
+    # vocabulary 300
+    heads = {"state_proj": 8 * 64 + 64, "action_in_proj": 8 * 48 + 48, "action_out_proj": 48 * 8 + 8,
+             "action_time_mlp_in": 2 * 48 * 48 + 48, "action_time_mlp_out": 48 * 48 + 48}
+    for name, n in heads.items():
+        assert bench.count_parameters(getattr(meta, name))[0] == n, name
+    assert bench.count_parameters(meta.vlm_with_expert.vlm.model.text_model.embed_tokens)[0] == 300 * 64
+    real = build()  # the same model with memory: the meta count misses nothing
+    assert (total, trainable) == bench.count_parameters(real)
+    assert total == sum(p.numel() for p in real.parameters())
+    assert trainable == sum(p.numel() for p in real.parameters() if p.requires_grad) < total
+
+
+def test_vla_memory_tiny_table_times_chunk_and_both_updates(capsys):
+    bench = _script("bench_vla_memory")
+    assert bench.main(["--tiny", "--time", "--update", "--batch", "2", "--models", "smolvla", "pi0"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("device: CPU") and "sizes: tiny" in out
+    rows = [x.split() for x in out.splitlines() if x.startswith("smolvla ")]
+    assert [r[7] for r in rows] == ["lora", "full"], out
+    assert "error" not in out, out
+    lora, full = rows
+    assert 0 < int(lora[8].replace(",", "")) < int(full[8].replace(",", "")) == int(full[2].replace(",", ""))
+    assert float(lora[6]) > 0 and float(lora[9]) > 0 and float(full[9]) > 0
+    pi0 = next(x for x in out.splitlines() if x.startswith("pi0 "))
+    if importlib.util.find_spec("policies.flow_vla.pi0") is None:  # a row whose module has not landed
+        assert "skipped: module policies.flow_vla.pi0 does not exist yet" in pi0
+    else:
+        assert "error" not in pi0 and "skipped" not in pi0, pi0
+
+
+def test_vla_memory_bad_model_name_is_one_line_exit_2(capsys):
+    bench = _script("bench_vla_memory")
+    assert bench.main(["--models", "gpt5"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown --models ['gpt5']" in err and len(err.strip().splitlines()) == 1
+
+
+# ---- scripts/bench_maniskill_gpu.py ----------------------------------------------------------------------
+@pytest.mark.skipif(importlib.util.find_spec("mani_skill") is None, reason="pip install -e .[maniskill]")
+def test_maniskill_bench_cpu_smoke_says_it_ran_one_scene(capsys):
+    bench = _script("bench_maniskill_gpu")
+    assert bench.main(["--device", "cpu", "--num-envs", "4", "--steps", "8", "--warmup", "0", "--rounds", "1",
+                       "--chunk", "4", "--configs", "pushcube_state_1024"]) == 0
+    out = capsys.readouterr().out
+    assert "one scene per process" in out and "not a throughput result" in out
+    row = next(x for x in out.splitlines() if x.startswith("pushcube_state_1024")).split()
+    assert row[3:5] == ["4", "1"]  # asked for 4, ran at 1
+    ms, vl, ratio = float(row[5].replace(",", "")), float(row[6].replace(",", "")), float(row[7])
+    assert ms > 0 and vl > 0 and ratio == pytest.approx(vl / ms, abs=0.05)  # table rounds steps/s
