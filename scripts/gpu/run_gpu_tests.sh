@@ -90,16 +90,8 @@ install_wheels() {
   echo "[install] vlarl installed (--no-deps) into $SITE"
 }
 
-gpu_env() {
-  export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}" PATH="$SITE/bin:$PATH" PYTHONUNBUFFERED=1
-  export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-  if [ -d "$ROOT/.gl" ] && [ "$DRY" = 0 ]; then  # Vulkan/EGL loaders carried as debs (device README)
-    for f in "$ROOT"/.gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-  fi
-  local icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-  if [ -f "$icd" ] && [ -z "${VK_DRIVER_FILES:-}" ]; then
-    export VK_DRIVER_FILES="$icd" __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
-  fi
+gpu_env() {  # PYTHONPATH, offline HF, Vulkan loaders: scripts/gpu/env.sh
+  VLARL_SITE="$SITE" VLARL_DRY_RUN="$DRY" source "$ROOT/scripts/gpu/env.sh"
 }
 
 PYTEST=(-m pytest -p no:cacheprovider -rA -q)
