@@ -138,6 +138,28 @@ def pad_to(x: torch.Tensor, dim: int) -> torch.Tensor:
     return F.pad(x, (0, dim - x.shape[-1])) if x.shape[-1] < dim else x
 
 
+def make_inputs(
+    cfg: SmolVLAConfig, tokenizer: Any, images: list[torch.Tensor], state: torch.Tensor, tasks: list[str]
+) -> FlowInputs:
+    """LeRobot's SmolVLA pre-processing (after normalization) -> model inputs.
+
+    images: per camera float [B, 3, H, W] in [0, 1]; state: normalized [B, S]; tasks: B strings, each
+    ending in a newline before tokenizing (right padding to the longest or ``tokenizer_max_length``).
+    """
+    texts = [t if t.endswith("\n") else t + "\n" for t in tasks]
+    padding = "max_length" if cfg.pad_language_to == "max_length" else "longest"
+    enc = tokenizer(texts, padding=padding, padding_side="right", truncation=True,
+                    max_length=cfg.tokenizer_max_length, return_tensors="pt")
+    batch, device = state.shape[0], state.device
+    return FlowInputs(
+        images=[prepare_image(img.float(), cfg.image_size) for img in images],
+        image_masks=[torch.ones(batch, dtype=torch.bool, device=device) for _ in images],
+        tokens=enc["input_ids"].to(device),
+        token_masks=enc["attention_mask"].bool().to(device),
+        state=pad_to(state.float(), cfg.max_state_dim),
+    )
+
+
 def block_causal(pad: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
     """``pad [B, L]`` real tokens, ``blocks [B, L]`` 1 where a new causal block starts -> bool [B, L, L].
 

@@ -23,7 +23,7 @@ from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
 from policies.base import CheckpointError
 from policies.flow_vla.interface import FlowInputs
-from policies.flow_vla.smolvla import SmolVLA, SmolVLAConfig, pad_to, prepare_image
+from policies.flow_vla.smolvla import SmolVLA, SmolVLAConfig, make_inputs
 
 MODEL_PREFIX = "model."
 VLM_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json")
@@ -87,22 +87,11 @@ class SmolVLACheckpoint:
         Tasks end with a newline and are tokenized (right padding, ``pad_language_to``, truncated to
         ``tokenizer_max_length``); the state is normalized and zero-padded; images resized with padding.
         """
-        cfg = self.config
         missing = [k for k in self.image_keys if k not in images]
         if missing:
             raise KeyError(f"smolvla: observation lacks cameras {missing}; the checkpoint expects {self.image_keys}")
-        texts = [t if t.endswith("\n") else t + "\n" for t in tasks]
-        padding = "max_length" if cfg.pad_language_to == "max_length" else "longest"
-        enc = self.tokenizer(texts, padding=padding, padding_side="right", truncation=True,
-                             max_length=cfg.tokenizer_max_length, return_tensors="pt")
-        batch = state.shape[0]
-        return FlowInputs(
-            images=[prepare_image(images[k].float(), cfg.image_size) for k in self.image_keys],
-            image_masks=[torch.ones(batch, dtype=torch.bool) for _ in self.image_keys],
-            tokens=enc["input_ids"],
-            token_masks=enc["attention_mask"].bool(),
-            state=pad_to(self.state_norm.normalize(state.float()), cfg.max_state_dim),
-        )
+        state = self.state_norm.normalize(state.float())
+        return make_inputs(self.config, self.tokenizer, [images[k] for k in self.image_keys], state, tasks)
 
     def actions(self, chunk: torch.Tensor) -> torch.Tensor:
         """Model chunk ``[B, T, A_pad]`` (normalized) -> env actions ``[B, T, action_dim]``."""
