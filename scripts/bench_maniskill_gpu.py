@@ -65,13 +65,18 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _bounds(env: ManiSkillGPUEnv) -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.as_tensor(env.spec.action_low, device=env.device),
+            torch.as_tensor(env.spec.action_high, device=env.device))
+
+
 def time_maniskill(env: ManiSkillGPUEnv, steps: int, warmup: int, seed: int) -> float:
     """Env steps per second of ManiSkill's own vectorized loop on ``env``'s simulator."""
     from mani_skill.vector.wrappers.gymnasium import ManiSkillVectorEnv
 
     vec = ManiSkillVectorEnv(env.env, env.num_envs, ignore_terminations=False, record_metrics=True)
     B, A, dev = env.num_envs, env.spec.action_dim, env.device
-    low, high = env._low, env._high
+    low, high = _bounds(env)
     g = torch.Generator(device=dev).manual_seed(seed)
     vec.reset(seed=seed)
     for i in range(warmup + steps):
@@ -87,7 +92,7 @@ def time_maniskill(env: ManiSkillGPUEnv, steps: int, warmup: int, seed: int) -> 
 def time_vlarl(env: ManiSkillGPUEnv, steps: int, warmup: int, chunk: int, seed: int) -> float:
     """Env steps per second of vlarl's ``chunk_step`` (``steps`` rounded up to whole chunks)."""
     B, A, dev = env.num_envs, env.spec.action_dim, env.device
-    low, high = env._low, env._high
+    low, high = _bounds(env)
     g = torch.Generator(device=dev).manual_seed(seed)
     env.reset(seed=seed)
     n_warm, n = -(-warmup // chunk), -(-steps // chunk)

@@ -12,7 +12,8 @@
 # parts of a wheel cut across batches once all are there (sha256 checked against MANIFEST), and installs
 # every whole wheel with --no-deps into a target folder (the image's own torch/CUDA stay untouched).
 # Then vlarl itself (--no-deps). The tests run with PYTHONPATH=<repo>:<target>; output goes to $OUT
-# (the device tool brings it back): gpu_probe.txt, one log + junit xml per pytest run, summary.txt.
+# (the device tool brings back at most 8 files): gpu_probe.txt, gpu_tests.log (every run), summary.txt
+# (one line per run), junit.tar.gz.
 #
 # Which tests (tests/ read on 2026-11-23; `-m gpu` picks up any gpu test added later):
 #   1. every `gpu`-marked test, each node in its own pytest process (ManiSkill's GPU PhysX holds one
@@ -95,14 +96,17 @@ gpu_env() {  # PYTHONPATH, offline HF, Vulkan loaders: scripts/gpu/env.sh
 }
 
 PYTEST=(-m pytest -p no:cacheprovider -rA -q)
-run_pytest() {  # <label> <pytest args...>: one log + junit xml per run in $OUT; records pass/fail
+run_pytest() {  # <label> <pytest args...>: output appended to $OUT/gpu_tests.log, junit xml kept for the tarball
   local label="$1"; shift
-  if [ "$DRY" = 1 ]; then echo "[dry-run] $PY ${PYTEST[*]} $* > $OUT/$label.log"; return 0; fi
+  if [ "$DRY" = 1 ]; then echo "[dry-run] $PY ${PYTEST[*]} $* >> $OUT/gpu_tests.log"; return 0; fi
   echo "[test] $label: pytest $*"
-  "$PY" "${PYTEST[@]}" --junitxml="$OUT/$label.xml" "$@" >"$OUT/$label.log" 2>&1
+  mkdir -p "$OUT/.junit"
+  { echo "===== $label: pytest $*"; "$PY" "${PYTEST[@]}" --junitxml="$OUT/.junit/$label.xml" "$@" 2>&1; } \
+    >"$OUT/.junit/$label.log"
   local rc=$?
-  echo "$label rc=$rc $(tail -1 "$OUT/$label.log")" | tee -a "$OUT/summary.txt"
-  return $rc
+  cat "$OUT/.junit/$label.log" >>"$OUT/gpu_tests.log"
+  echo "$label rc=$rc $(tail -1 "$OUT/.junit/$label.log")" | tee -a "$OUT/summary.txt"
+  [ "$rc" = 0 ]
 }
 
 run_tests() {
@@ -129,7 +133,10 @@ print('mani_skill', mani_skill.__version__, 'sapien', sapien.__version__, 'ray',
   run_pytest contract_maniskill tests/simulators/test_contract.py -k maniskill || fails=$((fails + 1))
   VLARL_REQUIRE_ALL=1 run_pytest placement_sync tests/scheduler/test_placement.py tests/workers/test_weight_sync.py \
     || fails=$((fails + 1))
-  echo "[test] pytest runs failed: $fails (logs in $OUT)"
+  if [ "$DRY" = 0 ]; then  # the device brings back at most 8 files: one tarball of the junit xml files
+    tar -czf "$OUT/junit.tar.gz" -C "$OUT/.junit" . && rm -rf "$OUT/.junit"
+  fi
+  echo "[test] pytest runs failed: $fails (gpu_probe.txt, gpu_tests.log, summary.txt, junit.tar.gz in $OUT)"
   return $((fails > 0))
 }
 
