@@ -19,14 +19,16 @@ once with full fine-tuning, AdamW, and on CUDA reports the peak GPU memory of th
 update is: flow models re-score one Flow-SDE step (prefix pass + one velocity call, Gaussian log-prob of
 the stored next point), the look-alike policies run their own ``evaluate``; both then take the
 clipped PPO surrogate with random advantages, ``backward`` and ``optimizer.step``.
-``--grad-ckpt`` turns on gradient checkpointing in every Hugging Face sub-model that supports it (the
-count is printed: layers run by a model's own loop, outside HF's modules, are not checkpointed).
+``--grad-ckpt`` turns on gradient checkpointing: through the model config's ``gradient_checkpointing`` field
+where it has one (SmolVLA: trunk and expert layers), else in every Hugging Face sub-model that supports it
+(the count is printed; layers a model runs in its own loop are then not checkpointed).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import inspect
 import platform
@@ -77,9 +79,18 @@ def _first_param_annotation(cls: type) -> str:
     return a if isinstance(a, str) else getattr(a, "__name__", "")
 
 
-def model_builder(row: Row, tiny: bool, dtype: str = "bfloat16") -> Callable[[], nn.Module]:
+def model_builder(row: Row, tiny: bool, dtype: str = "bfloat16", grad_ckpt: bool = False) -> Callable[[], nn.Module]:
     """A zero-argument function that builds the row's model (call it under a device / dtype context; a
-    look-alike policy takes ``dtype`` through its own config, which casts the backbone and keeps its heads)."""
+    look-alike policy takes ``dtype`` through its own config, which casts the backbone and keeps its heads).
+    ``grad_ckpt``: a config with a ``gradient_checkpointing`` field gets it on (the builder's
+    ``ckpt_by_config`` says so); otherwise ``enable_checkpointing`` is applied after the build."""
+    build = _model_builder(row, tiny, dtype, grad_ckpt)
+    if not hasattr(build, "ckpt_by_config"):
+        build.ckpt_by_config = False
+    return build
+
+
+def _model_builder(row: Row, tiny: bool, dtype: str, grad_ckpt: bool) -> Callable[[], nn.Module]:
     try:
         mod = importlib.import_module(row.module)
     except ModuleNotFoundError as e:
@@ -105,14 +116,21 @@ def model_builder(row: Row, tiny: bool, dtype: str = "bfloat16") -> Callable[[],
         if not hasattr(mod, "published_config"):
             raise Skip(f"{row.module} has no published_config(variant)")
         cfg = mod.published_config(row.variant)
+    by_config = grad_ckpt and dataclasses.is_dataclass(cfg) and hasattr(cfg, "gradient_checkpointing")
+    if by_config:
+        cfg = dataclasses.replace(cfg, gradient_checkpointing=True)
     if hasattr(mod, "build_model"):
-        return lambda: mod.build_model(cfg)
+        build = lambda: mod.build_model(cfg)  # noqa: E731
+        build.ckpt_by_config = by_config
+        return build
     name = type(cfg).__name__
     classes = [c for c in vars(mod).values() if isinstance(c, type) and issubclass(c, nn.Module)
                and c.__module__ == mod.__name__ and _first_param_annotation(c) == name]
     if len(classes) != 1:
         raise Skip(f"{row.module}: no single nn.Module built from {name} (found {[c.__name__ for c in classes]})")
-    return lambda: classes[0](cfg)
+    build = lambda: classes[0](cfg)  # noqa: E731
+    build.ckpt_by_config = by_config
+    return build
 
 
 @contextlib.contextmanager
@@ -309,7 +327,7 @@ def measure(row: Row, args: argparse.Namespace) -> list[dict[str, Any]]:
     dtype = getattr(torch, args.dtype)
     out: dict[str, Any] = {"model": row.name, "variant": row.variant}
     try:
-        build = model_builder(row, args.tiny, args.dtype)
+        build = model_builder(row, args.tiny, args.dtype, args.grad_ckpt)
         meta, meta_s = build_on_meta(build)
         out["params"], out["trainable"] = count_parameters(meta)
         out["meta_s"] = meta_s
@@ -334,7 +352,8 @@ def measure(row: Row, args: argparse.Namespace) -> list[dict[str, Any]]:
                 line["mode"] = mode
                 model = set_trainable(model, mode, args.lora_rank)
                 if args.grad_ckpt:
-                    line["ckpt"] = enable_checkpointing(model)
+                    line["ckpt"] = ("by its config" if build.ckpt_by_config
+                                    else f"{enable_checkpointing(model)} HF sub-models")
                 line["update_trainable"] = count_parameters(model)[1]
                 line["update_s"], line["peak_gib"] = time_update(row, model, args.batch, args.device, dtype)
         except Skip as e:
@@ -367,7 +386,8 @@ def print_table(lines: list[dict[str, Any]], args: argparse.Namespace) -> None:
               f"{_fmt(d.get('trainable'), ',d'):>14s} {_fmt(d.get('meta_s'), '.2f'):>12s} "
               f"{_fmt(d.get('build_s'), '.2f'):>12s} {_fmt(d.get('chunk_s'), '.4f'):>9s} "
               f"{d.get('mode', '-'):>6s} {_fmt(d.get('update_trainable'), ',d'):>14s} "
-              f"{_fmt(d.get('update_s'), '.4f'):>9s} {_fmt(d.get('peak_gib'), '.2f'):>9s}  {d.get('note', '')}")
+              f"{_fmt(d.get('update_s'), '.4f'):>9s} {_fmt(d.get('peak_gib'), '.2f'):>9s}  "
+              + "; ".join(x for x in (d.get("note", ""), f"grad-ckpt: {d['ckpt']}" if "ckpt" in d else "") if x))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -128,6 +128,15 @@ def test_vla_memory_tiny_table_times_chunk_and_both_updates(capsys):
         assert "error" not in pi0 and "skipped" not in pi0, pi0
 
 
+def test_vla_memory_grad_ckpt_goes_through_the_model_config(capsys):
+    bench = _script("bench_vla_memory")
+    assert bench.main(["--tiny", "--update", "--grad-ckpt", "--batch", "2", "--models", "smolvla"]) == 0
+    rows = [x for x in capsys.readouterr().out.splitlines() if x.startswith("smolvla ")]
+    assert len(rows) == 2 and all(r.endswith("grad-ckpt: by its config") for r in rows), rows
+    built = bench.model_builder(next(r for r in bench.ROWS if r.name == "smolvla"), tiny=True, grad_ckpt=True)()
+    assert built.vlm_with_expert.gradient_checkpointing
+
+
 def test_vla_memory_bad_model_name_is_one_line_exit_2(capsys):
     bench = _script("bench_vla_memory")
     assert bench.main(["--models", "gpt5"]) == 2
