@@ -81,6 +81,7 @@ class SmolVLAConfig:
     max_state_dim: int = 32
     max_action_dim: int = 32
     image_size: int = 512  # LeRobot's resize_imgs_with_padding (square)
+    empty_cameras: int = 0  # cameras the checkpoint may be run without (blank image, masked out)
     tokenizer_max_length: int = 48
     pad_language_to: str = "longest"
     min_period: float = 4e-3
@@ -139,21 +140,25 @@ def pad_to(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 def make_inputs(
-    cfg: SmolVLAConfig, tokenizer: Any, images: list[torch.Tensor], state: torch.Tensor, tasks: list[str]
+    cfg: SmolVLAConfig, tokenizer: Any, images: list[torch.Tensor], state: torch.Tensor, tasks: list[str],
+    empty: int = 0,
 ) -> FlowInputs:
     """LeRobot's SmolVLA pre-processing (after normalization) -> model inputs.
 
     images: per camera float [B, 3, H, W] in [0, 1]; state: normalized [B, S]; tasks: B strings, each
-    ending in a newline before tokenizing (right padding to the longest or ``tokenizer_max_length``).
+    ending in a newline before tokenizing (right padding to the longest or ``tokenizer_max_length``);
+    ``empty`` absent cameras follow as blank (-1) images whose tokens are masked out.
     """
     texts = [t if t.endswith("\n") else t + "\n" for t in tasks]
     padding = "max_length" if cfg.pad_language_to == "max_length" else "longest"
     enc = tokenizer(texts, padding=padding, padding_side="right", truncation=True,
                     max_length=cfg.tokenizer_max_length, return_tensors="pt")
     batch, device = state.shape[0], state.device
+    pixels = [prepare_image(img.float(), cfg.image_size) for img in images]
+    blank = torch.full_like(pixels[-1], -1.0)
     return FlowInputs(
-        images=[prepare_image(img.float(), cfg.image_size) for img in images],
-        image_masks=[torch.ones(batch, dtype=torch.bool, device=device) for _ in images],
+        images=pixels + [blank] * empty,
+        image_masks=[torch.full((batch,), i < len(pixels), device=device) for i in range(len(pixels) + empty)],
         tokens=enc["input_ids"].to(device),
         token_masks=enc["attention_mask"].bool().to(device),
         state=pad_to(state.float(), cfg.max_state_dim),

@@ -87,11 +87,13 @@ class SmolVLACheckpoint:
         Tasks end with a newline and are tokenized (right padding, ``pad_language_to``, truncated to
         ``tokenizer_max_length``); the state is normalized and zero-padded; images resized with padding.
         """
-        missing = [k for k in self.image_keys if k not in images]
-        if missing:
-            raise KeyError(f"smolvla: observation lacks cameras {missing}; the checkpoint expects {self.image_keys}")
+        present = [k for k in self.image_keys if k in images]
+        missing = len(self.image_keys) - len(present)
+        if not present or missing > self.config.empty_cameras:
+            raise KeyError(f"smolvla: observation has cameras {sorted(images)}; the checkpoint expects "
+                           f"{self.image_keys} (at most {self.config.empty_cameras} absent)")
         state = self.state_norm.normalize(state.float())
-        return make_inputs(self.config, self.tokenizer, [images[k] for k in self.image_keys], state, tasks)
+        return make_inputs(self.config, self.tokenizer, [images[k] for k in present], state, tasks, missing)
 
     def actions(self, chunk: torch.Tensor) -> torch.Tensor:
         """Model chunk ``[B, T, A_pad]`` (normalized) -> env actions ``[B, T, action_dim]``."""

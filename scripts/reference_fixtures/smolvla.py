@@ -6,12 +6,12 @@ Creates ``.reference-envs/smolvla`` (lerobot 0.4.4 --no-deps on stock transforme
 0.28.0 --no-deps with an operator-schema shim; see /work/shared/REFERENCES.md), then re-runs itself
 inside it. There it writes, under ``tests/fixtures/reference/smolvla/``:
 
-* ``checkpoint/``: a tiny random-weight SmolVLA saved by LeRobot itself (config.json,
+* ``checkpoint/`` (published settings) and ``variant/`` (the other reference paths): a tiny random-weight SmolVLA saved by LeRobot itself (config.json,
   model.safetensors, policy_preprocessor*/policy_postprocessor* with MEAN_STD statistics) and
   ``checkpoint/vlm/``: the tiny SmolVLM config + processor + tokenizer the config points at;
-* ``io.safetensors``: raw observations, the model-level inputs LeRobot's pre-processing made from
+* ``<name>/io.safetensors``: raw observations, the model-level inputs LeRobot's pre-processing made from
   them, the noise, every denoising step's velocity, the normalized padded chunk and the final actions;
-* ``io.json``: the task strings and the versions used.
+* ``<name>/io.json``: the task strings and the versions used.
 
 All parameters are redrawn from a seed (default HF init leaves biases and norm scales constant).
 """
@@ -77,16 +77,17 @@ def byte_tokenizer():
     return fast
 
 
-def write_vlm(folder: Path) -> None:
+def write_vlm(folder: Path, width: int, heads: int, kv_heads: int) -> None:
     from transformers import SmolVLMConfig, SmolVLMImageProcessor, SmolVLMProcessor, SmolVLMVideoProcessor
 
     tok = byte_tokenizer()
     config = SmolVLMConfig(
         scale_factor=2, image_token_id=tok.convert_tokens_to_ids("<image>"), tie_word_embeddings=False,
-        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+        vision_config={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
                        "num_attention_heads": 2, "patch_size": 8, "image_size": 32},
-        text_config={"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 6,
-                     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "vocab_size": 300,
+        text_config={"model_type": "llama", "hidden_size": width, "intermediate_size": 2 * width,
+                     "num_hidden_layers": 6, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+                     "head_dim": 8, "vocab_size": len(tok),
                      "rms_norm_eps": 1e-5, "max_position_embeddings": 512, "tie_word_embeddings": False,
                      "pad_token_id": tok.pad_token_id},
     )
@@ -113,8 +114,25 @@ def redraw(module, seed: int) -> None:
                 p.copy_(torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
 
 
-def build() -> None:
-    shim_torchvision_ops()
+VARIANTS = {
+    # published SmolVLA settings (chunk 50, 10 steps, dims padded to 32, expert interleaving SA/CA every 2)
+    # on a 6-layer VLM cut to 4; two cameras of different aspect ratios
+    "checkpoint": dict(
+        vlm=(24, 3, 1), cameras={"observation.images.top": (3, 24, 40), "observation.images.wrist": (3, 32, 32)},
+        state_dim=6, action_dim=5, config={},
+    ),
+    # the other reference paths: image special tokens, an expert of half the depth (SA at VLM layer 0, CA
+    # at layer 2), an empty (absent) camera, a prefix padded to a fixed length, language padded to max_length
+    "variant": dict(
+        vlm=(16, 2, 1), cameras={"observation.images.top": (3, 32, 24)}, state_dim=4, action_dim=3,
+        config=dict(add_image_special_tokens=True, num_expert_layers=2, self_attn_every_n_layers=4,
+                    empty_cameras=1, prefix_length=48, pad_language_to="max_length", chunk_size=8,
+                    n_action_steps=8, num_steps=5, max_state_dim=8, max_action_dim=8),
+    ),
+}
+
+
+def build(name: str, vlm: tuple[int, int, int], cameras: dict, state_dim: int, action_dim: int, config: dict) -> None:
     import lerobot
     import torch
     import transformers
@@ -124,29 +142,29 @@ def build() -> None:
     from lerobot.policies.smolvla.processor_smolvla import make_smolvla_pre_post_processors
     from safetensors.torch import save_file
 
-    torch.set_num_threads(1)
     torch.manual_seed(SEED)
-    ckpt = OUT / "checkpoint"
+    ckpt = OUT / name
     ckpt.mkdir(parents=True, exist_ok=True)
-    write_vlm(ckpt / "vlm")
+    write_vlm(ckpt / "vlm", *vlm)
     os.chdir(ckpt)  # the config records vlm_model_name="vlm", relative to the checkpoint
-    cameras = {"observation.images.top": (3, 24, 40), "observation.images.wrist": (3, 32, 32)}
     config = SmolVLAConfig(
         vlm_model_name="vlm", load_vlm_weights=False, device="cpu", num_vlm_layers=4,
         resize_imgs_with_padding=(32, 32), tokenizer_max_length=16,
         input_features={
             **{k: PolicyFeature(type=FeatureType.VISUAL, shape=s) for k, s in cameras.items()},
-            "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(6,)),
+            "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(state_dim,)),
         },
-        output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(5,))},
+        output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(action_dim,))},
+        **config,
     )
     policy = SmolVLAPolicy(config)
     redraw(policy, SEED)
     policy.eval()
     g = torch.Generator().manual_seed(SEED + 1)
     stats = {
-        "observation.state": {"mean": torch.randn(6, generator=g), "std": 0.5 + torch.rand(6, generator=g)},
-        "action": {"mean": torch.randn(5, generator=g), "std": 0.5 + torch.rand(5, generator=g)},
+        "observation.state": {"mean": torch.randn(state_dim, generator=g),
+                              "std": 0.5 + torch.rand(state_dim, generator=g)},
+        "action": {"mean": torch.randn(action_dim, generator=g), "std": 0.5 + torch.rand(action_dim, generator=g)},
     }
     pre, post = make_smolvla_pre_post_processors(config, dataset_stats=stats)
     policy.save_pretrained(ckpt)
@@ -155,7 +173,7 @@ def build() -> None:
 
     batch_size = 2
     raw = {k: torch.rand(batch_size, *s, generator=g) for k, s in cameras.items()}
-    raw["observation.state"] = torch.randn(batch_size, 6, generator=g)
+    raw["observation.state"] = torch.randn(batch_size, state_dim, generator=g)
     noise = torch.randn(batch_size, config.chunk_size, config.max_action_dim, generator=g)
     processed = pre({**{k: v.clone() for k, v in raw.items()}, "task": list(TASKS)})
 
@@ -192,19 +210,24 @@ def build() -> None:
         "chunk": chunk,
         "actions": actions,
     }
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(OUT / "io.safetensors"))
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(ckpt / "io.safetensors"))
     meta = {
         "tasks": TASKS, "cameras": list(cameras), "seed": SEED,
         "versions": {"lerobot": lerobot.__version__, "transformers": transformers.__version__,
                      "torch": torch.__version__},
     }
-    (OUT / "io.json").write_text(json.dumps(meta, indent=2) + "\n")
-    print(f"[smolvla] wrote {OUT}: actions {tuple(actions.shape)}, chunk |max| {chunk.abs().max():.3f}")
+    (ckpt / "io.json").write_text(json.dumps(meta, indent=2) + "\n")
+    print(f"[smolvla] wrote {ckpt}: actions {tuple(actions.shape)}, chunk |max| {chunk.abs().max():.3f}")
 
 
 def main() -> int:
     if "--inside" in sys.argv:
-        build()
+        import torch
+
+        shim_torchvision_ops()
+        torch.set_num_threads(1)
+        for name, spec in VARIANTS.items():
+            build(name, **spec)
         return 0
     python = ensure_env()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": ""}
