@@ -111,3 +111,37 @@ def test_published_config_is_smolvla_base_size():
     assert m.vlm_with_expert.expert_hidden_size == 720
     assert (m.chunk_size, m.num_steps, m.max_action_dim, m.max_state_dim) == (50, 10, 32, 32)
     assert 440e6 < total < 460e6 and 95e6 < expert < 105e6  # the paper's ~450M model with a ~100M expert
+
+
+def _spec(state: int, action: int, cams: list[str]):
+    from policies.base import PolicySpec
+
+    return PolicySpec(state_dim=state, action_dim=action, action_low=[-1.0] * action, action_high=[1.0] * action,
+                      image_keys=cams)
+
+
+def test_env_observations_drive_a_tiny_smolvla_and_a_loaded_checkpoint():
+    from pathlib import Path
+
+    from policies.flow_vla.smolvla_adapter import build_smolvla
+
+    torch.manual_seed(0)
+    arch = build_smolvla(tiny_config(), _spec(5, 4, ["base_camera"]))
+    g = torch.Generator().manual_seed(3)
+    obs = {"images": {"base_camera": torch.randint(0, 256, (2, 48, 64, 3), dtype=torch.uint8, generator=g)},
+           "instruction": ["push the cube", "pick the cube up"]}
+    inputs = arch.inputs(obs, torch.randn(2, 5, generator=g))
+    assert inputs.images[0].shape == (2, 3, 32, 32) and inputs.images[0].min() >= -1.0
+    assert inputs.state.shape == (2, 8) and bool((inputs.state[:, 5:] == 0).all())
+    assert inputs.token_masks[0].sum() < inputs.token_masks[1].sum()  # the shorter task is padded
+    with torch.no_grad():
+        chunk = arch.model.sample_actions(inputs, torch.randn(2, 4, 8, generator=g))
+    assert chunk.shape == (2, 4, 8) and torch.isfinite(chunk).all()
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "reference" / "smolvla"
+    loaded = build_smolvla(None, _spec(4, 3, ["front"]), pretrained_path=fixtures / "variant")
+    assert loaded.cameras == ["front"] and loaded.empty_cameras == 1  # the checkpoint's empty camera
+    with pytest.raises(ValueError, match="action dim 7 differs"):
+        build_smolvla(None, _spec(6, 7, ["top", "wrist"]), pretrained_path=fixtures / "checkpoint")
+    with pytest.raises(ValueError, match="exceed max_state_dim"):
+        build_smolvla(tiny_config(), _spec(9, 4, ["base_camera"]))
