@@ -292,8 +292,9 @@ class Runner:
                     # GRPO groups start every episode at the trajectory's first step
                     fresh = algorithm_spec(cfg.algorithm.name).rollout == "groups"
                     gamma = getattr(cfg.algorithm, "gamma", 1.0)  # GRPO scores undiscounted episodes
-                    reward_metrics = apply_process_reward(traj, self.reward_worker, cfg.reward, gamma,
-                                                          fresh_episodes=fresh)
+                    traj, obs_parts, steps, reward_metrics = supervisor.rewarded(  # restarts a dead critic
+                        self, collect, (traj, obs_parts, steps), lambda t, g=gamma, f=fresh: apply_process_reward(
+                            t, self.reward_worker, cfg.reward, g, fresh_episodes=f))  # the worker current at call
                 t1 = time.time()
                 train_ref, prefetched = self.actor.train.remote(traj), None
                 if cfg.placement.async_rollout and self.env_steps + steps < cfg.total_env_steps:

@@ -66,3 +66,32 @@ def test_too_many_deaths_stop_the_run_with_the_named_error(tmp_path, monkeypatch
     msg = str(info.value)
     assert "env worker 1" in msg and "PushCube-v1" in msg and f"resume={tmp_path / 'run'}" in msg
     assert "2 env worker deaths within 10 iterations" in msg and "\n" not in msg
+
+
+@pytest.mark.slow  # Ray + ManiSkill + a tiny critic in its own process: ~60 s on a loaded 2-core machine
+def test_killed_reward_worker_is_recreated_and_the_run_finishes(tmp_path, monkeypatch, capsys):
+    from policies.critics import ProcessRewardConfig, ProcessRewardCritic
+    from vlarl import rewards
+
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    ProcessRewardCritic(ProcessRewardConfig(
+        image_size=32, patch_size=8, vision_hidden=32, vision_layers=1, vision_heads=2, lm_hidden=32, lm_layers=1,
+        lm_heads=2, lm_kv_heads=1, tokens_per_frame=4, max_instruction_tokens=32)).save_pretrained(tmp_path / "critic")
+    original, calls = rewards.apply_process_reward, []
+
+    def apply_after_crash(traj, worker, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the second iteration's critic dies before it scores
+            _kill_worker_process(worker)
+        return original(traj, worker, *args, **kwargs)
+
+    monkeypatch.setattr("vlarl.runner.apply_process_reward", apply_after_crash)
+    cfg = load_train_config([*SMALL, "env.num_workers=1", "env.critic_camera=base_camera", "env.image_size=32",
+                             "reward=vlm_critic", f"reward.critic_path={tmp_path / 'critic'}"])
+    (tmp_path / "run").mkdir()
+    final = run_training(cfg, tmp_path / "run")
+    assert final["iterations"] == 3 and len(calls) == 4  # iteration 1 scored twice: the dead critic, the new one
+    last = read_metrics(tmp_path / "run")[-2]
+    assert last["faults/reward_worker_deaths"] == 1 and last["faults/episodes_dropped"] == 4
+    assert "warning: reward worker (critic" in capsys.readouterr().out

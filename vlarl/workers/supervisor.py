@@ -1,4 +1,4 @@
-"""Survive a dead env worker: re-create it, drop the episodes it interrupted, count it, and go on.
+"""Survive a dead env or reward worker: re-create it, drop the episodes it interrupted, count it, and go on.
 
 A simulator that segfaults or is killed takes its Ray actor with it. The supervisor wraps one rollout
 (``collect``): when the rollout fails because an env worker died, it
@@ -9,7 +9,10 @@ A simulator that segfaults or is killed takes its Ray actor with it. The supervi
    full batch) and counts them in ``faults/episodes_dropped``,
 4. resets all envs with the iteration's seeds and collects the iteration again.
 
-``faults.max_worker_deaths`` deaths within ``faults.death_window_iterations`` iterations mean the
+A dead reward worker (the VLM critic's process) is handled the same way (``rewarded``): re-created, and the
+iteration collected again from reset envs, since a new critic knows no running episode's start frame.
+
+``faults.max_worker_deaths`` deaths (env and reward workers together) within ``faults.death_window_iterations`` iterations mean the
 simulator crashes for a reason a restart does not fix: the run stops with the named error of
 ``vlarl.workers.crash`` and the resume command. The window counts iterations, not seconds, so the rule is
 deterministic.
@@ -34,7 +37,8 @@ class WorkerSupervisor:
         self.max_deaths = max_deaths
         self.window = window_iterations
         self.deaths: deque[int] = deque()  # iteration of each death inside the window
-        self.counts = {"env_worker_deaths": 0, "env_worker_restarts": 0, "episodes_dropped": 0}
+        self.counts = {"env_worker_deaths": 0, "env_worker_restarts": 0, "reward_worker_deaths": 0,
+                       "episodes_dropped": 0}
 
     def metrics(self) -> dict[str, float]:
         """Run totals as ``faults/*`` metrics."""
@@ -62,11 +66,49 @@ class WorkerSupervisor:
                 self._restart(runner, k)
                 obs_parts = runner._reset_envs()  # the iteration's seeds: the same episodes start again
 
-    def _record_death(self, exc: BaseException, runner: Any, k: int) -> None:
-        it = runner.iteration
+    def rewarded(self, runner: Any, collect: Callable[[list[dict[str, Any]]], Any], collected: tuple[Any, Any, int],
+                 apply_reward: Callable[[Any], dict[str, float]]) -> tuple[Any, Any, int, dict[str, float]]:
+        """``apply_reward(traj)`` on the collected ``(traj, obs_parts, steps)``; when the reward worker died, it is
+        re-created and the iteration collected again from freshly reset envs (a new critic knows no episode's
+        start frame, so the interrupted episodes are dropped). Returns (traj, obs_parts, steps, reward metrics)."""
+        traj, obs_parts, steps = collected
+        while True:
+            try:
+                return traj, obs_parts, steps, apply_reward(traj)
+            except ray.exceptions.RayActorError as exc:
+                if getattr(exc, "actor_id", None) != actor_hex(runner.reward_worker):
+                    raise
+                self._record_reward_death(exc, runner)
+                from vlarl import scheduler
+                from vlarl.workers.reward_worker import RewardWorker
+
+                cfg = runner.cfg
+                runner.reward_worker = scheduler.remote(RewardWorker, 0.0).remote(cfg.reward, cfg.torch_threads)
+                traj, obs_parts, steps = self.collect(runner, collect, runner._reset_envs())
+
+    def _in_window(self, it: int) -> int:
         self.deaths.append(it)
         while self.deaths and self.deaths[0] <= it - self.window:
             self.deaths.popleft()
+        return len(self.deaths)
+
+    def _record_reward_death(self, exc: BaseException, runner: Any) -> None:
+        it, cfg = runner.iteration, runner.cfg
+        n = self._in_window(it)
+        self.counts["reward_worker_deaths"] += 1
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        what = f"reward worker (critic {cfg.reward.critic_path}, iteration {it}) died: {cause}"
+        if n >= self.max_deaths:
+            raise WorkerDiedError(f"{what} -- {n} worker deaths within {self.window} iterations "
+                                  f"(faults.max_worker_deaths={self.max_deaths}); the last checkpoint is intact: "
+                                  f"continue with `vlarl-train resume={runner.run_dir}`") from exc
+        self.counts["episodes_dropped"] += cfg.env.num_envs
+        print(f"[vlarl] warning: {what}; re-creating it and collecting iteration {it} again "
+              f"({cfg.env.num_envs} in-progress episodes dropped)", flush=True)
+
+    def _record_death(self, exc: BaseException, runner: Any, k: int) -> None:
+        it = runner.iteration
+        self._in_window(it)
         self.counts["env_worker_deaths"] += 1
         named = describe_dead_env_worker(exc, runner.env_workers, str(runner.cfg.env.task), runner.reset_seeds,
                                          it, str(runner.run_dir))
