@@ -75,7 +75,7 @@ def check_checkpoints(run_dir: Path) -> tuple[int, int, list[str]]:
     import torch
 
     from policies.base import Policy
-    from vlarl.evaluation.checkpoint_files import checkpoint_problem
+    from vlarl.checkpoint_files import checkpoint_problem
 
     problems, newest, n = [], -1, 0
     for c in sorted((run_dir / "checkpoints").glob("iter_*")):

@@ -9,7 +9,7 @@ import pytest
 from policies.base import CheckpointError, Policy
 from tests.helpers.checkpoints import checkpoint_writer, truncate, write_checkpoint
 from vlarl.checkpoint import CheckpointWriteError, checkpoint_root, latest_checkpoint, save_checkpoint
-from vlarl.evaluation.checkpoint_files import check_checkpoint
+from vlarl.checkpoint_files import check_checkpoint
 
 
 def test_latest_points_at_newest_and_old_ones_are_pruned(tmp_path):

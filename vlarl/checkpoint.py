@@ -114,7 +114,7 @@ def latest_checkpoint(run_dir: str | Path, warn: bool = True) -> Path | None:
 
     ``latest`` is tried first; when it dangles or its checkpoint is corrupt (a truncated file after a crash
     or a copy), the newest complete ``iter_*`` is used instead and a warning names what was skipped."""
-    from vlarl.evaluation.checkpoint_files import checkpoint_problem
+    from vlarl.checkpoint_files import checkpoint_problem
 
     root = checkpoint_root(run_dir)
     link = root / LATEST

@@ -32,7 +32,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
     if not p.is_dir() or missing:
         raise CheckpointError(f"init_from='{path}' is not a policy directory (missing {missing or 'directory'}); "
                               f"point it at a save_pretrained dir or <run_dir>/checkpoints/latest")
-    from vlarl.evaluation.checkpoint_files import checkpoint_problem
+    from vlarl.checkpoint_files import checkpoint_problem
 
     problem = checkpoint_problem(p)  # a truncated or unreadable file, named, before a run directory exists
     if problem:

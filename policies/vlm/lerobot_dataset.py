@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from policies.vlm.sft import Episode
+from policies.vlm.episode import Episode
 
 INFO_PATH = "meta/info.json"
 TASKS_PATH = "meta/tasks.parquet"

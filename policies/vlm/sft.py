@@ -11,18 +11,13 @@ final observation after the last action is included). The instruction is not sto
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-
-@dataclass
-class Episode:
-    state: np.ndarray  # [L, D] observation before each action
-    actions: np.ndarray  # [L, A]
+from policies.vlm.episode import Episode
 
 
 def read_maniskill_h5(path: str | os.PathLike, max_episodes: int | None = None) -> list[Episode]:

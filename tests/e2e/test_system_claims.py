@@ -38,7 +38,7 @@ def vla_run(tmp_path_factory):
 
 def test_vla_trains_through_the_runner_and_checkpoints(vla_run):
     from vlarl.checkpoint import latest_checkpoint
-    from vlarl.evaluation.checkpoint_files import check_checkpoint
+    from vlarl.checkpoint_files import check_checkpoint
 
     run_dir, final = vla_run
     assert final["iterations"] == 2 and final["env_steps"] == 16 and final["episodes"] == 2

@@ -63,8 +63,8 @@ def main(args: list[str]) -> int:
     from simulators.base import EnvError
     from simulators.registry import env_class, make_env
     from vlarl.checkpoint import load_env_config
+    from vlarl.checkpoint_files import check_checkpoint
     from vlarl.config import ConfigError, load_eval_config
-    from vlarl.evaluation.checkpoint_files import check_checkpoint
     from vlarl.evaluation.protocol import check_policy_fits_env, evaluate
     from vlarl.evaluation.remote import RemotePolicy, is_server_address
     from vlarl.evaluation.suites import SuiteError, build_env_config, evaluate_suite, get_suite, suite_tasks

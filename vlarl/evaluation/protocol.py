@@ -23,6 +23,7 @@ from tqdm import tqdm
 from simulators.base import EPISODE_METRICS
 from simulators.registry import make_env
 from vlarl.data.metrics import wilson_interval
+from vlarl.evaluation.acting import policy_actions
 
 
 @dataclass
@@ -38,11 +39,6 @@ class TaskPlan:
 def plan_task(env_cfg: Any, episodes: int, seed: int, num_init_states: int = 0) -> TaskPlan:
     ids = [k % num_init_states for k in range(episodes)] if num_init_states > 0 else None
     return TaskPlan(str(getattr(env_cfg, "task", "")), env_cfg, [seed + k for k in range(episodes)], ids)
-
-
-def _policy_actions(policy: Any, obs: dict[str, Any], deterministic: bool) -> torch.Tensor:
-    with torch.no_grad():
-        return policy.act(obs) if deterministic else policy.sample(obs).actions
 
 
 def _pad(xs: list[int], n: int) -> list[int]:
@@ -88,7 +84,7 @@ def run_plan(policy: Any, plan: TaskPlan, num_envs: int, deterministic: bool = T
             obs = env.reset(seed=seeds, reset_state_ids=ids)
             finished: dict[int, dict[str, Any]] = {}
             while len(finished) < n:
-                res = env.chunk_step(_policy_actions(policy, obs, deterministic))
+                res = env.chunk_step(policy_actions(policy, obs, deterministic))
                 for i in torch.nonzero(res.done).flatten().tolist():
                     if i < n and i not in finished:
                         ep: dict[str, Any] = {k: float(res.episode[k][i]) for k in EPISODE_METRICS}

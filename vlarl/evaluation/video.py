@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from simulators.registry import make_env
+from vlarl.evaluation.acting import policy_actions
 
 
 def _border(tile: np.ndarray, success: bool) -> np.ndarray:
@@ -110,8 +111,6 @@ def record_video(
         return None
     import imageio.v2 as imageio
 
-    from vlarl.evaluation.protocol import _policy_actions
-
     env = make_env(env_cfg, num_envs=episodes, render=True)
     try:
         obs = env.reset(seed=[seed + i for i in range(episodes)],
@@ -123,7 +122,7 @@ def record_video(
         rec = _EpisodeFrames(first)
         per_step = hasattr(env, "step_callback") and callable(getattr(env, "render_scene", None))
         while rec.running:
-            actions = _policy_actions(policy, obs, deterministic)
+            actions = policy_actions(policy, obs, deterministic)
             if per_step:
                 res = _step_with_callback(env, actions, rec)
                 for i in rec.running:

@@ -26,7 +26,7 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, formats: list
                       opset: int = 0) -> dict[str, Any]:
     """Load a ``save_pretrained`` directory (weights, config, normalization, processor) and export it."""
     from policies.base import Policy
-    from vlarl.evaluation.checkpoint_files import check_checkpoint
+    from vlarl.checkpoint_files import check_checkpoint
 
     check_checkpoint(checkpoint)  # a corrupt file in one line; a VLA without its processor would load defaults
     policy = Policy.from_pretrained(checkpoint)
