@@ -15,7 +15,8 @@
 # Left out on purpose (the GPU runs do not need them; each would cost a batch): ray's dashboard extras
 # (plain `ray`), ruff (lint runs on CPU), imageio-ffmpeg (video files only), and of mani-skill's needs
 # opencv-python (the image's opencv-python-headless gives the same cv2), mplib and toppra (motion-planning
-# examples only). The device installs with --no-deps, so their absence stops nothing.
+# examples only), and IPython's jedi/parso (completion only; mani-skill imports IPython.display, which
+# loads neither). The device installs with --no-deps, so their absence stops nothing.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
@@ -47,7 +48,7 @@ treescope triton typer typing-extensions typing-inspect urllib3 uvloop wadler-li
 xarray xxhash yarl zipp"
 # Source-only releases that are pure Python: built here into a py3-none-any wheel.
 PURE_SDISTS="antlr4-python3-runtime==4.9.3"
-SKIP="ruff imageio-ffmpeg opencv-python mplib toppra"
+SKIP="ruff imageio-ffmpeg opencv-python mplib toppra jedi parso"
 PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
            --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 TARGET=(--only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 --abi abi3 --abi none
