@@ -10,6 +10,7 @@ a final checkpoint and an evaluation on held-out seeds (JSON + MP4).
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import asdict
@@ -23,8 +24,8 @@ from policies.base import PolicySpec
 from simulators.base import EnvSpec
 from vlarl import scheduler
 from vlarl.algorithms.extras import StepExtras
-from vlarl.algorithms.grpo import group_reset_ids, select_groups
-from vlarl.algorithms.registry import algorithm_spec, episode_horizon
+from vlarl.algorithms.registry import algorithm_spec
+from vlarl.algorithms.spec import SEED_STRIDE
 from vlarl.checkpoint import latest_checkpoint, load_reference, save_checkpoint, save_reference
 from vlarl.data.metrics import EpisodeStats
 from vlarl.data.trajectory import Trajectory, stack_cat_obs
@@ -61,6 +62,7 @@ class Runner:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.iteration = 0
+        self.algorithm_state: dict[str, Any] = {}  # an algorithm's collect keeps its own state here
         self.env_steps = 0
         self.wall_offset = 0.0  # wall seconds spent by earlier (resumed) segments of this run
         self.stats = EpisodeStats(window=max(32, cfg.env.num_envs * 2))
@@ -164,12 +166,18 @@ class Runner:
 
     def _reset_envs(self) -> list[dict[str, Any]]:
         """Training seeds: small integers derived from ``seed`` and the iteration (never eval's)."""
-        base = self.cfg.seed * 100_003 + self.iteration * self.cfg.env.num_envs
+        base = self.cfg.seed * SEED_STRIDE + self.iteration * self.cfg.env.num_envs
         if self.reward_worker is not None:
             ray.get(self.reward_worker.reset_state.remote())  # episodes start afresh: forget start frames
         self.reset_seeds = [[base + i * self.per_worker + j for j in range(self.per_worker)]
                             for i in range(len(self.env_workers))]
         return ray.get([w.reset.remote(seeds) for w, seeds in zip(self.env_workers, self.reset_seeds, strict=True)])
+
+    def reset_envs(self, reset_state_ids: list[int] | None) -> list[dict[str, Any]]:
+        """Reset every env to ``reset_state_ids`` (one per env; group rollouts) -> obs per env worker."""
+        k = self.per_worker
+        return ray.get([w.reset.remote(None, reset_state_ids[i * k:(i + 1) * k] if reset_state_ids else None)
+                        for i, w in enumerate(self.env_workers)])
 
     # -- one rollout ----------------------------------------------------------------------------
     def collect(self, obs_parts: list[dict[str, Any]], num_steps: int = 0,
@@ -232,32 +240,6 @@ class Runner:
             traj.extras[next_frames_key(self.reward_cam)] = torch.stack(next_frames)
         return traj, obs_parts, steps
 
-    def collect_groups(self, obs_parts: list[dict[str, Any]]) -> tuple[Trajectory, list[dict[str, Any]], int]:
-        """GRPO rollout: groups of ``algorithm.group_size`` envs reset to one shared reset-state id and
-        play one episode each; with ``filter_groups``, up to ``dynamic_sampling_rounds`` more rounds
-        refill the batch with groups of mixed outcome (``vlarl.algorithms.grpo.select_groups``)."""
-        alg, B = self.cfg.algorithm, self.cfg.env.num_envs
-        horizon = alg.num_steps or episode_horizon(self.env_spec.max_episode_steps,
-                                                   int(getattr(self.cfg.policy, "chunk_size", 1)))
-        rounds, trajs, steps = 1 + alg.dynamic_sampling_rounds, [], 0
-        target = B // alg.group_size
-        # one fresh set of reset states per call (a prefetched async rollout must not reuse the last one)
-        self._group_batch = max(getattr(self, "_group_batch", -1) + 1, self.iteration)
-        for r in range(rounds):
-            base = self.cfg.seed * 100_003 + (self._group_batch * rounds + r) * target
-            ids = group_reset_ids(B, alg.group_size, base)
-            obs_parts = ray.get([w.reset.remote(None, ids[i * self.per_worker:(i + 1) * self.per_worker])
-                                 for i, w in enumerate(self.env_workers)])
-            traj, obs_parts, n = self.collect(obs_parts, horizon, until_all_ended=True)
-            trajs.append(traj)
-            steps += n
-            _, counts = select_groups(trajs, alg, target)
-            if counts["groups_kept"] >= target:
-                break
-        traj, counts = select_groups(trajs, alg, target)
-        traj.extras.update({f"grpo/{k}": torch.tensor(v) for k, v in counts.items()})
-        return traj, obs_parts, steps
-
     # -- the loop -------------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -275,6 +257,7 @@ class Runner:
         bar = RunProgress(cfg.total_env_steps, cfg.time_limit_minutes * 60, self.env_steps, self.wall_offset,
                           desc=cfg.experiment_name, disable=not cfg.logger.progress_bar)  # ETA: the binding budget
         stop_reason = "total_env_steps"
+        alg_spec = algorithm_spec(cfg.algorithm.name)
         try:
             while self.env_steps < cfg.total_env_steps:
                 elapsed = self.wall_offset + time.time() - t_start
@@ -285,13 +268,11 @@ class Runner:
                     frac = 1.0 - self.env_steps / cfg.total_env_steps
                     self.actor.set_lr.remote(cfg.algorithm.lr * frac)
                 t0 = time.time()
-                collect = {"steps": self.collect, "groups": self.collect_groups}[algorithm_spec(cfg.algorithm.name).rollout]
+                collect = functools.partial(alg_spec.collect, self)  # the algorithm's own way to gather a batch
                 traj, obs_parts, steps = prefetched or supervisor.collect(self, collect, obs_parts)  # restarts dead envs
                 reward_metrics = {}
                 if self.reward_worker is not None:
-                    # GRPO groups start every episode at the trajectory's first step
-                    fresh = algorithm_spec(cfg.algorithm.name).rollout == "groups"
-                    gamma = getattr(cfg.algorithm, "gamma", 1.0)  # GRPO scores undiscounted episodes
+                    fresh, gamma = alg_spec.fresh_episodes, alg_spec.discount(cfg.algorithm)
                     traj, obs_parts, steps, reward_metrics = supervisor.rewarded(  # restarts a dead critic
                         self, collect, (traj, obs_parts, steps), lambda t, g=gamma, f=fresh: apply_process_reward(
                             t, self.reward_worker, cfg.reward, g, fresh_episodes=f))  # the worker current at call

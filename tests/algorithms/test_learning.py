@@ -57,7 +57,7 @@ def test_algorithm_raises_the_bandit_reward(name):
     gen = torch.Generator().manual_seed(1)
     history = []
     for it in range(ITERATIONS):
-        traj, r = _rollout(policy, gen, grouped=spec.rollout == "groups")
+        traj, r = _rollout(policy, gen, grouped=spec.fresh_episodes)
         history.append(float(r.mean()))
         spec.update(policy, opt, traj, cfg, generator=torch.Generator().manual_seed(it), version=it)
     first, last = sum(history[:5]) / 5, sum(history[-5:]) / 5

@@ -24,7 +24,8 @@ from typing import Any
 import torch
 
 from vlarl.algorithms.ppo import behaviour_version_of, step_mask_of
-from vlarl.algorithms.update import UpdateBatch, clipped_update
+from vlarl.algorithms.spec import SEED_STRIDE, AlgorithmSpec, Collector, episode_horizon, register_algorithm
+from vlarl.algorithms.update import UpdateBatch, choice_problem, clipped_update, clipped_update_problem
 from vlarl.data.trajectory import Trajectory
 
 SCORES = ("success", "return", "reward_to_go")
@@ -278,3 +279,52 @@ def grpo_update(
 
 def _group_counts(traj: Trajectory) -> dict[str, float]:
     return {k[len("grpo/"):]: float(v) for k, v in traj.extras.items() if k.startswith("grpo/")}
+
+
+def collect_groups(collector: Collector, obs_parts: list[dict[str, Any]]) -> tuple[Trajectory, list[dict[str, Any]], int]:
+    """GRPO rollout: groups of ``algorithm.group_size`` envs reset to one shared reset-state id and play one
+    episode each; with ``filter_groups``, up to ``dynamic_sampling_rounds`` more rounds refill the batch
+    with groups of mixed outcome (``select_groups``)."""
+    cfg = collector.cfg
+    alg, B = cfg.algorithm, cfg.env.num_envs
+    horizon = alg.num_steps or episode_horizon(collector.env_spec.max_episode_steps,
+                                               int(getattr(cfg.policy, "chunk_size", 1)))
+    rounds, trajs, steps = 1 + alg.dynamic_sampling_rounds, [], 0
+    target = B // alg.group_size
+    # one fresh set of reset states per call (a prefetched async rollout must not reuse the last one)
+    state = collector.algorithm_state
+    state["group_batch"] = max(state.get("group_batch", -1) + 1, collector.iteration)
+    for r in range(rounds):
+        base = cfg.seed * SEED_STRIDE + (state["group_batch"] * rounds + r) * target
+        obs_parts = collector.reset_envs(group_reset_ids(B, alg.group_size, base))
+        traj, obs_parts, n = collector.collect(obs_parts, horizon, until_all_ended=True)
+        trajs.append(traj)
+        steps += n
+        _, counts = select_groups(trajs, alg, target)
+        if counts["groups_kept"] >= target:
+            break
+    traj, counts = select_groups(trajs, alg, target)
+    traj.extras.update({f"grpo/{k}": torch.tensor(v) for k, v in counts.items()})
+    return traj, obs_parts, steps
+
+
+def validate_grpo(alg: Any, num_envs: int) -> str | None:
+    if msg := clipped_update_problem(alg):
+        return msg
+    if alg.group_size < 2:
+        return f"algorithm.group_size={alg.group_size} must be >= 2 (advantages compare members of a group)"
+    if num_envs % alg.group_size:
+        return (f"env.num_envs={num_envs} must be a multiple of algorithm.group_size={alg.group_size}; "
+                f"e.g. env.num_envs={max(alg.group_size, num_envs // alg.group_size * alg.group_size)}")
+    if msg := choice_problem(alg, "score", SCORES):
+        return msg
+    if alg.dynamic_sampling_rounds > 0 and not alg.filter_groups:
+        return "algorithm.dynamic_sampling_rounds > 0 refills filtered groups; set algorithm.filter_groups=true"
+    if alg.num_steps < 0:
+        return f"algorithm.num_steps={alg.num_steps} must be >= 0 (0 = one whole episode)"
+    return None
+
+
+# GRPO scores undiscounted episodes, each starting at the batch's first step
+register_algorithm(AlgorithmSpec(name="grpo", update=grpo_update, validate=validate_grpo,
+                                 discount=lambda alg: 1.0, collect=collect_groups, fresh_episodes=True))

@@ -15,8 +15,10 @@ import torch
 
 from vlarl.algorithms.advantages import bootstrap_truncated, compute_gae
 from vlarl.algorithms.aggregation import trajectory_ids
-from vlarl.algorithms.granularity import action_level_advantages
-from vlarl.algorithms.update import UpdateBatch, clipped_update
+from vlarl.algorithms.granularity import REWARD_LEVELS, action_level_advantages
+from vlarl.algorithms.losses import VALUE_LOSSES
+from vlarl.algorithms.spec import AlgorithmSpec, register_algorithm
+from vlarl.algorithms.update import UpdateBatch, choice_problem, clipped_update, clipped_update_problem
 from vlarl.data.trajectory import Trajectory
 
 
@@ -89,3 +91,26 @@ def ppo_update(
     out = clipped_update(policy, optimizer, batch, cfg, generator, reference, version, value_only=warmup)
     out["critic_warmup"] = float(warmup)
     return out
+
+
+def validate_ppo(alg: Any, num_envs: int) -> str | None:
+    if msg := clipped_update_problem(alg):
+        return msg
+    batch = alg.num_steps * num_envs
+    if alg.num_steps < 1:
+        return f"algorithm.num_steps={alg.num_steps} must be >= 1"
+    if batch % alg.num_minibatches != 0:
+        return (f"algorithm.num_minibatches={alg.num_minibatches} must divide the batch "
+                f"(algorithm.num_steps * env.num_envs = {batch})")
+    if not (0 <= alg.gamma <= 1 and 0 <= alg.gae_lambda <= 1):
+        return "algorithm.gamma and algorithm.gae_lambda must lie in [0, 1]"
+    for key, options in (("value_loss", VALUE_LOSSES), ("reward_level", REWARD_LEVELS)):
+        if msg := choice_problem(alg, key, options):
+            return msg
+    if alg.reward_level == "action" and alg.logprob_level == "chunk":
+        return "algorithm.reward_level=action needs algorithm.logprob_level=action or token (one ratio per action)"
+    return None
+
+
+register_algorithm(AlgorithmSpec(name="ppo", update=ppo_update, validate=validate_ppo,
+                                 discount=lambda alg: alg.gamma))

@@ -14,9 +14,9 @@ from typing import Any
 import torch
 
 from vlarl.algorithms.advantages import normalize_advantages
-from vlarl.algorithms.aggregation import aggregate_loss
-from vlarl.algorithms.granularity import broadcast_to_level, level_mask, reduce_logprob
-from vlarl.algorithms.kl import kl_estimate
+from vlarl.algorithms.aggregation import AGG_MODES, aggregate_loss
+from vlarl.algorithms.granularity import LEVELS, broadcast_to_level, level_mask, reduce_logprob
+from vlarl.algorithms.kl import KL_ESTIMATORS, kl_estimate
 from vlarl.algorithms.losses import ppo_policy_loss_elementwise, value_loss_elementwise
 from vlarl.algorithms.off_policy import behaviour_weights, staleness_mask
 from vlarl.data.trajectory import index_obs
@@ -166,3 +166,25 @@ def clipped_update(
         var_y = ret.var()
         out["explained_variance"] = float(1 - (ret - old_v).var() / var_y) if var_y > 0 else float("nan")
     return out
+
+
+def choice_problem(alg: Any, key: str, options: tuple[str, ...]) -> str | None:
+    """One line when ``algorithm.<key>`` is not one of ``options``."""
+    v = getattr(alg, key)
+    return None if v in options else f"algorithm.{key}='{v}' is unknown; choose one of {list(options)}"
+
+
+def clipped_update_problem(alg: Any) -> str | None:
+    """The refusals of every algorithm that trains with ``clipped_update`` (PPO, GRPO)."""
+    for key, options in (("logprob_level", LEVELS), ("loss_agg_mode", AGG_MODES), ("kl_estimator", KL_ESTIMATORS)):
+        if msg := choice_problem(alg, key, options):
+            return msg
+    if alg.num_minibatches < 1:
+        return f"algorithm.num_minibatches={alg.num_minibatches} must be >= 1"
+    if alg.dual_clip and alg.dual_clip <= 1.0:
+        return f"algorithm.dual_clip={alg.dual_clip} must be > 1 (e.g. 3.0) or 0 to turn it off"
+    if alg.clip_low < 0 or alg.clip_high < 0 or alg.clip_low >= 1:
+        return "algorithm.clip_low must lie in [0, 1) and algorithm.clip_high must be >= 0"
+    if alg.decoupled and alg.behaviour_weight_cap <= 0:
+        return f"algorithm.behaviour_weight_cap={alg.behaviour_weight_cap} must be > 0 with algorithm.decoupled=true"
+    return None

@@ -1,0 +1,75 @@
+"""What an algorithm tells the rest of vlarl: one ``AlgorithmSpec``, registered from its own module.
+
+A new algorithm is one module plus one YAML (``configs/algorithm/<name>.yaml`` with its config class in
+``vlarl.config.schema.ALGORITHM_CONFIGS``). The module defines its update and calls
+``register_algorithm(AlgorithmSpec(...))``; ``vlarl.algorithms.registry`` imports it. The runner and the
+actor read only the spec, so neither holds a line that names an algorithm.
+
+The spec says
+* ``update(policy, optimizer, traj, cfg, ...) -> metrics``: the actor's step on one batch;
+* ``collect(collector, obs_parts) -> (traj, obs_parts, env_steps)``: how a batch is gathered. The
+  ``collector`` is the runner seen through ``Collector`` below: on-policy algorithms ask for
+  ``num_steps`` chunk steps (PPO) or reset groups of envs and play episodes (GRPO). An off-policy
+  algorithm's collect gathers ``num_steps`` chunk steps the same way and keeps what it needs across
+  iterations (a replay buffer's insert position, demonstration mix) in ``collector.algorithm_state``.
+  That dict lives as long as the runner and is not checkpointed: what must survive a resume is derived
+  from the iteration (as GRPO's batch index is) or saved by the algorithm beside the checkpoint;
+* ``validate(alg_cfg, num_envs) -> one line or None``: the refusals specific to this algorithm (the
+  shared ones live in the registry), checked at config load before anything is written;
+* ``discount(alg_cfg)``: the gamma its returns use (process rewards are shaped with it);
+* ``fresh_episodes``: every episode of a batch starts at its first step (group rollouts).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class Collector(Protocol):
+    """The part of the runner an algorithm's ``collect`` may use."""
+
+    cfg: Any
+    env_spec: Any
+    iteration: int
+    algorithm_state: dict[str, Any]
+
+    def collect(self, obs_parts: list[dict[str, Any]], num_steps: int = 0,
+                until_all_ended: bool = False) -> tuple[Any, list[dict[str, Any]], int]:
+        """``num_steps`` chunk steps (default ``algorithm.num_steps``) from every env -> trajectory."""
+
+    def reset_envs(self, reset_state_ids: list[int] | None) -> list[dict[str, Any]]:
+        """Reset every env (to the given reset-state ids, one per env) -> observations per env worker."""
+
+
+def collect_steps(collector: Collector, obs_parts: list[dict[str, Any]]) -> tuple[Any, list[dict[str, Any]], int]:
+    """``algorithm.num_steps`` chunk steps from every env; episodes continue across iterations."""
+    return collector.collect(obs_parts)
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    name: str
+    update: Callable[..., dict[str, float]]
+    validate: Callable[[Any, int], str | None]
+    discount: Callable[[Any], float]
+    collect: Callable[[Collector, list[dict[str, Any]]], tuple[Any, list[dict[str, Any]], int]] = collect_steps
+    fresh_episodes: bool = False
+
+
+ALGORITHMS: dict[str, AlgorithmSpec] = {}
+
+#: training reset seeds of one run start at ``seed * SEED_STRIDE`` (runs with different seeds never share one)
+SEED_STRIDE = 100_003
+
+
+def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
+    ALGORITHMS[spec.name] = spec
+    return spec
+
+
+def episode_horizon(max_episode_steps: int, chunk_size: int) -> int:
+    """Chunk steps that cover one whole episode."""
+    return max(1, math.ceil(max_episode_steps / max(1, chunk_size)))
