@@ -176,6 +176,15 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _hook(row: Row, name: str) -> Callable[..., Any] | None:
+    """A module may drive its own model in the bench: ``bench_chunk(model, batch, device, dtype)`` (one chunk)
+    and ``bench_logprob(model, batch, device, dtype) -> [batch]`` (the log-prob a PPO update differentiates);
+    an autoregressive VLA needs them (its prompt and decoding are its own)."""
+    if row.family == "policy":
+        return None
+    return getattr(importlib.import_module(row.module), name, None)
+
+
 # ---- inputs --------------------------------------------------------------------------------------------
 def flow_inputs(model: nn.Module, batch: int, device: str, dtype: torch.dtype, cameras: int = 1):
     """Random ``FlowInputs`` in the architecture's own sizes (image_size, tokenizer length, padded dims)."""
@@ -205,7 +214,10 @@ def policy_obs(batch: int, device: str) -> dict[str, Any]:
 @torch.no_grad()
 def time_chunk(row: Row, model: nn.Module, device: str, dtype: torch.dtype) -> float:
     """Seconds for one action chunk at B=1 (after one warm-up), under autocast (see ``precision``)."""
-    if row.family == "flow":
+    hook = _hook(row, "bench_chunk")
+    if hook is not None:  # the module's own: one action chunk at B=1
+        run = lambda: hook(model, 1, device, dtype)  # noqa: E731
+    elif row.family == "flow":
         inputs = flow_inputs(model, 1, device, dtype)
         noise = torch.randn(1, model.chunk_size, model.max_action_dim, device=device, dtype=dtype)
         run = lambda: model.sample_actions(inputs, noise)  # noqa: E731
@@ -213,7 +225,7 @@ def time_chunk(row: Row, model: nn.Module, device: str, dtype: torch.dtype) -> f
         obs = policy_obs(1, device)
         run = lambda: model.act(obs)  # noqa: E731
     else:
-        raise Skip(f"no chunk protocol for family '{row.family}' yet")
+        raise Skip(f"no chunk protocol for family '{row.family}': add bench_chunk() to {row.module}")
     model.eval()
     with precision(device, dtype):
         run()
@@ -270,7 +282,10 @@ def ppo_step_loss(row: Row, model: nn.Module, batch: int, device: str, dtype: to
 
     g = torch.Generator().manual_seed(1)
     adv = torch.randn(batch, generator=g).to(device)
-    if row.family == "flow":
+    hook = _hook(row, "bench_logprob")
+    if hook is not None:  # the module's own: log-prob [batch] of a stored action chunk, with grads
+        logprob = hook(model, batch, device, dtype).float()
+    elif row.family == "flow":
         inputs = flow_inputs(model, batch, device, dtype)
         shape = (batch, model.chunk_size, model.max_action_dim)
         x = torch.randn(shape, generator=g).to(device, dtype)
@@ -286,7 +301,7 @@ def ppo_step_loss(row: Row, model: nn.Module, batch: int, device: str, dtype: to
             s = model.sample(obs)
         logprob = model.evaluate(obs, s.replay)[0].float().flatten(1).sum(1)
     else:
-        raise Skip(f"no update protocol for family '{row.family}' yet")
+        raise Skip(f"no update protocol for family '{row.family}': add bench_logprob() to {row.module}")
     loss, _ = ppo_policy_loss(logprob, logprob.detach() - 0.01, adv[:, None].squeeze(1), 0.2, 0.2)
     return loss
 

@@ -137,6 +137,48 @@ def test_vla_memory_grad_ckpt_goes_through_the_model_config(capsys):
     assert built.vlm_with_expert.gradient_checkpointing
 
 
+HOOKED = '''
+from dataclasses import dataclass
+import torch
+from torch import nn
+
+@dataclass
+class TinyARConfig:
+    vocab: int = 11
+    width: int = 6
+
+def tiny_config():
+    return TinyARConfig()
+
+class TinyAR(nn.Module):
+    def __init__(self, cfg: TinyARConfig):
+        super().__init__()
+        self.embed = nn.Embedding(cfg.vocab, cfg.width)
+        self.q_proj = nn.Linear(cfg.width, cfg.width)
+        self.head = nn.Linear(cfg.width, cfg.vocab)
+
+def bench_chunk(model, batch, device, dtype):
+    return model.head(model.q_proj(model.embed(torch.zeros(batch, 3, dtype=torch.long, device=device)))).argmax(-1)
+
+def bench_logprob(model, batch, device, dtype):
+    logits = model.head(model.q_proj(model.embed(torch.ones(batch, 3, dtype=torch.long, device=device))))
+    return logits.log_softmax(-1)[..., 2].sum(-1)
+'''
+
+
+def test_vla_memory_drives_a_module_through_its_bench_hooks(tmp_path, monkeypatch):
+    """An autoregressive VLA brings its own prompt and decoding: bench_chunk / bench_logprob in its module."""
+    (tmp_path / "tiny_ar_vla.py").write_text(HOOKED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    bench = _script("bench_vla_memory")
+    args = bench.argparse.Namespace(tiny=True, time=True, update=True, dtype="float32", device="cpu", batch=3,
+                                    lora_rank=2, grad_ckpt=False, max_gib=1.0)
+    lora, full = bench.measure(bench.Row("tiny_ar", "tiny_ar_vla", "tiny_ar", "ar"), args)
+    assert lora["params"] == 11 * 6 + (6 * 6 + 6) + (6 * 11 + 11) == full["update_trainable"]
+    assert lora["mode"] == "lora" and lora["update_trainable"] == 2 * 6 + 6 * 2  # A and B of q_proj's adapter
+    assert lora["chunk_s"] > 0 and lora["update_s"] > 0 and full["update_s"] > 0 and "note" not in full
+
+
 def test_vla_memory_bad_model_name_is_one_line_exit_2(capsys):
     bench = _script("bench_vla_memory")
     assert bench.main(["--models", "gpt5"]) == 2
