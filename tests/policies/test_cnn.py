@@ -133,7 +133,7 @@ def test_pretrained_encoders_policy(vla_spec, obs, tmp_path):
 
 @pytest.mark.parametrize("name", ["cnn", "cnn_pretrained"])
 def test_yaml_composes_and_builds(name, vla_spec, obs):
-    cfg = load_train_config([f"policy={name}", "policy.chunk_size=2"]).policy
+    cfg = load_train_config([f"policy={name}", "policy.chunk_size=2", "env=maniskill_pushcube_rgb"]).policy
     assert make_policy(cfg, vla_spec).act(obs).shape == (3, 2, 3)
 
 
