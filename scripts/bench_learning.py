@@ -94,7 +94,7 @@ def main() -> int:
         ax.plot([r["perf/wall_s"] / 60 for r in train], [r["rollout/success_once"] for r in train], label="rollout (training seeds)")
         ev = [(r["perf/wall_s"] / 60, r["eval/success_once"]) for r in train if "eval/success_once" in r]
         if ev:
-            ax.plot(*zip(*ev), "o-", label="held-out eval")
+            ax.plot(*zip(*ev, strict=True), "o-", label="held-out eval")
         ax.axhline(args.target, color="gray", ls="--", lw=1)
         ax.set_xlabel("wall time (min)")
         ax.set_ylabel("success rate")
