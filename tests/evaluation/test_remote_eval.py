@@ -33,3 +33,50 @@ def test_unreachable_server_is_one_clear_line(capsys):
     assert eval_main(["checkpoint=ws://127.0.0.1:9", "output=/tmp/x"]) == 2
     err = capsys.readouterr().err.strip()
     assert "cannot reach the policy server at ws://127.0.0.1:9" in err and len(err.splitlines()) == 1
+
+
+def test_server_failing_to_act_is_one_line_and_writes_nothing(pushcube_checkpoint, tmp_path, capsys):
+    """A served policy whose weights went non-finite fails on the server: vlarl-eval says so in one line."""
+    import torch
+
+    from policies.base import Policy
+    from robots.policy_server import PolicyServer
+
+    policy = Policy.from_pretrained(pushcube_checkpoint)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.fill_(float("nan"))
+    out = tmp_path / "remote"
+    with PolicyServer(policy, host="127.0.0.1", port=0) as server:
+        rc = eval_main([f"checkpoint=ws://127.0.0.1:{server.port}", "env.task=PushCube-v1", "episodes=2",
+                        "num_envs=2", f"output={out}"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    errors = [line for line in err.splitlines() if line.startswith("vlarl-eval")]  # not the libraries' logs
+    assert len(errors) == 1 and "could not act: inference failed" in errors[0], err[-2000:]
+    assert "nan, nan" not in err  # the server's multi-line tensor dump is cut to its first line
+    assert not out.exists()
+
+
+def test_reply_of_the_wrong_size_or_non_finite_is_named(pushcube_checkpoint):
+    """Actions that do not fit the server's own metadata (batch x chunk x action_dim), or are NaN, are refused
+    by name."""
+    import numpy as np
+
+    from policies.base import CheckpointError, Policy
+    from robots.policy_server import PolicyServer
+    from vlarl.evaluation.remote import RemotePolicy
+
+    with PolicyServer(Policy.from_pretrained(pushcube_checkpoint), host="127.0.0.1", port=0) as server:
+        remote = RemotePolicy(f"ws://127.0.0.1:{server.port}")
+        try:
+            a = remote.check_actions(np.zeros((2, remote.chunk_size, remote.spec.action_dim)), 2)
+            assert a.shape == (2, remote.chunk_size, remote.spec.action_dim)
+            with pytest.raises(CheckpointError, match=r"replied with actions of shape \(2, 3\), expected 2 x chunk"):
+                remote.check_actions(np.zeros((2, 3)), 2)
+            with pytest.raises(CheckpointError, match="replied with no actions"):
+                remote.check_actions({"not": "an array"}, 2)
+            with pytest.raises(CheckpointError, match="non-finite actions"):
+                remote.check_actions(np.full((2, remote.chunk_size, remote.spec.action_dim), np.nan), 2)
+        finally:
+            remote.close()

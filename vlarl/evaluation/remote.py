@@ -58,9 +58,31 @@ class RemotePolicy:
         state = np.asarray(torch.as_tensor(obs["state"], dtype=torch.float32).cpu(), dtype=np.float32)
         images = {k: np.asarray(torch.as_tensor(v).cpu(), dtype=np.uint8) for k, v in obs.get("images", {}).items()
                   if k in self.spec.image_keys}
-        reply = self.client.infer({"state": state, "images": images, "prompt": list(obs.get("instruction", []))})
-        actions = torch.from_numpy(np.asarray(reply["actions"], dtype=np.float32))
-        return actions.reshape(state.shape[0], self.chunk_size, self.spec.action_dim)
+        from robots.policy_client import PolicyServerError
+
+        try:
+            reply = self.client.infer({"state": state, "images": images, "prompt": list(obs.get("instruction", []))})
+        except PolicyServerError as e:  # the server's own one-line answer (its first line if it sent more)
+            first = (str(e).strip().splitlines() or ["no message"])[0].rstrip(":")
+            raise CheckpointError(f"policy server {self.address} could not act: {first}") from e
+        return self.check_actions(reply.get("actions"), state.shape[0])
+
+    def check_actions(self, actions: Any, batch: int) -> torch.Tensor:
+        """The server's reply as ``[B, T, A]``, or one line naming what is wrong with it."""
+        want = (batch, self.chunk_size, self.spec.action_dim)
+        try:
+            a = np.array(actions, dtype=np.float32)
+        except (TypeError, ValueError):
+            a = None
+        if a is None or a.size != int(np.prod(want)):
+            got = "no actions" if a is None else f"actions of shape {a.shape}"
+            raise CheckpointError(f"policy server {self.address} replied with {got}, expected {batch} x "
+                                  f"chunk {self.chunk_size} x action_dim {self.spec.action_dim} as its metadata "
+                                  "says; restart the server with the checkpoint it should serve")
+        if not np.isfinite(a).all():
+            raise CheckpointError(f"policy server {self.address} replied with non-finite actions (NaN/inf); "
+                                  "check the served checkpoint's weights and normalization statistics")
+        return torch.from_numpy(a.reshape(want))
 
     def sample(self, obs: dict[str, Any]) -> Any:
         raise CheckpointError("a policy server serves only deterministic actions; evaluate it with deterministic=true")
