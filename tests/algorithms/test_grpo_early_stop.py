@@ -9,7 +9,8 @@ import ray
 import torch
 
 from policies.registry import make_policy
-from vlarl.algorithms.grpo import group_reset_ids, grpo_update
+from vlarl.algorithms.grpo import collect_groups, group_reset_ids, grpo_update
+from vlarl.algorithms.spec import SEED_STRIDE
 from vlarl.checkpoint import REFERENCE_NAME, latest_checkpoint
 from vlarl.config import load_train_config
 from vlarl.runner import Runner
@@ -47,11 +48,11 @@ def runner(tmp_path_factory):
 
 def test_collect_groups_stops_when_every_episode_ended(runner):
     _reseed(runner)
-    early, _, steps = runner.collect_groups(None)
+    early, _, steps = collect_groups(runner, None)
     assert early.num_steps == 5 and steps == 4 * 5  # horizon 8, episodes of 5 steps: 3 chunk steps saved
     # the same groups simulated to the horizon
     alg, B = runner.cfg.algorithm, runner.cfg.env.num_envs
-    ids = group_reset_ids(B, alg.group_size, runner.cfg.seed * 100_003 + runner._group_batch * (B // alg.group_size))
+    ids = group_reset_ids(B, alg.group_size, runner.cfg.seed * SEED_STRIDE + runner.algorithm_state["group_batch"] * (B // alg.group_size))
     obs = ray.get([w.reset.remote(None, ids[i * 2:(i + 1) * 2]) for i, w in enumerate(runner.env_workers)])
     _reseed(runner)
     full, _, full_steps = runner.collect(obs, 8)

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from vlarl.algorithms.grpo import collect_groups
 from vlarl.config import load_train_config
 from vlarl.runner import Runner
 
@@ -30,7 +31,7 @@ def test_grpo_runner_groups_filtering_and_training(tmp_path):
         alg = cfg.algorithm
         # one round, no filtering: every group, all 50 chunk steps of the episode
         runner.cfg.algorithm = replace(alg, filter_groups=False, dynamic_sampling_rounds=0)
-        traj, _, steps = runner.collect_groups(None)
+        traj, _, steps = collect_groups(runner, None)
         s0 = traj.obs["state"][0]
         assert traj.num_steps == 50 and traj.num_envs == 6 and steps == 6 * 50
         for g in range(3):  # group 1 = envs 2 (worker 0) and 3 (worker 1)
@@ -39,10 +40,10 @@ def test_grpo_runner_groups_filtering_and_training(tmp_path):
         assert traj.extras["grpo/groups_kept"].item() == 3.0
         # num_steps caps the horizon
         runner.cfg.algorithm = replace(alg, filter_groups=False, dynamic_sampling_rounds=0, num_steps=10)
-        assert runner.collect_groups(None)[0].num_steps == 10
+        assert collect_groups(runner, None)[0].num_steps == 10
         # filtering + dynamic sampling: a second round whenever the first left groups without signal
         runner.cfg.algorithm = alg
-        traj, _, steps = runner.collect_groups(None)
+        traj, _, steps = collect_groups(runner, None)
         kept, rounds = traj.extras["grpo/groups_kept"].item(), traj.extras["grpo/rounds"].item()
         seen = traj.extras["grpo/groups_seen"].item()
         assert seen == 3 * rounds and steps == 300 * rounds and traj.num_envs == 2 * kept
