@@ -52,7 +52,8 @@ def sft(args, overrides: list[str], demos: Path, out: Path) -> dict:
     from tqdm import tqdm
 
     from policies.registry import make_policy
-    from policies.vlm.sft import read_maniskill_h5, sft_train
+    from policies.vlm.demonstrations import read_maniskill_h5
+    from policies.vlm.sft import sft_train
     from simulators.registry import make_env
     from vlarl.checkpoint import ENV_CONFIG_NAME
     from vlarl.config import load_train_config

@@ -10,7 +10,8 @@ import torch
 from policies import PolicySpec, make_policy
 from policies.ar_vla import ARVLAConfig
 from policies.flow_vla import FlowVLAConfig
-from policies.vlm.sft import action_chunks, read_maniskill_h5, sft_epoch
+from policies.vlm.demonstrations import read_maniskill_h5
+from policies.vlm.sft import action_chunks, sft_epoch
 
 
 @pytest.fixture

@@ -16,7 +16,8 @@ import torch
 
 from policies import PolicySpec, make_policy
 from policies.flow_vla import FlowVLAConfig
-from policies.vlm.sft import Episode, read_maniskill_h5, sft_train
+from policies.vlm.demonstrations import Episode, read_maniskill_h5
+from policies.vlm.sft import sft_train
 
 ROOT = Path(__file__).resolve().parents[2]
 
