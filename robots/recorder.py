@@ -1,4 +1,13 @@
-"""Record real episodes as robomimic-style HDF5, the demonstration format vlarl's SFT reads.
+"""Record real episodes: robomimic-style HDF5 (``HDF5EpisodeRecorder``) or a LeRobot v3.0 dataset
+(``LeRobotEpisodeRecorder``), both demonstration formats vlarl's SFT reads.
+
+The LeRobot recorder is handed its writer (``policies.datasets.lerobot_writer.LeRobotDatasetWriter`` or
+anything with its ``add_episode`` / ``close``) by whoever builds it: robots may import nothing of ``policies``
+but ``policies.base``, so the writer is injected from above (vlarl or a script) rather than imported here.
+Per frame it stores ``observation.state``, the executed ``action`` (the SFT label), the ``policy_action`` the
+policy asked for, ``num_clamps`` and the cameras; per episode ``success``, ``fault`` and ``episode_len``.
+
+HDF5 layout (one file per deployment run)::
 
 Layout (one file per deployment run)::
 
@@ -18,7 +27,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -73,3 +82,55 @@ class HDF5EpisodeRecorder:
         if self._steps:  # an interrupted episode is still worth keeping
             self.end_episode({"fault": "interrupted"})
         self._file.close()
+
+
+class EpisodeWriter(Protocol):
+    """What ``LeRobotEpisodeRecorder`` needs of a dataset writer (``LeRobotDatasetWriter`` has it)."""
+
+    root: Path
+
+    def add_episode(self, task: str, state: np.ndarray | None = None, actions: np.ndarray | None = None,
+                    images: dict[str, np.ndarray] | None = None, rewards: np.ndarray | None = None,
+                    success: bool | None = None, extra: dict[str, Any] | None = None,
+                    frame_features: dict[str, np.ndarray] | None = None) -> int: ...
+
+    def close(self) -> Path: ...
+
+
+class LeRobotEpisodeRecorder:
+    """Collects ``StepRecord``s and hands each finished episode to a LeRobot dataset writer (see module doc).
+
+    ``close()`` writes the dataset's metadata and moves it into place (until then it is a hidden partial
+    folder beside ``writer.root``), so call it in a ``finally`` as ``robots.deploy`` does."""
+
+    def __init__(self, writer: EpisodeWriter, instruction: str = ""):
+        self.writer, self.instruction = writer, instruction
+        self.path = Path(writer.root)
+        self._steps: list[Any] = []
+        self.episodes = 0
+
+    def add_step(self, rec: Any) -> None:
+        self._steps.append(rec)
+
+    def end_episode(self, meta: dict[str, Any]) -> None:
+        steps, self._steps = self._steps, []
+        if not steps:  # nothing was executed (e.g. a fault before the first step): no frames to store
+            return
+        images = {k: np.concatenate([s.obs["images"][k] for s in steps]) for k in steps[0].obs["images"]}
+        self.writer.add_episode(
+            str(meta.get("instruction") or self.instruction),
+            state=np.concatenate([s.obs["state"] for s in steps]).astype(np.float32),
+            actions=np.stack([s.action for s in steps]).astype(np.float32),
+            images=images or None, success=bool(meta.get("success", False)),
+            extra={"fault": str(meta.get("fault", "")), "episode_len": int(meta.get("episode_len", len(steps)))},
+            frame_features={"policy_action": np.stack([s.policy_action for s in steps]).astype(np.float32),
+                            "num_clamps": np.array([len(s.clamps) for s in steps], np.float32)})
+        self.episodes += 1
+
+    def close(self) -> None:
+        if self._steps:  # an interrupted episode is still worth keeping
+            self.end_episode({"fault": "interrupted"})
+        if self.episodes:
+            self.writer.close()
+        else:
+            getattr(self.writer, "abort", lambda: None)()

@@ -6,6 +6,9 @@ fine-tunes on them. Rollout frames are the chunk-boundary frames (one per chunk 
 chunk steps has L + 1 frames; labels are normalized time progress, so any frame rate works.
 
 ``episodes.npz``: frames uint8 [E, L_max, H, W, 3] (zero padded), lengths [E], success [E], instruction (str).
+A path without the ``.npz`` suffix is written as a LeRobot v3.0 dataset instead (one camera, the instruction as
+each episode's task, ``success`` in the episode table; lossless video by default, so the critic trains on the
+frames it scored), which LeRobot's tools read too; ``load_episodes`` reads both.
 """
 
 from __future__ import annotations
@@ -43,10 +46,19 @@ def split_rollout(frames: torch.Tensor, next_frames: torch.Tensor, ended: torch.
     return episodes
 
 
-def save_episodes(path: str | Path, episodes: list[Episode]) -> Path:
-    """Write ``episodes`` (one instruction) to an ``episodes.npz``-format file; returns its path."""
+def save_episodes(path: str | Path, episodes: list[Episode], fps: int = 10, codec: str = "lossless",
+                  camera: str = "camera") -> Path:
+    """Write ``episodes`` to an ``episodes.npz``-format file (one instruction), or, for a path without the
+    ``.npz`` suffix, to a LeRobot v3.0 dataset there (camera ``observation.images.<camera>``); returns the path."""
     if not episodes:
         raise ValueError("no episodes to save")
+    if Path(path).suffix != ".npz":
+        from policies.datasets.lerobot_writer import LeRobotDatasetWriter
+
+        with LeRobotDatasetWriter(path, fps=fps, codec=codec) as w:
+            for e in episodes:
+                w.add_episode(e.instruction, images={camera: e.frames.numpy()}, success=e.success)
+        return w.root
     instr = {e.instruction for e in episodes}
     if len(instr) > 1:
         raise ValueError(f"episodes.npz holds one instruction; got {sorted(instr)}")
@@ -62,17 +74,37 @@ def save_episodes(path: str | Path, episodes: list[Episode]) -> Path:
     return p
 
 
+def _load_lerobot(root: Path) -> list[Episode]:
+    """A frame-only LeRobot dataset's episodes (its one camera, the task, the episode table's ``success``)."""
+    from policies.datasets.lerobot_v3 import read_lerobot_dataset
+
+    eps = read_lerobot_dataset(root, state_key=None, action_key=None)
+    cams = sorted(eps[0].images) if eps else []
+    if len(cams) != 1:
+        raise ValueError(f"'{root}' has cameras {cams}; a critic dataset holds exactly one")
+    return [Episode(torch.from_numpy(e.images[cams[0]]), e.instruction, bool(e.meta.get("success", False)))
+            for e in eps]
+
+
+def _load_npz(f: Path) -> list[Episode]:
+    z = np.load(f)
+    instr = str(z["instruction"])
+    return [Episode(torch.from_numpy(z["frames"][i, : int(n)]), instr, bool(s))
+            for i, (n, s) in enumerate(zip(z["lengths"], z["success"], strict=True))]
+
+
 def load_episodes(path: str | Path) -> list[Episode]:
-    """Episodes of one ``episodes.npz`` file, or of every ``*.npz`` in a directory (recorded + rollouts)."""
+    """Episodes of one ``episodes.npz`` file or LeRobot dataset, or of every ``*.npz`` file and LeRobot dataset
+    folder in a directory (recorded + rollouts; npz files first, then datasets, each in name order)."""
     p = Path(path)
-    files = sorted(p.glob("*.npz")) if p.is_dir() else [p]
-    if not files or not all(f.is_file() for f in files):
+    if (p / "meta" / "info.json").is_file():
+        return _load_lerobot(p)
+    if p.is_dir():
+        files = sorted(p.glob("*.npz"))
+        datasets = sorted(d for d in p.iterdir() if (d / "meta" / "info.json").is_file())
+    else:
+        files, datasets = ([p] if p.is_file() else []), []
+    if not files and not datasets:
         raise FileNotFoundError(f"no episodes at '{p}'; record some with `train_critic.py record --out {p}` or "
                                 f"train with reward.save_episodes={p}")
-    out = []
-    for f in files:
-        z = np.load(f)
-        instr = str(z["instruction"])
-        out += [Episode(torch.from_numpy(z["frames"][i, : int(n)]), instr, bool(s))
-                for i, (n, s) in enumerate(zip(z["lengths"], z["success"], strict=True))]
-    return out
+    return [e for f in files for e in _load_npz(f)] + [e for d in datasets for e in _load_lerobot(d)]

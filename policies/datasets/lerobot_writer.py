@@ -192,11 +192,16 @@ class LeRobotDatasetWriter:
 
     def add_episode(self, task: str, state: np.ndarray | None = None, actions: np.ndarray | None = None,
                     images: dict[str, np.ndarray] | None = None, rewards: np.ndarray | None = None,
-                    success: bool | None = None, extra: dict[str, float] | None = None) -> int:
-        """Append one episode of L frames; returns its episode_index."""
+                    success: bool | None = None, extra: dict[str, Any] | None = None,
+                    frame_features: dict[str, np.ndarray] | None = None) -> int:
+        """Append one episode of L frames; returns its episode_index.
+
+        ``extra``: episode-table columns (numbers, bools or strings, e.g. ``quality/return``);
+        ``frame_features``: more per-frame float features [L] or [L, k] stored under their own key (e.g. the
+        robot's ``policy_action`` beside the executed ``action``)."""
         if self._closed:
             raise RuntimeError("the writer is closed; open a new LeRobotDatasetWriter")
-        ep = self._check(state, actions, images or {}, rewards, success, extra or {})
+        ep = self._check(state, actions, images or {}, rewards, success, extra or {}, frame_features or {})
         L = ep["length"]
         index0 = self._frames
         tid = self._tasks.setdefault(str(task), len(self._tasks))
@@ -221,7 +226,7 @@ class LeRobotDatasetWriter:
         row.update(self._episode_stats(ep, cols))
         if success is not None:
             row["success"] = bool(success)
-        row.update({k: float(v) for k, v in ep["extra"].items()})
+        row.update(ep["extra"])
         self._rows.append(row)
         self._frames += L
         self._in_file += 1
@@ -265,8 +270,16 @@ class LeRobotDatasetWriter:
             self.abort()
 
     # -- episodes -----------------------------------------------------------------------------------
-    def _check(self, state, actions, images, rewards, success, extra) -> dict[str, Any]:
-        arrays = {STATE_KEY: state, ACTION_KEY: actions}
+    def _check(self, state, actions, images, rewards, success, extra, frame_features) -> dict[str, Any]:
+        clash = [k for k in frame_features if k in (STATE_KEY, ACTION_KEY, REWARD_KEY, DONE_KEY, *INDEX_FEATURES)
+                 or k.startswith(IMAGE_PREFIX)]
+        if clash:
+            raise ValueError(f"frame_features {clash} would replace the dataset's own columns; rename them")
+        bad = [k for k, v in extra.items() if not isinstance(v, (bool, int, float, str, np.number, np.bool_))]
+        if bad:
+            raise ValueError(f"extra {bad} must be numbers, bools or strings (one value per episode)")
+        extra = {k: v.item() if isinstance(v, (np.number, np.bool_)) else v for k, v in extra.items()}
+        arrays = {STATE_KEY: state, ACTION_KEY: actions, **frame_features}
         arrays = {k: np.asarray(v, np.float32).reshape(len(v), -1) for k, v in arrays.items() if v is not None}
         frames = {str(c): np.asarray(f) for c, f in images.items()}
         lengths = {k: len(v) for k, v in arrays.items()} | {f"images[{c}]": len(f) for c, f in frames.items()}
@@ -285,7 +298,8 @@ class LeRobotDatasetWriter:
                                  f"yuv420p, which needs even sizes; use codec='lossless' or images='png'")
         schema = {"arrays": {k: v.shape[1] for k, v in arrays.items()},
                   "images": {c: tuple(f.shape[1:3]) for c, f in frames.items()},
-                  "rewards": rewards is not None, "success": success is not None, "extra": sorted(extra)}
+                  "rewards": rewards is not None, "success": success is not None,
+                  "extra": {k: type(v).__name__ for k, v in sorted(extra.items())}}
         if self._schema is None:
             self._schema = schema
         elif schema != self._schema:

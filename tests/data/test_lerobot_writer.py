@@ -188,6 +188,63 @@ def test_existing_dataset_needs_overwrite_and_is_replaced_only_when_complete(tmp
     assert [e.instruction for e in read_lerobot_dataset(root)] == [eps[1]["task"]]
 
 
+# -- producers: the robot recorder (writer injected) and the critic's saved episodes ----------------------
+def test_robot_recorder_writes_executed_and_requested_actions_clamps_and_frames(tmp_path):
+    from robots.franka_env import STATE_DIM, StepRecord
+    from robots.recorder import LeRobotEpisodeRecorder
+    from robots.safety import Clamp
+
+    rng = np.random.default_rng(1)
+
+    def step(t: int, clamps: int) -> StepRecord:
+        obs = {"state": rng.normal(size=(1, STATE_DIM)).astype(np.float32),
+               "images": {"base": rng.integers(0, 256, (1, 16, 24, 3), dtype=np.uint8)}, "instruction": ["push"]}
+        asked = rng.uniform(-1, 1, 7).astype(np.float32)
+        return StepRecord(obs, asked, np.clip(asked, -0.5, 0.5), [Clamp("velocity", [1.0], [0.5])] * clamps, t / 10)
+
+    writer = LeRobotDatasetWriter(tmp_path / "robot", fps=10, robot_type="franka", codec="lossless")
+    rec = LeRobotEpisodeRecorder(writer, instruction="push the cube")
+    first = [step(t, t % 2) for t in range(4)]
+    for s in first:
+        rec.add_step(s)
+    rec.end_episode({"success": True, "episode_len": 4})
+    for t in range(2):
+        rec.add_step(step(t, 0))
+    assert not (tmp_path / "robot").exists()  # written on close
+    rec.close()  # the interrupted second episode is kept, marked
+    assert rec.path == tmp_path / "robot"
+    eps = read_lerobot_dataset(rec.path)
+    assert [len(e.actions) for e in eps] == [4, 2] and [e.instruction for e in eps] == ["push the cube"] * 2
+    np.testing.assert_array_equal(eps[0].actions, np.stack([s.action for s in first]))
+    np.testing.assert_array_equal(eps[0].state, np.concatenate([s.obs["state"] for s in first]))
+    np.testing.assert_array_equal(eps[0].images["base"], np.concatenate([s.obs["images"]["base"] for s in first]))
+    asked = read_lerobot_dataset(rec.path, action_key="policy_action", cameras=[])[0].actions
+    np.testing.assert_array_equal(asked, np.stack([s.policy_action for s in first]))
+    clamps = read_lerobot_dataset(rec.path, action_key="num_clamps", cameras=[])[0].actions
+    assert clamps[:, 0].tolist() == [0, 1, 0, 1]
+    assert eps[0].meta == {"success": True, "fault": "", "episode_len": 4}
+    assert eps[1].meta == {"success": False, "fault": "interrupted", "episode_len": 2}
+
+
+def test_critic_episodes_saved_as_lerobot_load_back_bit_identical(tmp_path):
+    import torch
+
+    from policies.critics.labels import Episode
+    from policies.critics.rollouts import load_episodes, save_episodes
+
+    g = torch.Generator().manual_seed(0)
+    eps = [Episode(torch.randint(0, 256, (L, 16, 16, 3), generator=g, dtype=torch.uint8), "open the drawer",
+                   bool(L % 2)) for L in (3, 5, 4)]
+    root = save_episodes(tmp_path / "rollouts" / "rollout_00000", eps, fps=5)
+    save_episodes(tmp_path / "rollouts" / "rollout_00001.npz", eps[:1])
+    info = json.loads((root / "meta" / "info.json").read_text())
+    assert "observation.images.camera" in info["features"] and "action" not in info["features"]
+    back = load_episodes(root)
+    for b, e in zip(back, eps, strict=True):
+        assert torch.equal(b.frames, e.frames) and b.instruction == e.instruction and b.success == e.success
+    assert len(load_episodes(tmp_path / "rollouts")) == 4  # a folder of npz files and datasets
+
+
 @pytest.mark.slow
 def test_lerobot_own_reader_loads_a_vlarl_dataset():
     """LeRobot 0.4.4's LeRobotDataset (in a venv of its own, made on first use) reads what vlarl wrote."""
