@@ -1,13 +1,17 @@
-"""A scripted PushCube-v1 expert and a recorder of its demonstrations as ManiSkill trajectory HDF5.
+"""A scripted PushCube-v1 expert and a recorder of its demonstrations as ManiSkill trajectory HDF5 or as a
+LeRobot v3.0 dataset (the same writer ``vlarl-collect`` uses, with the same per-episode quality statistics).
 
 The expert reads privileged simulator state (TCP and cube poses), so it is a demonstrator, not a
 policy. Demonstrations are recorded through vlarl's own ``ManiSkillEnv`` with the control mode and
 observation the VLA policy will be trained on, so SFT sees exactly what RL and evaluation see:
 
     python scripts/pushcube_expert.py --out data/demos/pushcube.h5 --episodes 20 --seed 0
+    python scripts/pushcube_expert.py --out data/demos/pushcube_lerobot --format lerobot --episodes 20
 
-The file has ManiSkill's layout (``traj_<i>/actions [L, A]``, ``traj_<i>/obs [L + 1, D]``), and only
-successful episodes are written. Seeds must stay below the evaluation seeds (1,000,000+).
+The .h5 file has ManiSkill's layout (``traj_<i>/actions [L, A]``, ``traj_<i>/obs [L + 1, D]``); the LeRobot
+dataset has ``observation.state`` [L, D] (before each action), ``action``, ``next.reward`` and, per episode,
+``success``, ``seed`` and ``quality/{length,return,mean_squared_jerk}``. Only successful episodes are written.
+Seeds must stay below the evaluation seeds (1,000,000+).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 EVAL_SEED_START = 1_000_000
+
+from vlarl.collect import episode_quality, mean_squared_jerk  # noqa: E402  (after the sys.path line above)
 
 
 def scripted_pushcube_action(u, phase: int, fail_dir: float, rng: np.random.Generator, speed: float):
@@ -62,15 +68,21 @@ def scripted_pushcube_action(u, phase: int, fail_dir: float, rng: np.random.Gene
     return a, phase
 
 
+FORMATS = ("h5", "lerobot")
+
+
 def record_demos(out: str | Path, episodes: int, seed: int = 0, control_mode: str = "pd_ee_delta_pos",
-                 max_steps: int = 0, speed: tuple[float, float] = (0.4, 0.8), log=print) -> dict:
-    """Record ``episodes`` successful expert episodes (state obs) into ``out`` (.h5); returns a summary.
+                 max_steps: int = 0, speed: tuple[float, float] = (0.4, 0.8), log=print, fmt: str = "h5",
+                 fps: int = 20, overwrite: bool = False) -> dict:
+    """Record ``episodes`` successful expert episodes (state obs) into ``out`` (.h5, or a LeRobot v3.0 dataset
+    folder with ``fmt="lerobot"``); returns a summary.
 
     Episodes run with ManiSkill's time limit (``max_steps`` = 0) and stop at the first success, like
     the demonstrations ManiSkill ships. Failed attempts are skipped (their seeds are reported)."""
-    import h5py
-
     from simulators.maniskill import ManiSkillConfig, ManiSkillEnv
+
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt='{fmt}' is unknown; choose one of {list(FORMATS)}")
 
     if control_mode != "pd_ee_delta_pos":
         raise ValueError(f"control_mode='{control_mode}': the PushCube expert drives the end effector; "
@@ -85,41 +97,90 @@ def record_demos(out: str | Path, episodes: int, seed: int = 0, control_mode: st
     rng = np.random.default_rng(seed)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    kept, failed, s, t0, lengths = 0, [], seed, time.time(), []
-    with h5py.File(out, "w") as f:
+    sink = _LeRobotSink(out, fps, overwrite) if fmt == "lerobot" else _H5Sink(out, control_mode)
+    kept, failed, s, t0, lengths, jerks = 0, [], seed, time.time(), [], []
+    try:
         while kept < episodes:
             if s >= seed + 4 * episodes:
                 raise RuntimeError(f"the expert succeeded in only {kept} of {s - seed} episodes; check the env config")
             obs = env.reset(seed=[s])
-            states, actions, phase, ok = [obs["state"][0].numpy()], [], 0, False
+            states, actions, rewards, phase, ok = [obs["state"][0].numpy()], [], [], 0, False
             v = float(rng.uniform(*speed))
             while True:
                 a, phase = scripted_pushcube_action(u, phase, 0.0, rng, v)
                 res = env.chunk_step(a.reshape(1, 1, -1))
                 actions.append(a.numpy())
+                rewards.append(float(res.rewards[0, 0]))
                 last = res.final_obs if res.final_obs is not None else res.obs
                 states.append(last["state"][0].numpy())
                 if bool(res.done.any()):
                     ok = bool(res.episode["success_once"][0] > 0)
                     break
             if ok:
-                g = f.create_group(f"traj_{kept}")
-                g.create_dataset("actions", data=np.stack(actions).astype(np.float32))
-                g.create_dataset("obs", data=np.stack(states).astype(np.float32))
-                g.attrs["seed"] = s
+                acts = np.stack(actions).astype(np.float32)
+                sink.add(kept, np.stack(states).astype(np.float32), acts, np.asarray(rewards, np.float32), s,
+                         env.instruction)
                 lengths.append(len(actions))
+                jerks.append(mean_squared_jerk(acts))
                 kept += 1
             else:
                 failed.append(s)
             s += 1
-        summary = {"episodes": kept, "failed_seeds": failed, "seeds": [seed, s - 1], "env_steps": int(sum(lengths)),
-                   "mean_len": float(np.mean(lengths)), "control_mode": control_mode, "instruction": env.instruction,
-                   "wall_s": time.time() - t0}
-        f.attrs["env_kwargs"] = json.dumps({"env_id": "PushCube-v1", "control_mode": control_mode, "obs_mode": "state"})
-    env.close()
+        sink.close()
+    except BaseException:
+        sink.abort()
+        raise
+    finally:
+        env.close()
+    summary = {"episodes": kept, "failed_seeds": failed, "seeds": [seed, s - 1], "env_steps": int(sum(lengths)),
+               "mean_len": float(np.mean(lengths)), "mean_squared_jerk": float(np.mean(jerks)),
+               "control_mode": control_mode, "instruction": env.instruction, "format": fmt,
+               "wall_s": time.time() - t0}
     log(f"[demos] {kept} successful expert episodes ({len(failed)} failed) -> {out} "
         f"({summary['env_steps']} steps, {summary['wall_s']:.0f}s)")
     return summary
+
+
+class _H5Sink:
+    """ManiSkill trajectory layout: obs [L + 1, D] (the final observation kept), actions [L, A]."""
+
+    def __init__(self, out: Path, control_mode: str):
+        import h5py
+
+        self.f = h5py.File(out, "w")
+        self.f.attrs["env_kwargs"] = json.dumps({"env_id": "PushCube-v1", "control_mode": control_mode,
+                                                 "obs_mode": "state"})
+
+    def add(self, i: int, states, actions, rewards, seed: int, instruction: str) -> None:
+        g = self.f.create_group(f"traj_{i}")
+        g.create_dataset("actions", data=actions)
+        g.create_dataset("obs", data=states)
+        g.attrs["seed"] = seed
+
+    def close(self) -> None:
+        self.f.close()
+
+    abort = close
+
+
+class _LeRobotSink:
+    """LeRobot v3.0 through vlarl's writer: the state before each action, the same quality columns as
+    ``vlarl-collect`` writes."""
+
+    def __init__(self, out: Path, fps: int, overwrite: bool):
+        from policies.datasets.lerobot_writer import LeRobotDatasetWriter
+
+        self.w = LeRobotDatasetWriter(out, fps, robot_type="maniskill", overwrite=overwrite)
+
+    def add(self, i: int, states, actions, rewards, seed: int, instruction: str) -> None:
+        self.w.add_episode(instruction, state=states[: len(actions)], actions=actions, rewards=rewards, success=True,
+                           extra={"seed": seed, **episode_quality(actions, rewards)})
+
+    def close(self) -> None:
+        self.w.close()
+
+    def abort(self) -> None:
+        self.w.abort()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,12 +188,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--episodes", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--format", default="h5", choices=FORMATS, help="ManiSkill .h5 or a LeRobot v3.0 dataset folder")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing LeRobot dataset at --out")
     args = p.parse_args(argv)
     from vlarl import system_env
 
     system_env.apply()
     torch.set_num_threads(1)
-    print(json.dumps(record_demos(args.out, args.episodes, args.seed)))
+    print(json.dumps(record_demos(args.out, args.episodes, args.seed, fmt=args.format, overwrite=args.overwrite)))
     return 0
 
 

@@ -1,0 +1,299 @@
+"""``vlarl-collect``: roll out a checkpoint on a task with pinned seeds and write the episodes as a LeRobot v3.0
+dataset, for training other policies (a VLA SFT'd on RL-generated data) or for LeRobot's own tools.
+
+    vlarl-collect checkpoint=<policy dir> output=<dataset dir> [env=...] [env.task=...] episodes=50 seed=0
+                  [num_envs=4] [success_only=true] [max_length=0] [max_attempts=0] [deterministic=true]
+                  [fps=20] [codec=av1|h264|lossless] [overwrite=false]
+
+Attempt k starts from seed ``seed + k`` (as in ``vlarl-eval``), attempts run until ``episodes`` of them pass the
+filters (``success_only``: the task was solved; ``max_length``: at most that many env steps) or
+``max_attempts`` (0 = 4 x episodes) have run; the kept episodes are the first ones in attempt order, so the
+dataset does not depend on ``num_envs``. The policy acts once per chunk, as in training and evaluation; the
+chunk is fed to the env one action at a time so that every control step's observation is recorded
+(``observation.state``, the cameras) with the ``action`` taken from it and its ``next.reward``.
+
+Per-episode quality statistics go into the dataset's episode table and are printed: ``quality/length`` (env
+steps), ``quality/return`` (sum of rewards), ``quality/mean_squared_jerk`` (the mean over steps and action
+dimensions of the squared third difference of the actions, per control step: smooth action sequences score
+low), plus ``success`` and ``seed``. Every user error is one line on stderr, exit code 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import MISSING
+
+PROG = "vlarl-collect"
+USAGE = __doc__.split("\n\n")[1]
+
+
+@dataclass
+class CollectConfig:
+    """``vlarl-collect``: which policy, which task, how many episodes, which ones to keep, where to write."""
+
+    checkpoint: str = MISSING
+    output: str = MISSING  # the dataset folder (LeRobot v3.0); must not exist unless overwrite=true
+    env: Any = MISSING
+    episodes: int = 50  # episodes to keep
+    seed: int = 0  # attempt k starts from seed + k (keep below the evaluation seeds, 1,000,000+)
+    max_attempts: int = 0  # 0 = 4 x episodes
+    num_envs: int = 4
+    success_only: bool = True
+    max_length: int = 0  # keep episodes of at most this many env steps; 0 = any length
+    deterministic: bool = True  # act(obs); false = sample(obs)
+    fps: int = 20  # the env's control frequency (ManiSkill and LIBERO default 20 Hz), recorded in info.json
+    codec: str = "av1"  # av1 (what LeRobot records), h264, lossless
+    overwrite: bool = False
+
+
+@dataclass
+class CollectedEpisode:
+    """One finished attempt: state [L, D], actions [L, A], rewards [L], camera frames uint8 [L, H, W, 3]."""
+
+    seed: int
+    state: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    images: dict[str, np.ndarray]
+    success: bool
+    instruction: str
+
+
+def mean_squared_jerk(actions: np.ndarray) -> float:
+    """Mean over steps and dims of the squared third difference of actions [L, A] (per control step); 0 for
+    episodes shorter than 4 steps, which have no third difference."""
+    a = np.asarray(actions, np.float64).reshape(len(actions), -1)
+    if len(a) < 4:
+        return 0.0
+    return float((np.diff(a, n=3, axis=0) ** 2).mean())
+
+
+def episode_quality(actions: np.ndarray, rewards: np.ndarray) -> dict[str, float]:
+    """The per-episode statistics written to the episode table (``quality/...``)."""
+    return {"quality/length": float(len(actions)), "quality/return": float(np.sum(rewards)),
+            "quality/mean_squared_jerk": mean_squared_jerk(actions)}
+
+
+def passes(ep: CollectedEpisode, success_only: bool, max_length: int) -> bool:
+    return (ep.success or not success_only) and (max_length <= 0 or len(ep.actions) <= max_length)
+
+
+def _np(x: Any) -> np.ndarray:
+    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+
+
+def rollout_attempts(policy: Any, env: Any, seeds: list[int], deterministic: bool) -> list[CollectedEpisode]:
+    """One episode from each seed of ``seeds`` (len <= env.num_envs; a short batch repeats its last seed in the
+    spare envs, which are not recorded), every control step recorded."""
+    from vlarl.evaluation.acting import policy_actions
+
+    n, B = len(seeds), env.num_envs
+    obs = env.reset(seed=seeds + [seeds[-1]] * (B - n))
+    instructions = list(obs["instruction"])
+    steps: list[dict[str, list]] = [{"state": [], "actions": [], "rewards": [], "images": []} for _ in range(n)]
+    done: dict[int, CollectedEpisode] = {}
+    while len(done) < n:
+        chunk = policy_actions(policy, obs, deterministic)  # [B, T, A], acted on once per chunk
+        for t in range(chunk.shape[1]):
+            state, images = _np(obs["state"]), {k: _np(v) for k, v in obs["images"].items()}
+            res = env.chunk_step(chunk[:, t : t + 1])
+            actions, rewards = _np(chunk[:, t]), _np(res.rewards[:, 0])
+            for i in range(n):
+                if i in done:
+                    continue
+                s = steps[i]
+                s["state"].append(state[i])
+                s["actions"].append(actions[i])
+                s["rewards"].append(rewards[i])
+                s["images"].append({k: v[i] for k, v in images.items()})
+                if bool(res.done[i]):
+                    done[i] = CollectedEpisode(
+                        seeds[i], np.stack(s["state"]).astype(np.float32), np.stack(s["actions"]).astype(np.float32),
+                        np.asarray(s["rewards"], np.float32),
+                        {k: np.stack([f[k] for f in s["images"]]).astype(np.uint8) for k in images},
+                        bool(res.episode["success_once"][i] > 0.5), instructions[i])
+                    steps[i] = {}
+            obs = res.obs
+            if len(done) == n:
+                break
+    return [done[i] for i in range(n)]
+
+
+def collect(policy: Any, env_cfg: Any, cfg: CollectConfig, log=print) -> dict[str, Any]:
+    """Roll out ``policy`` until ``cfg.episodes`` episodes pass the filters; write them to ``cfg.output``.
+    Returns the summary (kept / attempted episodes, mean quality of the kept ones, per-episode rows)."""
+    from policies.datasets.lerobot_writer import LeRobotDatasetWriter
+    from simulators.registry import make_env
+
+    max_attempts = cfg.max_attempts or 4 * cfg.episodes
+    kept: list[CollectedEpisode] = []
+    attempts: list[dict[str, Any]] = []
+    env = make_env(env_cfg, num_envs=max(1, min(cfg.num_envs, max_attempts)))
+    try:
+        while len(kept) < cfg.episodes and len(attempts) < max_attempts:
+            k = len(attempts)
+            seeds = [cfg.seed + j for j in range(k, min(k + env.num_envs, max_attempts))]
+            for ep in rollout_attempts(policy, env, seeds, cfg.deterministic):
+                ok = passes(ep, cfg.success_only, cfg.max_length) and len(kept) < cfg.episodes
+                attempts.append({"seed": ep.seed, "success": ep.success, "kept": ok,
+                                 **episode_quality(ep.actions, ep.rewards)})
+                if ok:
+                    kept.append(ep)
+            log(f"[{PROG}] {len(kept)}/{cfg.episodes} episodes kept after {len(attempts)} attempts")
+    finally:
+        env.close()
+    summary: dict[str, Any] = {"kept": len(kept), "attempts": len(attempts), "output": cfg.output,
+                               "success_rate": float(np.mean([a["success"] for a in attempts])) if attempts else 0.0}
+    if not kept:
+        return {**summary, "per_attempt": attempts}
+    with LeRobotDatasetWriter(cfg.output, cfg.fps, robot_type=str(getattr(env_cfg, "name", "")), codec=cfg.codec,
+                              overwrite=cfg.overwrite) as w:
+        for ep in kept:
+            w.add_episode(ep.instruction, state=ep.state, actions=ep.actions, images=ep.images or None,
+                          rewards=ep.rewards, success=ep.success,
+                          extra={"seed": ep.seed, **episode_quality(ep.actions, ep.rewards)})
+    rows = [a for a in attempts if a["kept"]]
+    for key in ("quality/length", "quality/return", "quality/mean_squared_jerk"):
+        summary[key] = float(np.mean([r[key] for r in rows]))
+    return {**summary, "per_attempt": attempts}
+
+
+def quality_table(summary: dict[str, Any]) -> str:
+    """The kept episodes' statistics as a markdown table (what ``vlarl-collect`` prints)."""
+    lines = ["| episode | seed | success | length | return | mean squared jerk |", "|---|---|---|---|---|---|"]
+    for i, r in enumerate(a for a in summary["per_attempt"] if a["kept"]):
+        lines.append(f"| {i} | {r['seed']} | {int(r['success'])} | {r['quality/length']:.0f} | "
+                     f"{r['quality/return']:.3f} | {r['quality/mean_squared_jerk']:.4g} |")
+    return "\n".join(lines)
+
+
+# -- command line -----------------------------------------------------------------------------------------
+def _fail(msg: str) -> int:
+    print(f"{PROG}: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def load_config(args: list[str]) -> CollectConfig:
+    """Compose ``configs/collect.yaml`` + overrides (Hydra, as ``vlarl-eval``) into a typed ``CollectConfig``."""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    from vlarl.config.loader import ConfigError, _compose, friendly_error, register_schemas
+
+    valid = sorted(f.name for f in fields(CollectConfig))
+    for key in (a.split("=", 1)[0] for a in args if "=" in a):
+        if "." not in key and key not in valid:  # top-level keys are checked here: Hydra's hint names TrainConfig's
+            close = difflib.get_close_matches(key, valid, n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise ConfigError(f"unknown config key '{key}'.{hint} Valid keys: {valid}")
+    register_schemas()
+    ConfigStore.instance().store(name="collect_schema", node=CollectConfig)
+    cfg = _compose("collect", args)
+    try:
+        return OmegaConf.to_object(cfg)
+    except Exception as exc:
+        raise ConfigError(friendly_error(exc, cfg)) from exc
+
+
+def check_output(cfg: CollectConfig) -> None:
+    """Refuse (one line) an output that exists without overwrite=true or cannot be written; writes nothing."""
+    from vlarl.config import ConfigError
+
+    out = Path(cfg.output)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"output='{out}' is a file; choose a folder for the dataset")
+    if out.exists() and any(out.iterdir()) and not cfg.overwrite:
+        raise ConfigError(f"output='{out}' already exists and is not empty; choose a new folder or pass "
+                          f"overwrite=true to replace it")
+    parent = out.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"output='{out}' cannot be created: '{parent}' is a file; choose another folder")
+    try:  # a real probe (permission bits say nothing to root, read-only mounts say nothing to os.access)
+        fd, probe = tempfile.mkstemp(prefix=".vlarl-collect-probe-", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ConfigError(f"output='{out}' is not writable ({e.strerror} in '{parent}'); choose a folder you can "
+                          f"write to") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in args):
+        print(USAGE)
+        return 0
+    import torch
+
+    from vlarl import system_env
+
+    system_env.apply()
+    torch.set_num_threads(int(os.environ.get("VLARL_TORCH_THREADS", "1")))
+    from policies.base import CheckpointError, Policy
+    from policies.datasets.lerobot_writer import VIDEO_CODECS
+    from simulators.base import EnvError
+    from simulators.registry import make_env
+    from vlarl.checkpoint import load_env_config
+    from vlarl.checkpoint_files import check_checkpoint
+    from vlarl.config import ConfigError
+    from vlarl.evaluation.cli import _env_from_saved
+    from vlarl.evaluation.protocol import check_policy_fits_env
+
+    given = {a.split("=", 1)[0] for a in args if "=" in a}
+    try:
+        for key, example in (("checkpoint", "<policy directory>"), ("output", "<new dataset folder>")):
+            if key not in given:
+                raise ConfigError(f"missing {key}={example}")
+        cfg = load_config(args)
+        if cfg.episodes < 1 or cfg.num_envs < 1 or cfg.fps < 1 or cfg.max_attempts < 0 or cfg.max_length < 0:
+            raise ConfigError("episodes, num_envs and fps must be >= 1, max_attempts and max_length >= 0")
+        if cfg.codec not in VIDEO_CODECS:
+            raise ConfigError(f"codec={cfg.codec} is unknown; choose one of {sorted(VIDEO_CODECS)}")
+        check_output(cfg)
+        check_checkpoint(cfg.checkpoint)
+        policy = Policy.from_pretrained(cfg.checkpoint)
+        saved = load_env_config(cfg.checkpoint)
+        user_env = {k.split(".", 1)[1]: getattr(cfg.env, k.split(".", 1)[1]) for k in given if k.startswith("env.")}
+        env_cfg = cfg.env
+        if saved and "env" not in given:
+            saved_cfg = _env_from_saved(saved)
+            env_cfg = type(saved_cfg)(**{**asdict(saved_cfg), **user_env})
+        elif "env.task" not in given and policy.spec.task:
+            env_cfg.task = policy.spec.task
+        probe = make_env(env_cfg, num_envs=1)
+        try:
+            check_policy_fits_env(policy, probe.spec, f"env {probe.spec.task or env_cfg.task}")
+        finally:
+            probe.close()
+    except (ConfigError, EnvError, CheckpointError) as e:
+        return _fail(str(e).strip().splitlines()[0])
+    policy.eval()
+    summary = collect(policy, env_cfg, cfg)
+    if not summary["kept"]:
+        print(f"{PROG}: no episode of {summary['attempts']} attempts passed the filters (success_only="
+              f"{str(cfg.success_only).lower()}, max_length={cfg.max_length}); nothing written. Raise max_attempts "
+              f"or relax the filters", file=sys.stderr)
+        return 1
+    print(quality_table(summary))
+    print(json.dumps({k: v for k, v in summary.items() if k != "per_attempt"}))
+    print(f"[{PROG}] kept {summary['kept']} of {summary['attempts']} episodes; wrote the LeRobot v3.0 dataset "
+          f"{cfg.output}")
+    if summary["kept"] < cfg.episodes:
+        print(f"{PROG}: only {summary['kept']} of {cfg.episodes} episodes passed the filters in "
+              f"{summary['attempts']} attempts (written); raise max_attempts for more", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
