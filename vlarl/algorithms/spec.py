@@ -17,7 +17,11 @@ The spec says
 * ``validate(alg_cfg, num_envs) -> one line or None``: the refusals specific to this algorithm (the
   shared ones live in the registry), checked at config load before anything is written;
 * ``discount(alg_cfg)``: the gamma its returns use (process rewards are shaped with it);
-* ``fresh_episodes``: every episode of a batch starts at its first step (group rollouts).
+* ``fresh_episodes``: every episode of a batch starts at its first step (group rollouts);
+* ``make_state(policy, alg_cfg, policy_spec) -> AlgorithmState`` (optional): what an algorithm keeps in the
+  actor across updates (an off-policy replay buffer, Q networks, their optimizers). The actor worker builds
+  it once, passes it to every ``update`` as ``state=``, and saves / loads it beside the checkpoint, so a
+  resumed run keeps its replay data.
 """
 
 from __future__ import annotations
@@ -49,6 +53,14 @@ def collect_steps(collector: Collector, obs_parts: list[dict[str, Any]]) -> tupl
     return collector.collect(obs_parts)
 
 
+class AlgorithmState(Protocol):
+    """What ``AlgorithmSpec.make_state`` returns; the actor saves its ``state_dict`` in one checkpoint file."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
 @dataclass(frozen=True)
 class AlgorithmSpec:
     name: str
@@ -57,6 +69,7 @@ class AlgorithmSpec:
     discount: Callable[[Any], float]
     collect: Callable[[Collector, list[dict[str, Any]]], tuple[Any, list[dict[str, Any]], int]] = collect_steps
     fresh_episodes: bool = False
+    make_state: Callable[[Any, Any, Any], AlgorithmState] | None = None
 
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {}

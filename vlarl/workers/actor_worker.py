@@ -22,6 +22,7 @@ from vlarl.scheduler.placement import WorkerPlacement, bind
 from vlarl.scheduler.timeline import Spans
 
 TRAINER_STATE = "trainer_state.pt"
+ALGORITHM_STATE = "algorithm_state.pt"  # AlgorithmSpec.make_state's state (replay buffer, Q nets), if any
 
 
 def param_groups(policy: Any, alg_cfg: Any) -> list[dict[str, Any]]:
@@ -53,7 +54,11 @@ class ActorWorker:
         if alg_cfg.kl_coef > 0:
             self.reference = make_policy(policy_cfg, spec).to(self.device).eval().requires_grad_(False)
             self.reference.load_state_dict(self.policy.state_dict())
-        self.update_fn = algorithm_spec(alg_cfg.name).update
+        alg_spec = algorithm_spec(alg_cfg.name)
+        self.update_fn = alg_spec.update
+        # what the algorithm keeps across updates (replay buffer, Q nets); saved with the checkpoint
+        self.alg_state = alg_spec.make_state(self.policy, alg_cfg, spec) if alg_spec.make_state else None
+        self.state_kwargs = {"state": self.alg_state} if self.alg_state is not None else {}
         self.optimizer = torch.optim.Adam(param_groups(self.policy, alg_cfg), lr=alg_cfg.lr, eps=1e-5)
         self.generator = torch.Generator().manual_seed(seed)
         self.version = 0
@@ -100,7 +105,7 @@ class ActorWorker:
         with self.spans("train"):
             self.policy.train()
             metrics = self.update_fn(self.policy, self.optimizer, traj, self.alg, self.generator,
-                                     reference=self.reference, version=self.version)
+                                     reference=self.reference, version=self.version, **self.state_kwargs)
             if traj.num_envs > 0:
                 self.policy.update_normalization(traj.flat_obs())
             self.version += 1
@@ -118,6 +123,8 @@ class ActorWorker:
              "torch_rng": torch.get_rng_state(), "policy_version": self.version, **extra},
             d / TRAINER_STATE,
         )
+        if self.alg_state is not None:
+            torch.save(self.alg_state.state_dict(), d / ALGORITHM_STATE)
 
     def load(self, directory: str) -> dict[str, Any]:
         from safetensors.torch import load_file
@@ -129,4 +136,6 @@ class ActorWorker:
         self.generator.set_state(state.pop("generator"))
         torch.set_rng_state(state.pop("torch_rng"))
         self.version = int(state.pop("policy_version", state.get("iteration", 0)))
+        if self.alg_state is not None and (d / ALGORITHM_STATE).is_file():
+            self.alg_state.load_state_dict(torch.load(d / ALGORITHM_STATE, weights_only=False))
         return state
