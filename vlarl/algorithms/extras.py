@@ -6,6 +6,8 @@ The runner adds every chunk step's env replies; ``stack()`` gives ``Trajectory.e
     episode_return:  [N, B]          env-reported return of the episode that ended at step t (NaN else)
     episode_success: [N, B]          its ``success_once`` (GRPO scores)
     policy_version:  [N, B]          version of the weights that sampled step t (off-policy correction)
+    next_state:      [N, B, D]       state after step t; for an episode that ended in it, its final state
+                                     (off-policy TD targets bootstrap a truncated episode from it)
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class StepExtras:
         self._put("step_rewards", torch.cat([r.rewards.float() for r in results]))
         self._put("episode_return", torch.cat([r.episode["return"].float() for r in results]))
         self._put("episode_success", torch.cat([r.episode["success_once"].float() for r in results]))
+        self._put("next_state", torch.cat([torch.as_tensor((r.final_obs or r.obs)["state"]).float() for r in results]))
         B = self._rows["step_mask"][-1].shape[0]
         self._put("policy_version", torch.full((B,), float(policy_version)))
 
