@@ -1,0 +1,79 @@
+"""Chunk replay on torchrl buffers: transitions from a trajectory and from demonstrations, mixed sampling,
+save/load."""
+
+import numpy as np
+import pytest
+import torch
+
+from policies.vlm.episode import Episode
+from vlarl.algorithms.replay import MixedReplay, demo_transitions, trajectory_transitions
+from vlarl.data.trajectory import Trajectory
+
+torch.set_num_threads(1)
+
+
+def _traj(N=3, B=2, T=2, A=1, D=3) -> Trajectory:
+    state = torch.arange(N * B * D, dtype=torch.float32).view(N, B, D)
+    z = torch.zeros(N, B)
+    dones = z.clone()
+    dones[1, 0] = 1
+    return Trajectory(
+        obs={"state": state, "images": {}, "instruction": ["x"] * B},
+        replay={"actions": torch.randn(N, B, T, A)}, logprob=torch.zeros(N, B, T, A), values=z, rewards=z,
+        dones=dones, truncated=z, final_values=z, next_value=torch.zeros(B),
+        extras={"step_rewards": torch.ones(N, B, T), "step_mask": torch.ones(N, B, T, dtype=torch.bool),
+                "next_state": state + 100})
+
+
+def test_trajectory_transitions_are_time_major_with_next_state_and_dones():
+    td = trajectory_transitions(_traj())
+    assert td.batch_size == torch.Size([6])
+    assert torch.equal(td["state"][2], torch.arange(6, 9, dtype=torch.float32))  # step 1, env 0
+    assert torch.equal(td["next_state"][2], td["state"][2] + 100)
+    assert td["terminated"].tolist() == [False, False, True, False, False, False]
+
+
+def test_trajectory_without_next_state_is_refused():
+    traj = _traj()
+    del traj.extras["next_state"]
+    with pytest.raises(ValueError, match="next_state"):
+        trajectory_transitions(traj)
+
+
+def test_demo_transitions_label_the_success_and_mask_past_the_end():
+    ep = Episode(state=np.arange(3, dtype=np.float32)[:, None], actions=np.array([[0.1], [0.2], [0.3]], np.float32))
+    td = demo_transitions([ep], chunk_size=2)
+    assert td.batch_size == torch.Size([3])
+    assert td["step_mask"].tolist() == [[True, True], [True, True], [True, False]]
+    assert td["step_rewards"].tolist() == [[0, 0], [0, 1], [1, 0]]
+    assert td["terminated"].tolist() == [False, True, True]
+    assert td["next_state"][0].tolist() == [2.0]  # two steps later
+    assert td["actions"][1].flatten().tolist() == pytest.approx([0.2, 0.3])
+
+
+def test_mixed_sampling_draws_the_configured_fraction_from_demonstrations():
+    torch.manual_seed(0)
+    replay = MixedReplay(capacity=100, demo_ratio=0.25)
+    replay.online.extend(trajectory_transitions(_traj()))
+    ep = Episode(state=np.full((4, 3), -1, np.float32), actions=np.zeros((4, 1), np.float32))
+    replay.add_demos(demo_transitions([ep], chunk_size=2))
+    batch = replay.sample(64)
+    assert int(batch["is_demo"].sum()) == 16
+    assert bool((batch["state"][batch["is_demo"]] == -1).all())  # demo rows really are demonstrations
+    assert bool((batch["state"][~batch["is_demo"]] >= 0).all())
+    only_demos = MixedReplay(capacity=10, demo_ratio=0.5)
+    only_demos.add_demos(demo_transitions([ep], chunk_size=2))
+    assert bool(only_demos.sample(8)["is_demo"].all())  # before any online data, demonstrations fill the batch
+
+
+def test_replay_survives_save_and_load(tmp_path):
+    replay = MixedReplay(capacity=4, demo_ratio=0.0)
+    replay.online.extend(trajectory_transitions(_traj()))  # 6 rows into 4 slots: the ring wrapped
+    torch.save(replay.state_dict(), tmp_path / "replay.pt")
+    again = MixedReplay(capacity=4, demo_ratio=0.0)
+    again.load_state_dict(torch.load(tmp_path / "replay.pt", weights_only=False))
+    assert len(again) == 4
+    stored = again.online.buffer.storage[:]
+    assert torch.equal(stored["state"], replay.online.buffer.storage[:]["state"])
+    again.online.extend(trajectory_transitions(_traj())[:1])  # the write cursor continues where it was
+    assert torch.equal(again.online.buffer.storage[:]["state"][2], torch.arange(3, dtype=torch.float32))

@@ -1,0 +1,147 @@
+"""Replay of chunk transitions for the off-policy algorithms, on torchrl's replay buffers.
+
+A transition is one chunk step of one env (T = chunk, A = action dim, D = state dim):
+
+    state [D], actions [T, A] (env units, as executed), step_rewards [T], step_mask [T] (executed actions),
+    terminated [], truncated [], next_state [D] (the final state when the episode ended in this chunk)
+
+``ChunkReplay`` is a ``TensorDictReplayBuffer`` on a ``LazyTensorStorage`` (a ring buffer in memory, uniform
+sampling). ``MixedReplay`` keeps online transitions and demonstrations apart and draws a fixed fraction of
+every batch from the demonstrations (RLPD's symmetric sampling: 50/50). Both round-trip through
+``state_dict`` (storage, write cursor), so a resumed run keeps its data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from vlarl.data.trajectory import Trajectory
+
+TRANSITION_KEYS = ("state", "actions", "step_rewards", "step_mask", "terminated", "truncated", "next_state")
+
+
+class ChunkReplay:
+    """A ring buffer of chunk transitions with uniform sampling (torchrl ``TensorDictReplayBuffer``)."""
+
+    def __init__(self, capacity: int):
+        from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+        self.capacity = int(capacity)
+        self.buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(self.capacity))
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+    def extend(self, transitions: TensorDict) -> None:
+        if transitions.batch_size[0] > 0:
+            self.buffer.extend(transitions)
+
+    def sample(self, n: int) -> TensorDict:
+        """``n`` transitions drawn uniformly with replacement (torch's global RNG)."""
+        if len(self) == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        return self.buffer.sample(batch_size=n)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.buffer.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.buffer.load_state_dict(state)
+
+
+class MixedReplay:
+    """Online transitions plus demonstrations; ``demo_ratio`` of every batch comes from the demonstrations
+    (when there are any). Returns one batch, online rows first, with ``is_demo`` [n] marking the rest."""
+
+    def __init__(self, capacity: int, demo_ratio: float):
+        if not 0.0 <= demo_ratio <= 1.0:
+            raise ValueError(f"algorithm.demo_ratio={demo_ratio} must lie in [0, 1]")
+        self.online = ChunkReplay(capacity)
+        self.demos: ChunkReplay | None = None
+        self.demo_ratio = demo_ratio
+
+    def add_demos(self, transitions: TensorDict) -> None:
+        self.demos = ChunkReplay(max(1, transitions.batch_size[0]))
+        self.demos.extend(transitions)
+
+    def __len__(self) -> int:
+        return len(self.online)
+
+    def sample(self, n: int) -> TensorDict:
+        n_demo = round(n * self.demo_ratio) if self.demos is not None and len(self.demos) else 0
+        if len(self.online) == 0:
+            n_demo = n
+        parts = []
+        if n - n_demo > 0:
+            parts.append(self.online.sample(n - n_demo).set("is_demo", torch.zeros(n - n_demo, dtype=torch.bool)))
+        if n_demo > 0:
+            assert self.demos is not None, "no demonstrations and no online data to sample from"
+            parts.append(self.demos.sample(n_demo).set("is_demo", torch.ones(n_demo, dtype=torch.bool)))
+        return torch.cat(parts)
+
+    def state_dict(self) -> dict[str, Any]:
+        # demonstrations are read again from algorithm.demos on start-up; only online data is saved
+        return {"online": self.online.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.online.load_state_dict(state["online"])
+
+
+def trajectory_transitions(traj: Trajectory) -> TensorDict:
+    """Every chunk step of a collected trajectory as transitions [N * B] (time-major).
+
+    Needs ``traj.extras`` ``step_rewards`` [N, B, T], ``step_mask`` [N, B, T] and ``next_state`` [N, B, D]
+    (recorded by ``vlarl.algorithms.extras.StepExtras``) and ``traj.replay['actions']`` [N, B, T, A].
+    """
+    missing = [k for k in ("step_rewards", "step_mask", "next_state") if k not in traj.extras]
+    if missing or "actions" not in traj.replay:
+        raise ValueError(f"off-policy replay needs traj.extras {missing} and traj.replay['actions']; the collector "
+                         f"records them (vlarl.algorithms.extras.StepExtras)")
+    M = traj.num_steps * traj.num_envs
+    return TensorDict({
+        "state": traj.flat(traj.obs["state"]).float(),
+        "actions": traj.flat(traj.replay["actions"]).float(),
+        "step_rewards": traj.flat(traj.extras["step_rewards"]).float(),
+        "step_mask": traj.flat(traj.extras["step_mask"]).bool(),
+        "terminated": traj.flat(traj.dones).bool(),
+        "truncated": traj.flat(traj.truncated).bool(),
+        "next_state": traj.flat(traj.extras["next_state"]).float(),
+    }, batch_size=[M])
+
+
+def demo_transitions(episodes: list[Any], chunk_size: int) -> TensorDict:
+    """Chunk transitions from successful demonstrations that end at their success (what the scripted experts
+    and ``vlarl-collect success_only=true`` write): one transition starting at every step ``i`` with actions
+    ``i .. i+T-1`` (masked past the end), reward 1 on the episode's last action and terminated there, the
+    same labels as the env's ``reward_mode=sparse`` with terminations on.
+
+    episodes: objects with ``state [L, D]`` and ``actions [L, A]`` -> transitions [sum L].
+    """
+    rows: dict[str, list[torch.Tensor]] = {k: [] for k in TRANSITION_KEYS}
+    T = chunk_size
+    for ep in episodes:
+        state = torch.as_tensor(np.asarray(ep.state), dtype=torch.float32)
+        actions = torch.as_tensor(np.asarray(ep.actions), dtype=torch.float32)
+        L, A = actions.shape
+        if L == 0:
+            continue
+        rewards = torch.zeros(L + T)
+        rewards[L - 1] = 1.0
+        padded = torch.cat([actions, actions[-1:].expand(T, A)])  # past the end: repeat, masked out
+        for i in range(L):
+            k = min(T, L - i)
+            ends = i + k >= L
+            rows["state"].append(state[i])
+            rows["actions"].append(padded[i:i + T])
+            rows["step_rewards"].append(rewards[i:i + T] * (torch.arange(T) < k))
+            rows["step_mask"].append(torch.arange(T) < k)
+            rows["terminated"].append(torch.tensor(ends))
+            rows["truncated"].append(torch.tensor(False))
+            rows["next_state"].append(state[L - 1] if ends else state[i + k])  # unused when terminated
+    if not rows["state"]:
+        raise ValueError("the demonstrations hold no steps")
+    return TensorDict({k: torch.stack(v) for k, v in rows.items()}, batch_size=[len(rows["state"])])
