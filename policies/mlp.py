@@ -27,6 +27,7 @@ class MLPPolicyConfig:
     init_log_std: float = -0.5
     normalize_obs: bool = True  # running mean/std of the state, saved with the weights
     obs_clip: float = 10.0
+    squash: bool = False  # tanh-squash the Gaussian into [action_low, action_high] (bounded actions for SAC/RLPD)
 
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
@@ -78,9 +79,15 @@ class GaussianChunkPolicy(Policy):
     """Actor + critic MLPs on a feature vector: a diagonal Gaussian over the whole chunk ``[T, A]``
     (state-independent learned log-std, floored at ``min_log_std`` when given) and a value head.
     Subclasses build their features in ``_features(obs) -> [B, D]``; ``replay`` holds the sampled
-    actions, so ``evaluate`` re-scores them exactly."""
+    actions, so ``evaluate`` re-scores them exactly.
+
+    With ``squash`` the Gaussian sample ``u`` goes through ``tanh`` into ``[action_low, action_high]`` (the
+    log-prob gets the change-of-variables term; ``replay`` also keeps ``u``), and ``rsample`` draws a
+    reparameterized chunk with gradients for off-policy actor losses (SAC). The entropy ``evaluate`` returns
+    is the Gaussian's, before the squash."""
 
     min_log_std: float | None = None
+    squash: bool = False
 
     def _build_heads(self, in_dim: int, hidden: list[int], activation: str, init_log_std: float) -> None:
         if self.config.chunk_size < 1:
@@ -100,26 +107,43 @@ class GaussianChunkPolicy(Policy):
         log_std = self.log_std if self.min_log_std is None else self.log_std.clamp_min(self.min_log_std)
         return torch.distributions.Normal(mean, log_std.exp().expand_as(mean))
 
+    def _squashed(self, dist: torch.distributions.Normal, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(actions, logprob) [B, T, A] of the Gaussian sample ``u``: tanh into the action box when squashing."""
+        if not self.squash:
+            return u, dist.log_prob(u)
+        half = (self.action_high - self.action_low) / 2
+        actions = self.action_low + half * (torch.tanh(u) + 1)
+        log_dtanh = 2 * (math.log(2.0) - u - nn.functional.softplus(-2 * u))  # log(1 - tanh(u)^2), stable
+        return actions, dist.log_prob(u) - log_dtanh - torch.log(half)
+
     @torch.no_grad()
     def sample(self, obs: dict[str, Any]) -> ActionSample:
         x = self._features(obs)
         dist = self._dist(x)
-        actions = dist.sample()
+        u = dist.sample()
+        actions, logprob = self._squashed(dist, u)
         return ActionSample(
             actions=actions,
-            logprob=dist.log_prob(actions),
+            logprob=logprob,
             value=self.critic(x).squeeze(-1),
-            replay={"actions": actions},
+            replay={"actions": actions, "pre_tanh": u} if self.squash else {"actions": actions},
         )
+
+    def rsample(self, obs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterized chunk with gradients: (actions [B, T, A], logprob [B, T, A])."""
+        dist = self._dist(self._features(obs))
+        return self._squashed(dist, dist.rsample())
 
     def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]):
         x = self._features(obs)
         dist = self._dist(x)
-        return dist.log_prob(replay["actions"].to(x.device)), dist.entropy(), self.critic(x).squeeze(-1)
+        u = replay["pre_tanh" if self.squash else "actions"].to(x.device)
+        return self._squashed(dist, u)[1], dist.entropy(), self.critic(x).squeeze(-1)
 
     @torch.no_grad()
     def act(self, obs: dict[str, Any]) -> torch.Tensor:
-        mean = self._dist(self._features(obs)).mean
+        dist = self._dist(self._features(obs))
+        mean = self._squashed(dist, dist.mean)[0]
         return torch.maximum(torch.minimum(mean, self.action_high), self.action_low)
 
     @torch.no_grad()
@@ -131,6 +155,7 @@ class GaussianChunkPolicy(Policy):
 class MLPPolicy(GaussianChunkPolicy):
     def __init__(self, config: MLPPolicyConfig, spec: PolicySpec):
         super().__init__(config, spec)
+        self.squash = config.squash
         self.norm = RunningNorm(spec.state_dim, config.obs_clip)
         self._build_heads(spec.state_dim, list(config.hidden_sizes), config.activation, config.init_log_std)
 
