@@ -1,0 +1,299 @@
+"""pi0 (Black et al., 2024) and pi0.5 (Physical Intelligence, 2025), exactly as LeRobot 0.4.4 runs them.
+
+Prefix (one VLM pass per chunk): per camera SigLIP + the PaliGemma projector give image tokens; the
+language tokens (Gemma embedding scaled by ``sqrt(W_vlm)``). The whole prefix attends bidirectionally
+(absent cameras and padding masked out). Suffix, through the Gemma action expert that shares every
+attention layer with the VLM (``pi0_gemma``):
+
+* **pi0**: one state token ``state_proj(state)`` (a new causal block: it sees the prefix and itself),
+  then the chunk ``action_time_mlp_out(silu(action_time_mlp_in([action_in_proj(x_t), emb(t)])))`` (a
+  new block: actions see the prefix, the state and each other, bidirectionally);
+* **pi0.5**: no state token (the state is discretized into 256 bins and written into the prompt, see
+  ``pi05_prompt``); the chunk is ``action_in_proj(x_t)`` and the time enters every expert norm
+  through adaRMS, conditioned on ``silu(time_mlp_out(silu(time_mlp_in(emb(t)))))``.
+
+``emb(t)`` is the sine-cosine embedding with periods ``min_period .. max_period`` (fp64). Positions
+count real tokens (prefix ``cumsum(pad) - 1``, suffix after the last real prefix token).
+``v = action_out_proj(expert_out[:, -chunk_size:])``. Conventions (``interface``): ``x_t = t * noise +
+(1 - t) * action``; sampling runs ``t = 1 -> 0`` in ``num_inference_steps`` Euler steps of ``-1 / n``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import nn
+
+from policies.flow_vla.interface import FlowInputs, FlowPrefix
+from policies.flow_vla.pi0_gemma import PaliGemmaWithExpert
+from policies.flow_vla.smolvla import block_causal, pad_to, time_embedding
+
+# openpi's Gemma variants (LeRobot's ``get_gemma_config``) and PaliGemma's SigLIP so400m tower.
+GEMMA_VARIANTS = {
+    "gemma_2b": {"width": 2048, "depth": 18, "mlp_dim": 16_384, "num_heads": 8, "num_kv_heads": 1, "head_dim": 256},
+    "gemma_300m": {"width": 1024, "depth": 18, "mlp_dim": 4096, "num_heads": 8, "num_kv_heads": 1, "head_dim": 256},
+}
+SIGLIP_SO400M = {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27, "num_attention_heads": 16,
+                 "patch_size": 14}
+PALIGEMMA_VOCAB = 257_152
+STATE_BINS = 256
+
+
+def gemma_dims(paligemma_variant: str = "gemma_2b", action_expert_variant: str = "gemma_300m") -> dict[str, Any]:
+    """The published sizes: ``{"vlm", "expert", "vision", "vocab_size"}`` (the shape of ``tiny_dims.json``)."""
+    for v in (paligemma_variant, action_expert_variant):
+        if v not in GEMMA_VARIANTS:
+            raise ValueError(f"pi0: unknown Gemma variant '{v}'; choose from {sorted(GEMMA_VARIANTS)}")
+    return {"vlm": dict(GEMMA_VARIANTS[paligemma_variant]), "expert": dict(GEMMA_VARIANTS[action_expert_variant]),
+            "vision": dict(SIGLIP_SO400M), "vocab_size": PALIGEMMA_VOCAB}
+
+
+def tiny_dims() -> dict[str, Any]:
+    """Sizes small enough for CPU tests (the fixtures' ``tiny_dims.json``): widths 64 / 32, 2 layers, 8 heads of 8."""
+    return {
+        "vlm": {"width": 64, "depth": 2, "mlp_dim": 128, "num_heads": 8, "num_kv_heads": 1, "head_dim": 8},
+        "expert": {"width": 32, "depth": 2, "mlp_dim": 64, "num_heads": 8, "num_kv_heads": 1, "head_dim": 8},
+        "vision": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+                   "patch_size": 8},
+        "vocab_size": 264,
+    }
+
+
+@dataclass
+class PI0Config:
+    """pi0 / pi0.5 hyperparameters under LeRobot's names (defaults: the published ``pi0``)."""
+
+    type: str = "pi0"  # "pi0" | "pi05"
+    paligemma_variant: str = "gemma_2b"
+    action_expert_variant: str = "gemma_300m"
+    dims: dict[str, Any] | None = None  # explicit sizes (tiny models); None: the variants' published sizes
+    chunk_size: int = 50
+    n_action_steps: int = 50
+    max_state_dim: int = 32
+    max_action_dim: int = 32
+    num_inference_steps: int = 10
+    min_period: float = 4e-3
+    max_period: float = 4.0
+    image_resolution: tuple[int, int] = (224, 224)
+    empty_cameras: int = 0
+    tokenizer_max_length: int = 48  # pi0.5: 200
+    normalization_mapping: dict[str, str] = field(
+        default_factory=lambda: {"VISUAL": "IDENTITY", "STATE": "MEAN_STD", "ACTION": "MEAN_STD"})
+    freeze_vision_encoder: bool = False
+    train_expert_only: bool = False
+    gradient_checkpointing: bool = False
+
+    def __post_init__(self):
+        if self.type not in ("pi0", "pi05"):
+            raise ValueError(f"pi0: type '{self.type}' is not 'pi0' or 'pi05'")
+        self.image_resolution = tuple(self.image_resolution)
+        if self.image_resolution[0] != self.image_resolution[1]:
+            raise ValueError(f"pi0: image_resolution {self.image_resolution} is not square (PaliGemma needs square)")
+
+    @property
+    def resolved_dims(self) -> dict[str, Any]:
+        return self.dims if self.dims is not None else gemma_dims(self.paligemma_variant, self.action_expert_variant)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PI0Config:
+        """From a dict of our field names (others, e.g. LeRobot's optimizer keys, are ignored)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def pi05_defaults() -> dict[str, Any]:
+    return dict(type="pi05", tokenizer_max_length=200,
+                normalization_mapping={"VISUAL": "IDENTITY", "STATE": "QUANTILES", "ACTION": "QUANTILES"})
+
+
+PUBLISHED = {"pi0": dict, "pi05": pi05_defaults}
+
+
+def published_config(name: str = "pi0") -> PI0Config:
+    """The published-size config: PaliGemma 3B (Gemma 2B + SigLIP so400m) and the Gemma 300M expert."""
+    if name not in PUBLISHED:
+        raise ValueError(f"published_config: unknown '{name}'; choose from {sorted(PUBLISHED)}")
+    return PI0Config(**PUBLISHED[name]())
+
+
+def tiny_config(name: str = "pi0", **overrides: Any) -> PI0Config:
+    """A tiny pi0 / pi0.5 for CPU tests (``tiny_dims``, 32 px images, chunk 4, 4 steps, dims padded to 8)."""
+    base = dict(PUBLISHED[name](), dims=tiny_dims(), chunk_size=4, n_action_steps=4, num_inference_steps=4,
+                max_state_dim=8, max_action_dim=8, image_resolution=(32, 32),
+                tokenizer_max_length=48 if name == "pi0" else 96)
+    return PI0Config(**{**base, **overrides})
+
+
+# ---- input transforms (LeRobot's pre-processing after normalization) -------------------------------
+def prepare_image(img: torch.Tensor, size: int) -> torch.Tensor:
+    """``img [B, 3, H, W]`` float in [0, 1] -> ``[B, 3, size, size]`` in [-1, 1], as LeRobot's pi0 does.
+
+    Resized (bilinear, aspect kept) only when not already ``size``; centred padding with -1 *before* the
+    map to [-1, 1], so padded pixels end at -3 (the reference's convention, kept for parity).
+    """
+    img = img.float()
+    h, w = img.shape[-2:]
+    if (h, w) != (size, size):
+        ratio = max(w / size, h / size)
+        new_h, new_w = int(h / ratio), int(w / ratio)
+        img = F.interpolate(img, size=(new_h, new_w), mode="bilinear", align_corners=False).clamp(-1.0, 1.0)
+        top, left = (size - new_h) // 2, (size - new_w) // 2
+        img = F.pad(img, (left, size - new_w - left, top, size - new_h - top), value=-1.0)
+    return img * 2.0 - 1.0
+
+
+def pi05_prompt(task: str, state: torch.Tensor) -> str:
+    """pi0.5's prompt: the task and the normalized, padded ``state [S_pad]`` in 256 bins over [-1, 1]."""
+    bins = np.digitize(state.detach().cpu().numpy(), bins=np.linspace(-1, 1, STATE_BINS + 1)[:-1]) - 1
+    cleaned = task.strip().replace("_", " ").replace("\n", " ")
+    return f"Task: {cleaned}, State: {' '.join(map(str, bins))};\nAction: "
+
+
+def make_inputs(
+    cfg: PI0Config, tokenizer: Any, images: list[torch.Tensor], state: torch.Tensor, tasks: list[str], empty: int = 0,
+) -> FlowInputs:
+    """Camera images ``[B, 3, H, W]`` in [0, 1], normalized ``state [B, S]``, task strings -> model inputs.
+
+    pi0: tasks end with a newline; pi0.5: the prompt carries the discretized state. Tokens are padded
+    right to ``tokenizer_max_length``; ``empty`` absent cameras follow as masked -1 images.
+    """
+    state = pad_to(state.float(), cfg.max_state_dim)
+    if cfg.type == "pi05":
+        texts = [pi05_prompt(t, s) for t, s in zip(tasks, state, strict=True)]
+    else:
+        texts = [t if t.endswith("\n") else t + "\n" for t in tasks]
+    enc = tokenizer(texts, padding="max_length", padding_side="right", truncation=True,
+                    max_length=cfg.tokenizer_max_length, return_tensors="pt")
+    batch, device = state.shape[0], state.device
+    pixels = [prepare_image(img.to(device), cfg.image_resolution[0]) for img in images]
+    return FlowInputs(
+        images=pixels + [torch.full_like(pixels[-1], -1.0)] * empty,
+        image_masks=[torch.full((batch,), i < len(pixels), device=device) for i in range(len(pixels) + empty)],
+        tokens=enc["input_ids"].to(device),
+        token_masks=enc["attention_mask"].bool().to(device),
+        state=state,
+    )
+
+
+# ---- the network -------------------------------------------------------------------------------------
+class PI0(nn.Module):
+    """pi0 / pi0.5 (``cfg.type``) with LeRobot's parameter names (``model.`` stripped)."""
+
+    def __init__(self, cfg: PI0Config):
+        super().__init__()
+        self.cfg = cfg
+        self.pi05 = cfg.type == "pi05"
+        dims = cfg.resolved_dims
+        width = dims["expert"]["width"]
+        self.paligemma_with_expert = PaliGemmaWithExpert(dims, cfg.image_resolution[0], adarms=self.pi05)
+        self.paligemma_with_expert.gradient_checkpointing = cfg.gradient_checkpointing
+        self.action_in_proj = nn.Linear(cfg.max_action_dim, width)
+        self.action_out_proj = nn.Linear(width, cfg.max_action_dim)
+        if self.pi05:
+            self.time_mlp_in = nn.Linear(width, width)
+            self.time_mlp_out = nn.Linear(width, width)
+        else:
+            self.state_proj = nn.Linear(cfg.max_state_dim, width)
+            self.action_time_mlp_in = nn.Linear(2 * width, width)
+            self.action_time_mlp_out = nn.Linear(width, width)
+        self.chunk_size, self.num_steps = cfg.chunk_size, cfg.num_inference_steps
+        self.max_action_dim, self.max_state_dim = cfg.max_action_dim, cfg.max_state_dim
+        self.expert_width, self.vlm_width = width, dims["vlm"]["width"]
+        self.set_trainable()
+
+    @classmethod
+    def from_config(cls, d: dict[str, Any] | PI0Config) -> PI0:
+        return cls(d if isinstance(d, PI0Config) else PI0Config.from_dict(d))
+
+    def set_trainable(self) -> None:
+        """LeRobot's freezing: the SigLIP tower (``freeze_vision_encoder``) or all of PaliGemma (``train_expert_only``)."""
+        pali = self.paligemma_with_expert.paligemma
+        if self.cfg.freeze_vision_encoder:
+            pali.model.vision_tower.requires_grad_(False)
+        if self.cfg.train_expert_only:
+            pali.requires_grad_(False)
+
+    # ---- prefix ----------------------------------------------------------------------------------
+    def embed_prefix(self, inputs: FlowInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> prefix embeddings ``[B, P, W_vlm]`` and real-token mask ``[B, P]`` (one bidirectional block)."""
+        pwe = self.paligemma_with_expert
+        embs, pads = [], []
+        for img, mask in zip(inputs.images, inputs.image_masks, strict=True):
+            emb = pwe.embed_image(img)
+            embs.append(emb)
+            pads.append(mask[:, None].expand(emb.shape[0], emb.shape[1]))
+        lang = pwe.embed_tokens(inputs.tokens)
+        embs.append(lang * math.sqrt(lang.shape[-1]))
+        pads.append(inputs.token_masks.bool())
+        return torch.cat([e.to(lang.dtype) for e in embs], dim=1), torch.cat(pads, dim=1)
+
+    def encode_prefix(self, inputs: FlowInputs) -> FlowPrefix:
+        emb, pad = self.embed_prefix(inputs)
+        positions = pad.long().cumsum(dim=1) - 1
+        cache, out = self.paligemma_with_expert.prefix_pass(emb, block_causal(pad, torch.zeros_like(pad)), positions)
+        w = pad.to(out.dtype)[..., None]
+        features = ((out * w).sum(1) / w.sum(1).clamp_min(1.0)).float()
+        return FlowPrefix(cache=cache, pad_mask=pad, features=features)
+
+    # ---- one denoising step ----------------------------------------------------------------------
+    def embed_suffix(
+        self, state: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """-> suffix tokens ``[B, T(+1), W_e]``, block starts ``[B, T(+1)]``, adaRMS condition ``[B, W_e]`` or None."""
+        dtype = self.action_in_proj.weight.dtype
+        act = self.action_in_proj(x_t.to(dtype))
+        temb = time_embedding(t, self.expert_width, self.cfg.min_period, self.cfg.max_period).to(t.dtype).to(dtype)
+        batch, steps = act.shape[:2]
+        blocks = torch.zeros(batch, steps, dtype=torch.bool, device=act.device)
+        blocks[:, 0] = True
+        if self.pi05:
+            cond = F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(temb))))
+            return act, blocks, cond
+        h = torch.cat([act, temb[:, None, :].expand_as(act)], dim=2)
+        act = self.action_time_mlp_out(F.silu(self.action_time_mlp_in(h)))
+        state_tok = self.state_proj(state.to(self.state_proj.weight.dtype))[:, None, :]
+        first = torch.ones(batch, 1, dtype=torch.bool, device=act.device)
+        return torch.cat([state_tok, act], dim=1), torch.cat([first, blocks], dim=1), None
+
+    def velocity(
+        self, prefix: FlowPrefix, inputs: FlowInputs, x_t: torch.Tensor, t: torch.Tensor, return_hidden: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """``v [B, T, A_pad]`` (float32) at ``x_t [B, T, A_pad]``, ``t [B]``.
+
+        ``return_hidden``: also the expert's final-normed hidden state of the action tokens ``[B, T, W_e]``
+        (the input of ``action_out_proj``; Flow-Noise reads its noise head from it).
+        """
+        suffix, blocks, cond = self.embed_suffix(inputs.state, x_t, t)
+        batch, steps = suffix.shape[:2]
+        pad = prefix.pad_mask
+        ones = torch.ones(batch, steps, dtype=torch.bool, device=suffix.device)
+        mask = torch.cat([pad[:, None, :].expand(batch, steps, pad.shape[1]), block_causal(ones, blocks)], dim=2)
+        positions = pad.long().sum(dim=1, keepdim=True) + torch.arange(steps, device=suffix.device)[None]
+        out = self.paligemma_with_expert.expert_pass(suffix, prefix.cache, mask, positions, cond)
+        hidden = out[:, -self.chunk_size :]
+        v = self.action_out_proj(hidden.to(self.action_out_proj.weight.dtype)).float()
+        return (v, hidden) if return_hidden else v
+
+    # ---- the reference ODE -----------------------------------------------------------------------
+    def integrate(self, inputs: FlowInputs, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Euler from ``noise [B, T, A_pad]`` at t=1 to t=0 -> (actions, velocities ``[K, B, T, A_pad]``)."""
+        prefix = self.encode_prefix(inputs)
+        dt = -1.0 / self.num_steps
+        x, vs = noise.float(), []
+        for k in range(self.num_steps):
+            t = torch.full((noise.shape[0],), 1.0 + k * dt, dtype=torch.float32, device=noise.device)
+            v = self.velocity(prefix, inputs, x, t)
+            vs.append(v)
+            x = x + dt * v
+        return x, torch.stack(vs)
+
+    def sample_actions(self, inputs: FlowInputs, noise: torch.Tensor) -> torch.Tensor:
+        return self.integrate(inputs, noise)[0]
