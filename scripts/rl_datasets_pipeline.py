@@ -1,0 +1,352 @@
+"""Train VLAs on data that RL made ("Beyond Human Demonstrations" on ManiSkill PushCube-v1), in one command:
+
+    python scripts/rl_datasets_pipeline.py --out outputs/rl_datasets --seeds 0 1 2 --rl-env-steps 100000 \
+        --episodes 50 --sft-samples 200000 --eval-episodes 100
+
+For each seed and each data source (``--sources``: ``gaussian_rl``, ``diffusion_rl``, ``expert``):
+
+1. RL: train a Gaussian MLP policy or a diffusion policy from scratch with chunked PPO (``vlarl-train
+   experiment=pushcube_mlp_ppo policy=mlp|diffusion``, end-effector delta control, the same env-step budget;
+   the diffusion policy gets a state-MLP critic, ``RL_OVERRIDES``); its own held-out success is kept;
+2. collect ``--episodes`` successful episodes (``vlarl-collect ... success_only=true``; episodes end at the first
+   success, like the expert's) from the RL policy, or record them with the scripted expert
+   (``scripts/pushcube_expert.py``): LeRobot v3.0 datasets with per-episode quality statistics, seeds far
+   below the evaluation seeds;
+3. SFT the same tiny flow-matching VLA (the policy of ``configs/experiment/pushcube_flow_sft_rl.yaml``, state
+   input) on the dataset with the same budget (``--sft-samples`` training samples: epochs = samples / frames);
+4. evaluate the SFT'd VLA with ``vlarl-eval`` on the held-out seeds 1,000,000+.
+
+Every stage writes its outputs under ``<out>/seed<k>/`` and a record ``<out>/seed<k>/<source>.json``;
+``--reuse`` keeps the stages already finished there (an interrupted RL run is resumed from its last checkpoint).
+``<out>/result.json`` and the printed table aggregate every record under ``<out>``, so two invocations with
+disjoint ``--sources`` can run side by side on one ``--out`` (``--report`` only aggregates). A source whose
+policy succeeds in no collection attempt is reported as such (dataset 0 episodes), not skipped silently.
+Arguments after ``--`` go to both RL trainings (``vlarl-train`` overrides).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+BIN = Path(sys.executable).parent
+RL_SOURCES = {"gaussian_rl": "mlp", "diffusion_rl": "diffusion"}  # source name -> vlarl policy= choice
+SOURCES = (*RL_SOURCES, "expert")
+# The tiny diffusion VLA's value head on its 32-wide hidden state barely learns (docs/sft_then_rl.md: explained
+# variance ~0 for the flow VLA); a state-MLP critic with its own lr is what made PPO work for the chain VLAs.
+RL_OVERRIDES = {"gaussian_rl": [],
+                "diffusion_rl": ["policy.value_from=state", "algorithm.critic_lr=1e-3",
+                                 "policy.backbone.max_text_tokens=8"]}
+EVAL_SEED = 1_000_000
+SFT_EXPERIMENT = "pushcube_flow_sft_rl"
+QUALITY = ("quality/length", "quality/return", "quality/mean_squared_jerk")
+
+
+class PipelineError(Exception):
+    """A stage failed or the input is wrong: one line for the user."""
+
+
+def write_json(path: Path, obj) -> None:
+    """Atomically (a reader beside us never sees half a file)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2))
+    os.replace(tmp, path)
+
+
+def log(msg: str) -> None:
+    print(f"[rl_datasets {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _run(cmd: list[str], stage: str, capture: bool = False) -> subprocess.CompletedProcess:
+    log(f"{stage}: {' '.join(cmd)}")
+    res = subprocess.run(cmd, stdin=subprocess.DEVNULL, env={**os.environ, "RAY_DEDUP_LOGS": "0"},
+                         capture_output=capture, text=True)
+    if capture:
+        sys.stdout.write(res.stdout)
+        sys.stderr.write(res.stderr)
+    return res
+
+
+def rl_train(source: str, seed: int, args, d: Path) -> dict:
+    """PPO from scratch; reused when its final evaluation exists, resumed when a checkpoint does (--reuse)."""
+    run_dir = d / f"rl_{source}"
+    final = run_dir / "eval" / "eval.json"
+    if not (args.reuse and final.is_file()):
+        base = [str(BIN / "vlarl-train")]
+        if args.reuse and (run_dir / "checkpoints" / "latest").exists():
+            cmd = [*base, f"resume={run_dir}"]
+        else:
+            shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished run of ours without a checkpoint
+            cmd = [*base, "experiment=pushcube_mlp_ppo", f"policy={RL_SOURCES[source]}", f"run_dir={run_dir}",
+                   f"seed={seed}", f"total_env_steps={args.rl_env_steps}", "time_limit_minutes=0",
+                   f"eval.episodes={args.rl_eval_episodes}", "eval.video_episodes=0", "logger.progress_bar=false",
+                   *RL_OVERRIDES[source], *args.train_overrides]
+        rc = _run(cmd, f"RL {source}").returncode
+        if rc != 0 or not final.is_file():
+            raise PipelineError(f"RL training of {source} failed (exit {rc}); see its output above and {run_dir}")
+    ev = json.loads(final.read_text())
+    return {"checkpoint": str(run_dir / "checkpoints" / "latest"), "env_steps": ev.get("env_steps"),
+            "train_wall_s": ev.get("train_wall_s"), "success_once": ev["success_once"],
+            "success_once_ci95": ev["success_once_ci95"], "episodes": ev["episodes"]}
+
+
+def collect(source: str, seed: int, args, d: Path, ckpt: str | None) -> dict:
+    """A dataset of ``args.episodes`` successful episodes (fewer, or none, when the source cannot find them)."""
+    out, record = d / f"data_{source}", d / f"collect_{source}.json"
+    if args.reuse and record.is_file():
+        return json.loads(record.read_text())
+    first = 100_000 * (seed + 1)  # far below the evaluation seeds, different per pipeline seed
+    if source == "expert":
+        from scripts.pushcube_expert import record_demos
+
+        s = record_demos(out, args.episodes, first, fmt="lerobot", overwrite=True, log=log)
+        res = {"kept": s["episodes"], "attempts": s["episodes"] + len(s["failed_seeds"])}
+    else:
+        max_attempts = args.max_attempts or 4 * args.episodes
+        p = _run([str(BIN / "vlarl-collect"), f"checkpoint={ckpt}", f"output={out}", f"episodes={args.episodes}",
+                  f"seed={first}", "success_only=true", f"max_attempts={max_attempts}", "num_envs=8",
+                  "env.ignore_terminations=false", f"max_length={args.max_length}", "overwrite=true"],
+                 f"collect {source}", capture=True)
+        summary = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+        if p.returncode == 1 and not summary:  # no episode passed the filters: nothing written
+            res = {"kept": 0, "attempts": max_attempts}
+        elif p.returncode in (0, 1) and summary:  # 1 = fewer episodes than asked for (those are written)
+            res = {"kept": summary[-1]["kept"], "attempts": summary[-1]["attempts"]}
+        else:
+            raise PipelineError(f"collecting from {source} failed (exit {p.returncode}); see its output above")
+    res = {**res, "dataset": str(out), **dataset_stats(out if res["kept"] else None)}
+    write_json(record, res)
+    return res
+
+
+def dataset_stats(root: Path | None) -> dict:
+    """Episodes, frames and the mean (and sd) per-episode quality statistics of a written dataset."""
+    from policies.datasets.lerobot_v3 import read_episode_table
+
+    if root is None or not (root / "meta" / "info.json").is_file():
+        return {"episodes": 0, "frames": 0}
+    rows = read_episode_table(root)
+    col = {k: np.array([r[k] for r in rows], np.float64) for k in QUALITY}
+    return {"episodes": len(rows), "frames": int(col["quality/length"].sum()),
+            "mean_length": float(col["quality/length"].mean()), "mean_return": float(col["quality/return"].mean()),
+            "mean_squared_jerk": float(col["quality/mean_squared_jerk"].mean()),
+            "mean_squared_jerk_sd": float(col["quality/mean_squared_jerk"].std())}
+
+
+def sft(dataset: Path, seed: int, args, out: Path) -> dict:
+    """The same tiny flow VLA, the same sample budget, on one dataset; saved with its env.json for vlarl-eval."""
+    import torch
+
+    from policies.registry import make_policy
+    from policies.vlm.demonstrations import read_demonstrations
+    from policies.vlm.sft import sft_train
+    from simulators.registry import make_env
+    from vlarl.checkpoint import ENV_CONFIG_NAME
+    from vlarl.config import load_train_config
+    from vlarl.runner import policy_spec_from_env
+
+    record = out / "sft.json"
+    if args.reuse and record.is_file():
+        return json.loads(record.read_text())
+    cfg = load_train_config([f"experiment={SFT_EXPERIMENT}", f"seed={seed}"])
+    probe = make_env(cfg.env, num_envs=1)
+    spec = policy_spec_from_env(probe.spec)
+    probe.close()
+    torch.manual_seed(seed)
+    policy = make_policy(cfg.policy, spec)
+    episodes = read_demonstrations(dataset, cameras=[])
+    frames = sum(len(e.actions) for e in episodes)
+    epochs = max(1, round(args.sft_samples / frames))
+    t0 = time.time()
+    losses = sft_train(policy, episodes, epochs, args.batch_size, args.sft_lr, spec.instruction, seed)
+    policy.save_pretrained(out)
+    (out / ENV_CONFIG_NAME).write_text(json.dumps(asdict(cfg.env), indent=2))
+    res = {"frames": frames, "epochs": epochs, "samples": frames * epochs, "loss_first": losses[0],
+           "loss_last": losses[-1], "wall_s": time.time() - t0}
+    write_json(record, res)
+    log(f"SFT on {dataset.name}: {len(episodes)} episodes, {frames} frames x {epochs} epochs, loss "
+        f"{losses[0]:.4f} -> {losses[-1]:.4f} ({res['wall_s']:.0f}s)")
+    return res
+
+
+def evaluate(ckpt: Path, out: Path, args) -> dict:
+    """``vlarl-eval`` on the held-out seeds (deterministic ``act()``)."""
+    if not (args.reuse and (out / "eval.json").is_file()):
+        rc = _run([str(BIN / "vlarl-eval"), f"checkpoint={ckpt}", f"episodes={args.eval_episodes}",
+                   f"seed={EVAL_SEED}", "num_envs=8", "video_episodes=0", f"output={out}"],
+                  f"vlarl-eval {ckpt.name}").returncode
+        if rc != 0:
+            raise PipelineError(f"evaluating {ckpt} failed (exit {rc}); see its output above")
+    ev = json.loads((out / "eval.json").read_text())
+    return {k: ev[k] for k in ("success_once", "success_once_ci95", "success_at_end", "episodes", "seeds")}
+
+
+def run_source(source: str, seed: int, args, d: Path) -> dict:
+    """All stages of one source and seed -> its record (also written to ``<d>/<source>.json``)."""
+    t0 = time.time()
+    res: dict = {"source": source, "seed": seed}
+    if source in RL_SOURCES:
+        res["rl"] = rl_train(source, seed, args, d)
+    res["collect"] = collect(source, seed, args, d, res.get("rl", {}).get("checkpoint"))
+    if res["collect"]["episodes"]:
+        res["sft"] = sft(Path(res["collect"]["dataset"]), seed, args, d / f"sft_{source}")
+        res["eval"] = evaluate(d / f"sft_{source}", d / f"eval_sft_{source}", args)
+    res["wall_s"] = time.time() - t0
+    write_json(d / f"{source}.json", res)
+    log(f"seed {seed} {source}: {json.dumps(res)}")
+    return res
+
+
+def gather(out: Path) -> dict[str, list[dict]]:
+    """Every finished source record under ``out``: source -> records in seed order."""
+    recs: dict[str, list[dict]] = {}
+    for d in sorted(out.glob("seed*"), key=lambda p: int(p.name[4:]) if p.name[4:].isdigit() else -1):
+        for source in SOURCES:
+            if (d / f"{source}.json").is_file():
+                recs.setdefault(source, []).append(json.loads((d / f"{source}.json").read_text()))
+    return recs
+
+
+def _mean_sd(xs: list[float], fmt: str) -> str:
+    if not xs:
+        return "-"
+    return format(float(np.mean(xs)), fmt) + (f" +- {format(float(np.std(xs)), fmt)}" if len(xs) > 1 else "")
+
+
+def summarize(recs: dict[str, list[dict]]) -> list[dict]:
+    """One row per source: means over seeds (sd over seeds when several; one seed: the 95% Wilson interval)."""
+    rows = []
+    for source in SOURCES:
+        runs = recs.get(source, [])
+        if not runs:
+            continue
+        rl = [r["rl"]["success_once"] for r in runs if "rl" in r]
+        data = [r["collect"] for r in runs]
+        filled = [c for c in data if c["episodes"]]
+        sft_ok = [r["eval"]["success_once"] for r in runs if "eval" in r]
+        row = {"source": source, "seeds": [r["seed"] for r in runs],
+               "rl_success_once": _mean_sd(rl, ".2f") if rl else "(scripted)",
+               "collect_success": _mean_sd([c["kept"] / c["attempts"] for c in data if c["attempts"]], ".2f"),
+               "episodes": _mean_sd([c["episodes"] for c in data], ".0f"),
+               "frames": _mean_sd([c["frames"] for c in data], ".0f"),
+               "mean_length": _mean_sd([c["mean_length"] for c in filled], ".1f"),
+               "mean_return": _mean_sd([c["mean_return"] for c in filled], ".3f"),
+               "mean_squared_jerk": _mean_sd([c["mean_squared_jerk"] for c in filled], ".4f"),
+               "sft_success_once": _mean_sd(sft_ok, ".2f"), "sft_values": sft_ok,
+               "no_data_seeds": [r["seed"] for r in runs if not r["collect"]["episodes"]]}
+        if len(sft_ok) == 1:
+            lo, hi = next(r["eval"]["success_once_ci95"] for r in runs if "eval" in r)
+            row["sft_success_once"] += f" [{lo:.2f}, {hi:.2f}]"
+        if row["no_data_seeds"]:
+            row["sft_success_once"] += f" (no data to train on for seed {row['no_data_seeds']})"
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[dict], eval_episodes: int | None = None) -> str:
+    n = f", {eval_episodes} ep" if eval_episodes else ""
+    head = ["data source", "seeds", "RL policy success (held-out)", "collection success", "dataset episodes",
+            "frames", "mean length", "mean return", "mean squared jerk", f"SFT'd VLA success_once (held-out{n})"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["source"], " ".join(map(str, r["seeds"])), r["rl_success_once"], r["collect_success"],
+                 r["episodes"], r["frames"], r["mean_length"], r["mean_return"], r["mean_squared_jerk"],
+                 r["sft_success_once"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def report(out: Path, args, t_all: float) -> str:
+    recs = gather(out)
+    rows = summarize(recs)
+    write_json(out / "result.json", {
+        "command": " ".join(["python", "scripts/rl_datasets_pipeline.py", *args.argv]),
+        "args": {k: v for k, v in vars(args).items() if k != "argv"}, "rows": rows, "records": recs,
+        "wall_s": time.time() - t_all})
+    return table(rows, args.eval_episodes)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    train_overrides = argv[argv.index("--") + 1:] if "--" in argv else []
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--rl-env-steps", type=int, default=100_000)
+    p.add_argument("--rl-eval-episodes", type=int, default=50, help="held-out episodes of each RL policy's own eval")
+    p.add_argument("--episodes", type=int, default=50, help="successful episodes per data source")
+    p.add_argument("--max-attempts", type=int, default=0, help="vlarl-collect max_attempts (0 = 4 x episodes)")
+    p.add_argument("--max-length", type=int, default=0, help="vlarl-collect max_length (0 = any)")
+    p.add_argument("--sft-samples", type=int, default=200_000, help="SFT training samples per dataset")
+    p.add_argument("--sft-lr", type=float, default=1e-3)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--eval-episodes", type=int, default=100)
+    p.add_argument("--sources", nargs="+", default=list(SOURCES), choices=SOURCES)
+    p.add_argument("--reuse", action="store_true", help="keep the stages already finished under --out")
+    p.add_argument("--report", action="store_true", help="only aggregate the records under --out")
+    args = p.parse_args(own)
+    args.train_overrides, args.argv = train_overrides, argv
+    for name in ("rl_env_steps", "episodes", "sft_samples", "batch_size", "eval_episodes", "rl_eval_episodes"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if min(args.seeds) < 0 or 100_000 * (max(args.seeds) + 1) + 4 * args.episodes >= EVAL_SEED:
+        p.error(f"--seeds must be in 0..8 so that collection seeds (100000 x (seed + 1) and up) stay below the "
+                f"evaluation seeds ({EVAL_SEED}+)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    out = Path(args.out).resolve()
+    t_all = time.time()
+    if args.report:
+        print(report(out, args, t_all))
+        return 0
+    if not args.reuse:
+        old = [d / f"rl_{s}" if s in RL_SOURCES else d / f"data_{s}" for s in args.sources
+               for d in (out / f"seed{k}" for k in args.seeds)]
+        old = [p for p in old if p.exists()] + [out / f"seed{k}" / f"{s}.json" for k in args.seeds
+                                                for s in args.sources if (out / f"seed{k}" / f"{s}.json").exists()]
+        if old:
+            print(f"rl_datasets_pipeline: error: '{out}' already holds stages of this run ({old[0]}); pass --reuse "
+                  f"to keep them or choose a new --out", file=sys.stderr)
+            return 2
+    import torch
+
+    from vlarl import system_env
+
+    system_env.apply()
+    torch.set_num_threads(1)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        for seed in args.seeds:
+            d = out / f"seed{seed}"
+            d.mkdir(exist_ok=True)
+            for source in args.sources:
+                run_source(source, seed, args, d)
+            report(out, args, t_all)  # result.json after every seed; the table is printed once, at the end
+            log(f"seed {seed} done")
+    except PipelineError as e:
+        print(f"rl_datasets_pipeline: error: {e}", file=sys.stderr)
+        report(out, args, t_all)
+        return 1
+    print(report(out, args, t_all))
+    log(f"wrote {out / 'result.json'} ({time.time() - t_all:.0f}s in all)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
