@@ -11,6 +11,9 @@ becomes the impedance tracker's reference and is held for ``1 / policy_hz`` s (f
 1 kHz). Between chunks a watchdog stops the arm if the next chunk is later than
 ``safety.watchdog_timeout``; the next ``chunk_step`` recovers and resumes from where the arm rests.
 No reward exists on the real robot: rewards are 0 and success comes from ``mark_success()`` (operator).
+Tasks (``robots.reach_task``) and the human-in-the-loop layer (``robots.interventions``) plug in through
+``_command`` (what is sent instead of the policy's action: an operator takeover) and ``_step_reward``; the
+command still passes the safety layer.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ class StepRecord:
     action: np.ndarray  # [A] as executed after the safety layer (the SFT label)
     clamps: list[Clamp]
     t: float
+    intervened: bool = False  # an operator's action replaced the policy's at this step (policy_action = what it replaced)
+    reward: float = 0.0
 
 
 @register_env("franka", FrankaEnvConfig)
@@ -67,7 +72,8 @@ class FrankaEnv(BatchedEnv):
     """B = 1 real-robot env. ``driver`` defaults to franky; ``recorder`` gets every ``StepRecord``."""
 
     def __init__(self, cfg: FrankaEnvConfig, num_envs: int = 1, worker_index: int = 0, render: bool = False,
-                 driver: Any = None, recorder: Any = None, operator_stop: OperatorStop | None = None):
+                 driver: Any = None, recorder: Any = None, operator_stop: OperatorStop | None = None,
+                 operator: Any = None, reward_fn: Any = None):
         if num_envs != 1:
             raise EnvError(f"the Franka env drives one arm: env.num_envs must be 1, got {num_envs}")
         if cfg.action_mode not in ACTION_MODES:
@@ -87,6 +93,10 @@ class FrankaEnv(BatchedEnv):
             task=cfg.task, instruction=cfg.instruction)
         self.driver = driver if driver is not None else FrankyDriver(cfg.franky)
         self.recorder, self.operator_stop = recorder, operator_stop
+        self.operator = operator  # robots.interventions.Operator: may take over mid-episode
+        self.reward_fn = reward_fn  # (env) -> (reward, success) after each step; robots.rewards builds them
+        self.intervention_steps = self.takeovers = 0
+        self._intervening = False
         self.driver.connect()
         self.watchdog = Watchdog(cfg.safety.watchdog_timeout, self._on_watchdog, link_ok=self.driver.link_ok)
         self.elapsed = 0
@@ -94,6 +104,31 @@ class FrankaEnv(BatchedEnv):
         self._reading: RobotReading | None = None
         self._obs: Obs | None = None
         self._success = False
+        self._return = 0.0
+
+    # -- hooks for tasks and the human in the loop (defaults: the policy acts, no reward) -------------------
+    def _command(self, policy_action: np.ndarray) -> tuple[np.ndarray, bool]:
+        """The action handed to the safety layer for this step, and whether an operator's replaced the policy's."""
+        action = None if self.operator is None else self.operator.act(self._reading, policy_action)
+        intervened = action is not None
+        self.takeovers += int(intervened and not self._intervening)
+        self.intervention_steps += int(intervened)
+        self._intervening = intervened
+        return (policy_action if action is None else np.asarray(action, np.float32)), intervened
+
+    def _prepare_episode(self, seed: int | list[int] | None) -> None:
+        """After homing, with tracking started: bring the task to its start state (a task's random start)."""
+
+    def _step_reward(self) -> tuple[float, bool]:
+        """(reward, success) after the step just executed (``self._reading`` is the new state)."""
+        if self.reward_fn is None:
+            return 0.0, self._success
+        reward, success = self.reward_fn(self)
+        return float(reward), bool(success) or self._success
+
+    def _episode_extra(self) -> dict[str, Any]:
+        """More episode-table columns for the recorder: how much the operator drove."""
+        return {"intervention_steps": self.intervention_steps, "takeovers": self.takeovers}
 
     # -- observation --------------------------------------------------------------------------------
     def _observe(self) -> Obs:
@@ -120,11 +155,18 @@ class FrankaEnv(BatchedEnv):
         self.driver.stop()
         if self.cfg.home_on_reset and not self.cfg.safety.dry_run:
             self.driver.move_home()
-        self.elapsed, self._success = 0, False
+        self.elapsed, self._success, self._return = 0, False, 0.0
+        self.intervention_steps = self.takeovers = 0
+        self._intervening = False
         if self.operator_stop is not None:
             self.operator_stop.clear()
         self._start()
-        return self._observe()
+        self._prepare_episode(seed)
+        obs = self._observe()
+        for hook in (self.operator, self.reward_fn):
+            if hook is not None and hasattr(hook, "on_reset"):
+                hook.on_reset(self)
+        return obs
 
     def mark_success(self) -> None:
         """Operator (or an external detector) says the task succeeded; ends the episode at the next step."""
@@ -162,7 +204,8 @@ class FrankaEnv(BatchedEnv):
                 fault = "operator stop"
                 break
             obs_before, prev = self._obs, self.safety.last
-            target, clamps = self.safety.filter(acts[0, t])
+            command, intervened = self._command(acts[0, t])
+            target, clamps = self.safety.filter(command)
             try:
                 if self.cfg.safety.dry_run:
                     log.info("dry run: would send %s", _describe(target, self.cfg.action_mode))
@@ -183,9 +226,11 @@ class FrankaEnv(BatchedEnv):
                     fault = self.watchdog.trip_reason
             mask[0, t] = True
             self.elapsed += 1
+            rewards[0, t], self._success = self._step_reward()
             if self.recorder is not None:
                 self.recorder.add_step(StepRecord(obs_before, acts[0, t].astype(np.float32),
-                                                  self.safety.executed_action(prev, target), clamps, time.time()))
+                                                  self.safety.executed_action(prev, target), clamps, time.time(),
+                                                  intervened, float(rewards[0, t])))
             success[0, t] = self._success
             if self._success:
                 term[0, t] = True
@@ -197,16 +242,19 @@ class FrankaEnv(BatchedEnv):
                 trunc[0, t] = True
                 break
         done = bool(term.any() or trunc.any())
+        self._return = 0.0 if done else self._return + float(rewards.sum())
         self.watchdog.kick()  # the deadline for the next chunk starts now
         final_obs, episode = None, {}
         if done:
             final_obs = self._obs
             episode = {"success_once": torch.tensor([float(success.any())]),
                        "success_at_end": torch.tensor([float(success[0, mask[0]].any() and success[0, mask[0]][-1])]),
-                       "return": torch.zeros(1), "episode_len": torch.tensor([float(self.elapsed)])}
+                       "return": torch.tensor([self._return + float(rewards.sum())]),
+                       "episode_len": torch.tensor([float(self.elapsed)])}
             if self.recorder is not None:
                 self.recorder.end_episode({"success": bool(success.any()), "fault": fault or "",
-                                           "episode_len": self.elapsed, "instruction": self.cfg.instruction})
+                                           "episode_len": self.elapsed, "instruction": self.cfg.instruction,
+                                           **self._episode_extra()})
             self.watchdog.disarm()
             if self.cfg.auto_reset and fault is None:
                 self.reset()

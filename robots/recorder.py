@@ -5,7 +5,9 @@ The LeRobot recorder is handed its writer (``policies.datasets.lerobot_writer.Le
 anything with its ``add_episode`` / ``close``) by whoever builds it: robots may import nothing of ``policies``
 but ``policies.base``, so the writer is injected from above (vlarl or a script) rather than imported here.
 Per frame it stores ``observation.state``, the executed ``action`` (the SFT label), the ``policy_action`` the
-policy asked for, ``num_clamps`` and the cameras; per episode ``success``, ``fault`` and ``episode_len``.
+policy asked for, ``num_clamps``, ``intervention`` (1 where an operator's action was executed), ``next.reward``
+and the cameras; per episode ``success``, ``fault``, ``episode_len`` and any other numbers the env reports
+(``intervention_steps``, ``takeovers``).
 
 HDF5 layout (one file per deployment run)::
 
@@ -62,7 +64,8 @@ class HDF5EpisodeRecorder:
         if n:
             g.create_dataset("actions", data=np.stack([s.action for s in steps]).astype(np.float32))
             g.create_dataset("policy_actions", data=np.stack([s.policy_action for s in steps]).astype(np.float32))
-            g.create_dataset("rewards", data=np.zeros(n, np.float32))
+            g.create_dataset("rewards", data=np.array([getattr(s, "reward", 0.0) for s in steps], np.float32))
+            g.create_dataset("interventions", data=np.array([getattr(s, "intervened", False) for s in steps], np.uint8))
             dones = np.zeros(n, np.uint8)
             dones[-1] = 1
             g.create_dataset("dones", data=dones)
@@ -82,6 +85,9 @@ class HDF5EpisodeRecorder:
         if self._steps:  # an interrupted episode is still worth keeping
             self.end_episode({"fault": "interrupted"})
         self._file.close()
+
+
+_META_KEYS = ("success", "fault", "episode_len", "instruction")
 
 
 class EpisodeWriter(Protocol):
@@ -122,9 +128,12 @@ class LeRobotEpisodeRecorder:
             state=np.concatenate([s.obs["state"] for s in steps]).astype(np.float32),
             actions=np.stack([s.action for s in steps]).astype(np.float32),
             images=images or None, success=bool(meta.get("success", False)),
-            extra={"fault": str(meta.get("fault", "")), "episode_len": int(meta.get("episode_len", len(steps)))},
+            rewards=np.array([getattr(s, "reward", 0.0) for s in steps], np.float32),
+            extra={"fault": str(meta.get("fault", "")), "episode_len": int(meta.get("episode_len", len(steps))),
+                   **{k: v for k, v in meta.items() if k not in _META_KEYS and isinstance(v, int | float | str)}},
             frame_features={"policy_action": np.stack([s.policy_action for s in steps]).astype(np.float32),
-                            "num_clamps": np.array([len(s.clamps) for s in steps], np.float32)})
+                            "num_clamps": np.array([len(s.clamps) for s in steps], np.float32),
+                            "intervention": np.array([getattr(s, "intervened", False) for s in steps], np.float32)})
         self.episodes += 1
 
     def close(self) -> None:

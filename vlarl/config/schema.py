@@ -199,3 +199,8 @@ class EvalCLIConfig:
     video_episodes: int = 0  # per task: the first N episodes rendered to MP4
     output: str = ""  # "" = <checkpoint>/eval/<task or suite>_seed<seed>
     deterministic: bool = True
+
+
+# The Franka env and its tasks (robots/) register as envs (env=franka, env=franka_sim_reach) on import, as the
+# simulators' modules do; robots may not import vlarl, so the core imports them here, once, for the registry.
+import robots.reach_task  # noqa: E402,F401

@@ -1,0 +1,132 @@
+"""Learn on the Franka with a human in the loop (robots/hil.py): the composition root that hands robots the pieces
+it may not import itself (the LeRobot v3 writer and reader, the MLP policy family, the VLM critic).
+
+    python scripts/train_hil.py output=outputs/hil_reach hil.episodes=200 hil.interventions.device=scripted
+    python scripts/train_hil.py output=outputs/hil_reach resume=true          # after a kill: goes on
+    python scripts/train_hil.py env.franky.ip=<FCI address> env.franky.realtime=enforce \
+        hil.interventions.device=keyboard hil.reward.source=operator_key     # a real arm, a human operator
+
+Keys: ``env.*`` = robots.reach_task.FrankaReachConfig, ``hil.*`` = robots.hil.HILConfig; ``policy_dir`` starts
+from a saved policy (else a fresh MLP with ``chunk_size`` / ``init_log_std``). Bad input: one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robots.hil import HILConfig, run
+from robots.reach_task import FrankaReachConfig
+
+
+@dataclass
+class TrainHILConfig:
+    env: FrankaReachConfig = field(default_factory=FrankaReachConfig)
+    hil: HILConfig = field(default_factory=HILConfig)
+    policy_dir: str = ""  # a save_pretrained directory to start from; "" = a fresh MLP
+    chunk_size: int = 5
+    init_log_std: float = -3.5  # std ~0.03 m: about the safety layer's per-step limit
+    hidden: list[int] = field(default_factory=lambda: [256, 256])
+    output: str = "outputs/hil"
+    resume: bool = False
+    video_codec: str = "h264"
+
+
+def load_config(argv: list[str]) -> TrainHILConfig:
+    from omegaconf import OmegaConf
+
+    base = OmegaConf.structured(TrainHILConfig)
+    base.env.franky.ip, base.env.franky.realtime = "127.0.0.1", "ignore"
+    bad = [a for a in argv if "=" not in a]
+    if bad:
+        raise ValueError(f"argument '{bad[0]}' must look like key=value (e.g. hil.episodes=100)")
+    try:
+        cfg = OmegaConf.to_object(OmegaConf.merge(base, OmegaConf.from_dotlist(argv)))
+    except Exception as exc:
+        raise ValueError(f"invalid configuration: {str(exc).splitlines()[0]}") from exc
+    cfg.hil.interventions.validate()
+    return cfg
+
+
+def initial_policy(cfg: TrainHILConfig, env: Any) -> str:
+    """A fresh MLP policy for the env, saved beside the run (or ``policy_dir``)."""
+    if cfg.policy_dir:
+        return cfg.policy_dir
+    from policies.base import PolicySpec
+    from policies.mlp import MLPPolicy, MLPPolicyConfig
+
+    a = env.spec.action_dim
+    spec = PolicySpec(state_dim=env.spec.state_dim, action_dim=a, action_low=[-0.1] * a, action_high=[0.1] * a,
+                      max_episode_steps=env.spec.max_episode_steps, task=env.spec.task, instruction=env.spec.instruction)
+    policy = MLPPolicy(MLPPolicyConfig(hidden_sizes=list(cfg.hidden), activation="relu", chunk_size=cfg.chunk_size,
+                                       init_log_std=cfg.init_log_std), spec)
+    out = Path(cfg.output) / "initial_policy"
+    if not out.is_dir():
+        policy.save_pretrained(out)
+    return str(out)
+
+
+def writer_factory(fps: int, codec: str):
+    from policies.datasets.lerobot_writer import LeRobotDatasetWriter
+
+    return lambda path: LeRobotDatasetWriter(path, fps=fps, robot_type="franka", codec=codec)
+
+
+def read_episode(path: Path) -> dict[str, np.ndarray]:
+    """One recorded episode back as the learner's arrays (robots.hil.episode_arrays)."""
+    import json
+
+    from policies.datasets.lerobot_v3 import read_lerobot_dataset
+
+    ep = read_lerobot_dataset(path, cameras=[])[0]
+    col = {k: read_lerobot_dataset(path, state_key=None, action_key=k, cameras=[])[0].actions
+           for k in ("next.reward", "intervention")}
+    return {"state": ep.state, "action": ep.actions, "reward": col["next.reward"].reshape(-1),
+            "intervention": col["intervention"].reshape(-1) > 0.5,
+            "final_state": np.asarray(json.loads(ep.meta["final_state"]), np.float32),
+            "terminated": bool(ep.meta.get("success", False))}
+
+
+def load_critic(path: str):
+    from policies.critics.base import Critic
+
+    critic = Critic.from_pretrained(path).eval()
+    return critic.score
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    from robots.franky_driver import RobotLinkError
+    from robots.reach_task import FrankaReachEnv
+
+    torch.set_num_threads(1)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("robots.safety").setLevel(logging.ERROR)  # clamps are counted per episode instead
+    try:
+        cfg = load_config(list(sys.argv[1:] if argv is None else argv))
+        critic = load_critic(cfg.hil.reward.critic_path) if cfg.hil.reward.source == "critic" else None
+        env = FrankaReachEnv(cfg.env)
+    except (ValueError, OSError, RobotLinkError, ImportError) as exc:
+        print(f"train_hil: error: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
+        return 2
+    try:
+        rows = run(cfg.hil, env, initial_policy(cfg, env), cfg.output,
+                   writer_factory(int(cfg.env.policy_hz), cfg.video_codec), read_episode, resume=cfg.resume,
+                   critic=critic)
+    finally:
+        env.close()
+    evals = [(r["episode"], r["robot_minutes"], r["eval/success"]) for r in rows if "eval/success" in r]
+    print("episode  robot_min  heldout_success")
+    for e, m, s in evals:
+        print(f"{e:7d}  {m:9.2f}  {s:15.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
