@@ -13,13 +13,15 @@ every batch from the demonstrations (RLPD's symmetric sampling: 50/50). Both rou
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict
 
 from vlarl.data.trajectory import Trajectory
+
+if TYPE_CHECKING:  # tensordict / torchrl load in ~2 s: only when an off-policy algorithm runs
+    from tensordict import TensorDict
 
 TRANSITION_KEYS = ("state", "actions", "step_rewards", "step_mask", "terminated", "truncated", "next_state")
 
@@ -101,6 +103,8 @@ def trajectory_transitions(traj: Trajectory) -> TensorDict:
     if missing or "actions" not in traj.replay:
         raise ValueError(f"off-policy replay needs traj.extras {missing} and traj.replay['actions']; the collector "
                          f"records them (vlarl.algorithms.extras.StepExtras)")
+    from tensordict import TensorDict
+
     M = traj.num_steps * traj.num_envs
     return TensorDict({
         "state": traj.flat(traj.obs["state"]).float(),
@@ -144,4 +148,6 @@ def demo_transitions(episodes: list[Any], chunk_size: int) -> TensorDict:
             rows["next_state"].append(state[L - 1] if ends else state[i + k])  # unused when terminated
     if not rows["state"]:
         raise ValueError("the demonstrations hold no steps")
+    from tensordict import TensorDict
+
     return TensorDict({k: torch.stack(v) for k, v in rows.items()}, batch_size=[len(rows["state"])])

@@ -81,7 +81,54 @@ class GRPOConfig(AlgorithmConfig):
     dynamic_sampling_rounds: int = 0  # extra rollout rounds to refill filtered groups; 0 = off
 
 
-ALGORITHM_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "grpo": GRPOConfig}
+@dataclass
+class SACConfig(AlgorithmConfig):
+    """Chunked SAC (``vlarl.algorithms.sac``): Q(s, action chunk) ensembles trained on replay with chunk-level
+    TD targets, a tanh-squashed actor (``policy.squash=true``), automatic entropy tuning. Of the base keys it
+    uses ``num_steps`` (chunk steps per env per iteration), ``lr`` (actor) and ``max_grad_norm``."""
+
+    name: str = "sac"
+    num_steps: int = 4
+    gamma: float = 0.97  # per env step; a chunk of k executed steps bootstraps with gamma^k
+    tau: float = 0.005  # polyak rate of the target critics
+    q_lr: float = 3e-4
+    alpha_lr: float = 3e-4
+    init_alpha: float = 0.1  # entropy temperature at the start
+    target_entropy_per_dim: float = -0.5  # target entropy = this * chunk * action_dim
+    backup_entropy: bool = False  # add -alpha * log pi(a'|s') to the TD target (SERL/RLPD leave it out)
+    batch_size: int = 256
+    buffer_size: int = 200_000  # chunk transitions kept (ring buffer)
+    learning_starts: int = 1_000  # online transitions before the first gradient step
+    utd_ratio: float = 0.5  # critic gradient steps per new chunk transition (update-to-data ratio)
+    actor_every: int = 1  # one actor + temperature step per this many critic steps
+    reward_scale: float = 1.0
+    num_critics: int = 2  # ensemble size
+    critic_subset: int = 2  # target = min over this many members drawn at random (RLPD: 2 of 10)
+    critic_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
+    critic_layer_norm: bool = True
+    critic_loss: str = "mse"  # "mse" | "hl_gauss" (classification over value bins, "Stop Regressing")
+    hl_gauss_bins: int = 51
+    hl_gauss_v_min: float = -0.5
+    hl_gauss_v_max: float = 1.5
+    hl_gauss_sigma_ratio: float = 0.75  # sigma = this * bin width
+    demos: str = ""  # demonstrations (LeRobot v3 folder or ManiSkill .h5) mixed into every batch
+    num_demos: int = 20  # episodes read from ``demos``
+    demo_ratio: float = 0.0  # fraction of every batch drawn from the demonstrations
+
+
+@dataclass
+class RLPDConfig(SACConfig):
+    """RLPD (Ball et al. 2023): SAC with demonstrations mixed 50/50 into every batch, an ensemble of 10
+    layer-normed critics with random subsets of 2 for the target, and a higher update-to-data ratio."""
+
+    name: str = "rlpd"
+    num_critics: int = 10
+    critic_subset: int = 2
+    demo_ratio: float = 0.5
+    utd_ratio: float = 1.0
+
+
+ALGORITHM_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "grpo": GRPOConfig, "sac": SACConfig, "rlpd": RLPDConfig}
 
 
 @dataclass

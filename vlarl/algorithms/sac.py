@@ -1,0 +1,271 @@
+"""Chunked SAC and RLPD: soft actor-critic over whole action chunks, learning from a replay buffer.
+
+Each iteration the collector steps every env ``num_steps`` chunks (as PPO does); ``sac_update`` puts those chunk
+transitions into the replay buffer (``vlarl.algorithms.replay``) and takes ``utd_ratio`` gradient steps per new
+transition, each on a batch that mixes in demonstrations at ``demo_ratio``:
+
+* critics: an ensemble of ``num_critics`` MLPs (layer norm) scoring ``Q(s, a_0..a_{T-1})``. Target
+  ``y = sum_{i<k} gamma^i r_i + gamma^k (1 - terminated) min_{j in random subset} Q'_j(s', a' ~ pi(s'))``
+  (``vlarl.algorithms.chunk_td``); regression (``critic_loss=mse``) or HL-Gauss classification (``hl_gauss``);
+* target critics: polyak averages (``tau``) of the critics;
+* actor: the policy's reparameterized, tanh-squashed chunk (``Policy.rsample``), maximizing the ensemble mean of
+  Q minus ``alpha * log pi``;
+* temperature: ``log alpha`` follows ``-(log pi + target_entropy)``, so alpha rises when the policy's entropy is
+  below the target and falls when it is above.
+
+``algorithm=rlpd`` is the same update with RLPD's settings (10 critics, subsets of 2, 50/50 demonstrations).
+The critics, targets, temperature, their optimizers and the replay buffer live in ``SACState`` (built once by the
+actor worker through ``AlgorithmSpec.make_state`` and saved beside each checkpoint).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vlarl.algorithms.chunk_td import chunk_td_target
+from vlarl.algorithms.hl_gauss import HLGaussSupport, bins_to_value, hl_gauss_loss
+from vlarl.algorithms.replay import MixedReplay, demo_transitions, trajectory_transitions
+from vlarl.algorithms.spec import AlgorithmSpec, register_algorithm
+from vlarl.algorithms.update import choice_problem
+from vlarl.data.trajectory import Trajectory
+
+CRITIC_LOSSES = ("mse", "hl_gauss")
+
+
+class EnsembleLinear(nn.Module):
+    """``E`` independent linear layers applied in one batched matmul: x [E, B, in] -> [E, B, out]."""
+
+    def __init__(self, num: int, in_dim: int, out_dim: int):
+        super().__init__()
+        bound = 1.0 / math.sqrt(in_dim)  # nn.Linear's default initialization, per member
+        self.weight = nn.Parameter(torch.empty(num, in_dim, out_dim).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(num, 1, out_dim).uniform_(-bound, bound))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class QEnsemble(nn.Module):
+    """``num`` critics Q(state, chunk) -> [E, B, out] (out = 1, or the HL-Gauss bins); hidden layers are
+    Linear -> LayerNorm (per member affine) -> ReLU."""
+
+    def __init__(self, in_dim: int, hidden: list[int], out_dim: int, num: int, layer_norm: bool):
+        super().__init__()
+        self.num, self.layer_norm = num, layer_norm
+        dims = [in_dim, *hidden]
+        self.hidden = nn.ModuleList(EnsembleLinear(num, a, b) for a, b in zip(dims[:-1], dims[1:], strict=True))
+        self.ln_scale = nn.ParameterList(nn.Parameter(torch.ones(num, 1, h)) for h in hidden)
+        self.ln_shift = nn.ParameterList(nn.Parameter(torch.zeros(num, 1, h)) for h in hidden)
+        self.out = EnsembleLinear(num, dims[-1], out_dim)
+
+    def forward(self, state: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """state [B, D], actions [B, T, A] (normalized to [-1, 1]) -> [E, B, out]."""
+        x = torch.cat([state, actions.flatten(1)], dim=-1).expand(self.num, -1, -1)
+        for layer, scale, shift in zip(self.hidden, self.ln_scale, self.ln_shift, strict=True):
+            x = layer(x)
+            if self.layer_norm:
+                x = F.layer_norm(x, x.shape[-1:]) * scale + shift
+            x = F.relu(x)
+        return self.out(x)
+
+
+class SACState:
+    """What SAC keeps across updates: critics, target critics, temperature, their optimizers, the replay."""
+
+    def __init__(self, policy: Any, cfg: Any, spec: Any):
+        if not callable(getattr(policy, "rsample", None)) or not getattr(policy, "squash", False):
+            raise ValueError(f"algorithm={cfg.name} needs a tanh-squashed actor with a reparameterized sample: "
+                             f"use policy=mlp policy.squash=true")
+        T, A, D = policy.chunk_size, spec.action_dim, spec.state_dim
+        device = next(policy.parameters()).device
+        self.support = (HLGaussSupport(cfg.hl_gauss_v_min, cfg.hl_gauss_v_max, cfg.hl_gauss_bins,
+                                       cfg.hl_gauss_sigma_ratio) if cfg.critic_loss == "hl_gauss" else None)
+        out = self.support.num_bins if self.support else 1
+        self.q = QEnsemble(D + T * A, list(cfg.critic_hidden_sizes), out, cfg.num_critics, cfg.critic_layer_norm)
+        self.q.to(device)
+        self.q_target = copy.deepcopy(self.q).requires_grad_(False)
+        self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=device, requires_grad=True)
+        self.q_opt = torch.optim.Adam(self.q.parameters(), lr=cfg.q_lr)
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
+        self.target_entropy = cfg.target_entropy_per_dim * T * A
+        self.low = torch.tensor(spec.action_low, dtype=torch.float32, device=device)
+        self.high = torch.tensor(spec.action_high, dtype=torch.float32, device=device)
+        self.replay = MixedReplay(cfg.buffer_size, cfg.demo_ratio)
+        if cfg.demos:
+            from policies.vlm.demonstrations import read_demonstrations
+
+            episodes = read_demonstrations(cfg.demos, max_episodes=cfg.num_demos, cameras=[])
+            self.replay.add_demos(demo_transitions(episodes, T))
+        self.update_credit = 0.0  # fractional gradient steps carried to the next iteration
+        self.critic_steps = 0
+
+    def values(self, net: QEnsemble, state: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Q of every member as a scalar: [E, B] (the bins' expectation for an HL-Gauss critic)."""
+        scaled = 2 * (actions - self.low) / (self.high - self.low) - 1
+        out = net(state, scaled)
+        return bins_to_value(out, self.support) if self.support else out.squeeze(-1)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"q": self.q.state_dict(), "q_target": self.q_target.state_dict(), "log_alpha": self.log_alpha.detach(),
+                "q_opt": self.q_opt.state_dict(), "alpha_opt": self.alpha_opt.state_dict(),
+                "replay": self.replay.state_dict(), "update_credit": self.update_credit,
+                "critic_steps": self.critic_steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.q.load_state_dict(state["q"])
+        self.q_target.load_state_dict(state["q_target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.q_opt.load_state_dict(state["q_opt"])
+        self.alpha_opt.load_state_dict(state["alpha_opt"])
+        self.replay.load_state_dict(state["replay"])
+        self.update_credit = float(state["update_credit"])
+        self.critic_steps = int(state["critic_steps"])
+
+
+def make_sac_state(policy: Any, cfg: Any, spec: Any) -> SACState:
+    return SACState(policy, cfg, spec)
+
+
+def _obs(state: torch.Tensor) -> dict[str, Any]:
+    return {"state": state, "images": {}, "instruction": []}
+
+
+def _clip(params, max_norm: float) -> float:
+    params = list(params)
+    if max_norm > 0:
+        return float(nn.utils.clip_grad_norm_(params, max_norm))
+    return float(torch.norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
+
+
+def critic_step(policy: Any, st: SACState, batch: Any, cfg: Any, generator: torch.Generator | None) -> dict[str, float]:
+    """One gradient step of every critic on ``batch``, then the polyak update of the targets."""
+    s, a, s2 = batch["state"], batch["actions"], batch["next_state"]
+    with torch.no_grad():
+        a2, logp2 = policy.rsample(_obs(s2))
+        q_next = st.values(st.q_target, s2, a2)  # [E, B]
+        subset = torch.randperm(st.q.num, generator=generator)[:cfg.critic_subset].to(q_next.device)
+        v_next = q_next[subset].min(0).values
+        if cfg.backup_entropy:
+            v_next = v_next - st.log_alpha.exp() * logp2.sum((-2, -1))
+        y = chunk_td_target(batch["step_rewards"] * cfg.reward_scale, batch["step_mask"], batch["terminated"],
+                            v_next, cfg.gamma)
+    out = st.q(s, 2 * (a - st.low) / (st.high - st.low) - 1)  # [E, B, out]
+    if st.support is not None:
+        loss = hl_gauss_loss(out, y.expand(st.q.num, -1), st.support).mean(1).sum()
+        q = bins_to_value(out.detach(), st.support)
+    else:
+        q = out.squeeze(-1)
+        loss = (q - y).pow(2).mean(1).sum()
+    st.q_opt.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = _clip(st.q.parameters(), cfg.max_grad_norm)
+    st.q_opt.step()
+    with torch.no_grad():
+        for p_t, p in zip(st.q_target.parameters(), st.q.parameters(), strict=True):
+            p_t.lerp_(p, cfg.tau)
+    st.critic_steps += 1
+    return {"critic_loss": loss.item() / st.q.num, "q": q.detach().mean().item(), "td_target": y.mean().item(),
+            "critic_grad_norm": grad_norm}
+
+
+def actor_step(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, batch: Any, cfg: Any) -> dict[str, float]:
+    """One step of the actor (max mean-ensemble Q - alpha log pi) and of the temperature."""
+    s = batch["state"]
+    actions, logp = policy.rsample(_obs(s))
+    logp = logp.sum((-2, -1))
+    alpha = st.log_alpha.exp().detach()
+    q = st.values(st.q, s, actions).mean(0)
+    actor_loss = (alpha * logp - q).mean()
+    optimizer.zero_grad(set_to_none=True)
+    actor_loss.backward()
+    grad_norm = _clip([p for p in policy.parameters() if p.grad is not None], cfg.max_grad_norm)
+    optimizer.step()
+    alpha_loss = -(st.log_alpha * (logp.detach() + st.target_entropy)).mean()
+    st.alpha_opt.zero_grad(set_to_none=True)
+    alpha_loss.backward()
+    st.alpha_opt.step()
+    return {"actor_loss": float(actor_loss), "entropy": float(-logp.mean()), "alpha": float(alpha),
+            "actor_grad_norm": grad_norm}
+
+
+def sac_update(
+    policy: Any,
+    optimizer: torch.optim.Optimizer,
+    traj: Trajectory,
+    cfg: Any,
+    generator: torch.Generator | None = None,
+    reference: Any | None = None,
+    version: int = 0,
+    state: SACState | None = None,
+) -> dict[str, float]:
+    """Add ``traj``'s chunk transitions to the replay, then ``utd_ratio`` critic steps per new transition
+    (an actor and temperature step every ``actor_every``); returns mean diagnostics."""
+    if state is None:
+        raise ValueError(f"algorithm={cfg.name} keeps a replay buffer: the actor worker builds it with "
+                         f"AlgorithmSpec.make_state and passes it as state=")
+    new = trajectory_transitions(traj)
+    state.replay.online.extend(new)
+    out: dict[str, float] = {"replay_size": float(len(state.replay)), "critic_steps": 0.0}
+    if len(state.replay) < cfg.learning_starts:
+        return out
+    state.update_credit += cfg.utd_ratio * new.batch_size[0]
+    steps = int(state.update_credit)
+    state.update_credit -= steps
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    device = next(policy.parameters()).device
+    for i in range(steps):
+        batch = state.replay.sample(cfg.batch_size).to(device)
+        metrics = critic_step(policy, state, batch, cfg, generator)
+        if (i + 1) % cfg.actor_every == 0:
+            metrics.update(actor_step(policy, optimizer, state, batch, cfg))
+        metrics["demo_fraction"] = float(batch["is_demo"].float().mean())
+        for k, v in metrics.items():
+            sums[k] = sums.get(k, 0.0) + v
+            counts[k] = counts.get(k, 0) + 1
+    out.update({k: sums[k] / counts[k] for k in sums})
+    out["critic_steps"] = float(steps)
+    out["alpha"] = float(state.log_alpha.exp())
+    return out
+
+
+def validate_sac(alg: Any, num_envs: int) -> str | None:
+    checks = (
+        (alg.num_steps >= 1, f"algorithm.num_steps={alg.num_steps} must be >= 1"),
+        (alg.batch_size >= 1, f"algorithm.batch_size={alg.batch_size} must be >= 1"),
+        (alg.buffer_size >= alg.batch_size, f"algorithm.buffer_size={alg.buffer_size} must be >= batch_size"),
+        (0 < alg.tau <= 1, f"algorithm.tau={alg.tau} must lie in (0, 1]"),
+        (alg.utd_ratio > 0, f"algorithm.utd_ratio={alg.utd_ratio} must be > 0"),
+        (alg.actor_every >= 1, f"algorithm.actor_every={alg.actor_every} must be >= 1"),
+        (alg.learning_starts >= 0, f"algorithm.learning_starts={alg.learning_starts} must be >= 0"),
+        (alg.init_alpha > 0, f"algorithm.init_alpha={alg.init_alpha} must be > 0"),
+        (alg.q_lr > 0 and alg.alpha_lr > 0, "algorithm.q_lr and algorithm.alpha_lr must be > 0"),
+        (alg.num_critics >= 1, f"algorithm.num_critics={alg.num_critics} must be >= 1"),
+        (1 <= alg.critic_subset <= alg.num_critics,
+         f"algorithm.critic_subset={alg.critic_subset} must lie in [1, num_critics={alg.num_critics}]"),
+        (0 <= alg.demo_ratio <= 1, f"algorithm.demo_ratio={alg.demo_ratio} must lie in [0, 1]"),
+        (alg.demo_ratio == 0 or alg.demos, f"algorithm.demo_ratio={alg.demo_ratio} needs algorithm.demos=<path> "
+                                           f"(write them with scripts/pushcube_expert.py), or set demo_ratio=0"),
+        (not alg.demos or Path(alg.demos).exists(),
+         f"algorithm.demos='{alg.demos}' does not exist; write demonstrations with scripts/pushcube_expert.py"),
+        (alg.num_demos >= 1, f"algorithm.num_demos={alg.num_demos} must be >= 1"),
+        (alg.hl_gauss_v_max > alg.hl_gauss_v_min and alg.hl_gauss_bins >= 2 and alg.hl_gauss_sigma_ratio > 0,
+         "algorithm.hl_gauss_* need v_max > v_min, bins >= 2 and sigma_ratio > 0"),
+    )
+    for ok, msg in checks:
+        if not ok:
+            return msg
+    return choice_problem(alg, "critic_loss", CRITIC_LOSSES)
+
+
+for _name in ("sac", "rlpd"):
+    register_algorithm(AlgorithmSpec(name=_name, update=sac_update, validate=validate_sac,
+                                     discount=lambda alg: alg.gamma, make_state=make_sac_state))
