@@ -1,6 +1,7 @@
 """pi0 and pi0.5 parity fixtures, made by LeRobot 0.4.4's own classes in an environment of their own.
 
-    python scripts/reference_fixtures/pi0.py [--openpi DIR]   (or: scripts/make_reference_fixtures.py pi0)
+    python scripts/reference_fixtures/pi0.py [pi0] [pi05] [--openpi DIR]   (default: pi0)
+    python scripts/make_reference_fixtures.py pi0 pi05                     (pi05.py runs this with "pi05")
 
 Creates ``.reference-envs/pi0``: lerobot 0.4.4 (--no-deps) on transformers 4.53.2 with openpi's
 ``transformers_replace`` files copied over the installed package, as openpi's README instructs (pi0 /
@@ -304,7 +305,7 @@ def main() -> int:
         shim_torchvision_ops()
         torch.set_num_threads(1)
         commit = args[args.index("--inside") + 1]
-        kinds = [a for a in args if a in VARIANTS] or list(VARIANTS)
+        kinds = [a for a in args if a in VARIANTS]
         for kind in kinds:
             build(kind, **VARIANTS[kind], openpi=commit)
         return 0
@@ -316,7 +317,7 @@ def main() -> int:
         return 2
     python = ensure_env(openpi)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": ""}
-    kinds = [a for a in args if a in VARIANTS]
+    kinds = [a for a in args if a in VARIANTS] or ["pi0"]
     return subprocess.call([str(python), str(Path(__file__).resolve()), "--inside", openpi_commit(openpi), *kinds],
                            env=env)
 
