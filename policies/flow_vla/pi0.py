@@ -96,6 +96,10 @@ class PI0Config:
             raise ValueError(f"pi0: image_resolution {self.image_resolution} is not square (PaliGemma needs square)")
 
     @property
+    def image_size(self) -> int:
+        return int(self.image_resolution[0])
+
+    @property
     def resolved_dims(self) -> dict[str, Any]:
         return self.dims if self.dims is not None else gemma_dims(self.paligemma_variant, self.action_expert_variant)
 
