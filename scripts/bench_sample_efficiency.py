@@ -1,0 +1,117 @@
+"""Sample efficiency on PushCube: env steps and wall time to a held-out success target, per algorithm and seed.
+
+Each run is `vlarl-train` with a periodic held-out evaluation (seeds 1,000,000+, `eval.periodic_episodes` episodes
+every `--eval-every` iterations) and the final 100-episode evaluation; the table gives the first evaluation at or
+above `--target`. Runs go to `<out>/<config>_seed<k>`; `--parse-only` tabulates finished runs again.
+
+    python scripts/pushcube_expert.py --out outputs/demos/pushcube_20.h5 --episodes 20 --seed 0
+    python scripts/bench_sample_efficiency.py --configs rlpd rlpd_hl_gauss --seeds 0 1 2
+    python scripts/bench_sample_efficiency.py --configs ppo --seeds 0 --eval-every 10
+    python scripts/bench_sample_efficiency.py --parse-only --configs rlpd ppo --seeds 0 1 2   # table + PNG again
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+#: name -> vlarl-train overrides (the PPO row is the embedded default experiment)
+CONFIGS: dict[str, list[str]] = {
+    "ppo": [],
+    "rlpd": ["experiment=pushcube_mlp_rlpd"],
+    "rlpd_hl_gauss": ["experiment=pushcube_mlp_rlpd", "algorithm.critic_loss=hl_gauss"],
+    "rlpd_no_demos": ["experiment=pushcube_mlp_rlpd", "algorithm.demo_ratio=0.0"],
+}
+
+
+def run_dir_of(out: Path, config: str, seed: int) -> Path:
+    return out / f"{config}_seed{seed}"
+
+
+def train(out: Path, config: str, seed: int, eval_every: int, eval_episodes: int, extra: list[str]) -> int:
+    cmd = [str(Path(sys.executable).parent / "vlarl-train"), *CONFIGS[config], f"seed={seed}",
+           f"run_dir={run_dir_of(out, config, seed)}", f"eval.every_iterations={eval_every}",
+           f"eval.periodic_episodes={eval_episodes}", "logger.progress_bar=false", *extra]
+    print("$", " ".join(cmd), flush=True)
+    return subprocess.run(cmd).returncode
+
+
+def curve(run_dir: Path) -> tuple[list[tuple[int, float, float]], dict | None]:
+    """[(env_steps, train wall s, held-out success_once)] of the periodic evaluations, and the final eval.json."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return [], None
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    points = [(int(r["env_steps"]), float(r["perf/wall_s"]), float(r["eval/success_once"]))
+              for r in rows if "eval/success_once" in r]
+    final_path = run_dir / "eval" / "eval.json"
+    final = json.loads(final_path.read_text()) if final_path.is_file() else None
+    return points, final
+
+
+def first_at(points: list[tuple[int, float, float]], target: float) -> tuple[int, float] | None:
+    return next(((s, w) for s, w, v in points if v >= target), None)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--configs", nargs="+", default=["rlpd"], choices=sorted(CONFIGS))
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
+    ap.add_argument("--out", default="outputs/bench_sample_efficiency")
+    ap.add_argument("--target", type=float, default=0.8, help="held-out success_once to reach")
+    ap.add_argument("--eval-every", type=int, default=25, help="iterations between held-out evaluations")
+    ap.add_argument("--eval-episodes", type=int, default=50)
+    ap.add_argument("--parse-only", action="store_true", help="tabulate finished runs, train nothing")
+    ap.add_argument("overrides", nargs="*", help="extra vlarl-train overrides for every run (after --)")
+    args = ap.parse_args()
+    out = Path(args.out)
+    if not args.parse_only:
+        for config in args.configs:
+            for seed in args.seeds:
+                if (rc := train(out, config, seed, args.eval_every, args.eval_episodes, args.overrides)) != 0:
+                    print(f"{config} seed {seed}: vlarl-train exited with {rc}")
+    print(f"\n## env steps and training wall time to {args.target:.0%} held-out success (PushCube-v1, state)")
+    print(f"{'config':<16} {'seed':>4} {'steps to target':>16} {'wall s to target':>17} {'final success':>14} "
+          f"{'train steps':>12} {'train wall s':>13}")
+    curves = {}
+    for config in args.configs:
+        for seed in args.seeds:
+            points, final = curve(run_dir_of(out, config, seed))
+            if not points and final is None:
+                print(f"{config:<16} {seed:>4} {'(no run)':>16}")
+                continue
+            curves[(config, seed)] = points
+            hit = first_at(points, args.target)
+            fin = f"{final['success_once']:.2f}" if final else "-"
+            steps = f"{final['env_steps']}" if final else (str(points[-1][0]) if points else "-")
+            wall = f"{final['train_wall_s']:.0f}" if final else (f"{points[-1][1]:.0f}" if points else "-")
+            print(f"{config:<16} {seed:>4} {hit[0] if hit else 'not reached':>16} "
+                  f"{f'{hit[1]:.0f}' if hit else '-':>17} {fin:>14} {steps:>12} {wall:>13}")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6.5, 3.8))
+        for (config, seed), points in curves.items():
+            if points:
+                ax.plot([p[0] for p in points], [p[2] for p in points], "o-", ms=3, label=f"{config} seed {seed}")
+        ax.axhline(args.target, color="gray", ls="--", lw=1)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("held-out success_once")
+        ax.set_ylim(0, 1.02)
+        ax.legend(loc="lower right", fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "sample_efficiency.png", dpi=100)
+        print(f"curves: {out / 'sample_efficiency.png'}")
+    except Exception as e:  # plotting is a convenience
+        print(f"(no plot: {e})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
