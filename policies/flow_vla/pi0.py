@@ -128,6 +128,11 @@ def published_config(name: str = "pi0") -> PI0Config:
     return PI0Config(**PUBLISHED[name]())
 
 
+def tiny_pi05(**overrides: Any) -> PI0Config:
+    """``tiny_config("pi05", ...)`` (a registry entry's ``tiny(**overrides)``)."""
+    return tiny_config("pi05", **overrides)
+
+
 def tiny_config(name: str = "pi0", **overrides: Any) -> PI0Config:
     """A tiny pi0 / pi0.5 for CPU tests (``tiny_dims``, 32 px images, chunk 4, 4 steps, dims padded to 8)."""
     base = dict(PUBLISHED[name](), dims=tiny_dims(), chunk_size=4, n_action_steps=4, num_inference_steps=4,
@@ -161,28 +166,45 @@ def pi05_prompt(task: str, state: torch.Tensor) -> str:
     return f"Task: {cleaned}, State: {' '.join(map(str, bins))};\nAction: "
 
 
-def make_inputs(
-    cfg: PI0Config, tokenizer: Any, images: list[torch.Tensor], state: torch.Tensor, tasks: list[str], empty: int = 0,
-) -> FlowInputs:
-    """Camera images ``[B, 3, H, W]`` in [0, 1], normalized ``state [B, S]``, task strings -> model inputs.
+def tokenize(
+    cfg: PI0Config, tokenizer: Any, tasks: list[str], state: torch.Tensor | None = None, device: Any = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Task strings -> (ids ``[B, L]``, mask ``[B, L]`` bool) as LeRobot's pre-processor tokenizes them.
 
-    pi0: tasks end with a newline; pi0.5: the prompt carries the discretized state. Tokens are padded
-    right to ``tokenizer_max_length``; ``empty`` absent cameras follow as masked -1 images.
+    pi0: each task ends with a newline; pi0.5: the prompt carries the normalized ``state [B, S]`` (required),
+    padded to ``max_state_dim`` and discretized. Right padding to ``tokenizer_max_length``, truncated there.
     """
-    state = pad_to(state.float(), cfg.max_state_dim)
     if cfg.type == "pi05":
-        texts = [pi05_prompt(t, s) for t, s in zip(tasks, state, strict=True)]
+        if state is None:
+            raise ValueError("pi05: the prompt carries the discretized state; pass the normalized state to tokenize")
+        texts = [pi05_prompt(t, s) for t, s in zip(tasks, pad_to(state.float(), cfg.max_state_dim), strict=True)]
     else:
         texts = [t if t.endswith("\n") else t + "\n" for t in tasks]
     enc = tokenizer(texts, padding="max_length", padding_side="right", truncation=True,
                     max_length=cfg.tokenizer_max_length, return_tensors="pt")
+    return enc["input_ids"].to(device), enc["attention_mask"].bool().to(device)
+
+
+def make_inputs(
+    cfg: PI0Config, tokenizer: Any, images: list[torch.Tensor], state: torch.Tensor, tasks: list[str], empty: int = 0,
+    tokens: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> FlowInputs:
+    """Camera images ``[B, 3, H, W]`` in [0, 1], normalized ``state [B, S]``, task strings -> model inputs.
+
+    ``tokenize`` makes the tokens unless ``tokens`` (ids, mask) are given; ``empty`` absent cameras follow as
+    masked -1 images (at least one real camera, or ``empty`` >= 1 with none: then the blank has the config's size).
+    """
+    state = pad_to(state.float(), cfg.max_state_dim)
     batch, device = state.shape[0], state.device
-    pixels = [prepare_image(img.to(device), cfg.image_resolution[0]) for img in images]
+    ids, mask = tokens if tokens is not None else tokenize(cfg, tokenizer, tasks, state, device)
+    size = cfg.image_resolution[0]
+    pixels = [prepare_image(img.to(device), size) for img in images]
+    blank = torch.full((batch, 3, size, size), -1.0, device=device)
     return FlowInputs(
-        images=pixels + [torch.full_like(pixels[-1], -1.0)] * empty,
+        images=pixels + [blank] * empty,
         image_masks=[torch.full((batch,), i < len(pixels), device=device) for i in range(len(pixels) + empty)],
-        tokens=enc["input_ids"].to(device),
-        token_masks=enc["attention_mask"].bool().to(device),
+        tokens=ids.to(device),
+        token_masks=mask.bool().to(device),
         state=state,
     )
 

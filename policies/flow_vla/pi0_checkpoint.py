@@ -157,13 +157,25 @@ def _build(path: Path, config: PI0Config, source: dict[str, torch.Tensor], stric
 
 
 def load_pi0(
-    path: str | Path, tokenizer_path: str | Path | None = None, dims: dict[str, Any] | None = None, strict: bool = True
+    path: str | Path, tokenizer_path: str | Path | None = None, dims: dict[str, Any] | None = None, strict: bool = True,
+    overrides: dict[str, Any] | None = None,
 ) -> PI0Checkpoint:
-    """Build pi0 / pi0.5 from a LeRobot or openpi directory; raise ``CheckpointError`` (one line) on any mismatch."""
+    """Build pi0 / pi0.5 from a LeRobot or openpi directory; raise ``CheckpointError`` (one line) on any mismatch.
+
+    ``overrides``: config fields set over the checkpoint's (e.g. ``train_expert_only``, ``num_inference_steps``);
+    sizes, padding and type come from the checkpoint and cannot be overridden.
+    """
     path = Path(path)
     raw = _read_json(path, "config.json")
+    fixed = {"type", "dims", "paligemma_variant", "action_expert_variant", "max_state_dim", "max_action_dim",
+             "image_resolution"}
+    bad = sorted(set(overrides or {}) & fixed)
+    unknown = sorted(set(overrides or {}) - set(PI0Config.__dataclass_fields__))
+    if bad or unknown:
+        raise _fail(path, f"overrides {bad or unknown} are {'fixed by the checkpoint' if bad else 'not PI0Config fields'}")
     if "type" not in raw and "action_horizon" in raw:
-        return _load_openpi(path, raw, tokenizer_path, dims, strict)
+        return _load_openpi(path, raw, tokenizer_path, dims, strict, overrides or {})
+    raw = {**raw, **(overrides or {})}
     if raw.get("type") not in TYPES:
         raise _fail(path, f"config.json says type '{raw.get('type')}', not 'pi0' or 'pi05'; "
                           f"load it with the '{raw.get('type')}' policy")
@@ -211,7 +223,7 @@ def _openpi_norms(path: Path, mode: str) -> tuple[Normalizer, Normalizer]:
 
 
 def _load_openpi(path: Path, raw: dict, tokenizer_path: str | Path | None, dims: dict | None,
-                 strict: bool) -> PI0Checkpoint:
+                 strict: bool, overrides: dict[str, Any]) -> PI0Checkpoint:
     source = _weights(path, "")
     kind = "pi05" if any(k.startswith("time_mlp_in.") for k in source) else "pi0"
     dim = int(raw.get("action_dim", 32))
@@ -219,7 +231,7 @@ def _load_openpi(path: Path, raw: dict, tokenizer_path: str | Path | None, dims:
                      action_expert_variant=raw.get("action_expert_variant", "gemma_300m"),
                      chunk_size=int(raw["action_horizon"]), n_action_steps=int(raw["action_horizon"]),
                      max_state_dim=dim, max_action_dim=dim)
-    config = _dims(path, config, dims)
+    config = _dims(path, replace(config, **overrides), dims)
     pos = source.get("paligemma_with_expert.paligemma.model.vision_tower.embeddings.position_embedding.weight")
     if pos is not None:  # openpi's config.json has no image size: the SigLIP position table holds it
         side = math.isqrt(pos.shape[0]) * config.resolved_dims["vision"]["patch_size"]
