@@ -151,26 +151,46 @@ class OpenVLA(nn.Module):
         self.language_model = LlamaForCausalLM(llama_config(config.text_config))
         self.bins = ActionBins(config.base_vocab, config.n_action_bins)
 
-    def embed(self, input_ids: torch.Tensor, pixel_values: torch.Tensor,
-              extra: torch.Tensor | None = None) -> torch.Tensor:
-        """ids [B, L] (<s> first), pixel values -> [B, 1 + P (+ extra) + L - 1, H]; ``extra`` [B, k, H] follows the
-        patches (OFT's proprio token)."""
+    def embed(self, input_ids: torch.Tensor, pixel_values: torch.Tensor, extra: torch.Tensor | None = None,
+              attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """ids [B, L] (<s> first), pixel values -> (embeddings [B, 1 + P (+ k) + L - 1, H], key mask or None).
+
+        ``extra`` [B, k, H] follows the patches (OFT's proprio token). ``attention_mask`` [B, L] (1 = real
+        token) marks padding of the prompt; the returned mask covers the whole sequence (None: no padding)."""
         text = self.language_model.get_input_embeddings()(input_ids)
         patches = self.projector(self.vision_backbone(pixel_values.to(text.dtype)))
-        parts = [text[:, :1], patches] + ([extra.to(text.dtype)] if extra is not None else []) + [text[:, 1:]]
-        return torch.cat(parts, 1)
+        mid = [patches] + ([extra.to(text.dtype)] if extra is not None else [])
+        emb = torch.cat([text[:, :1], *mid, text[:, 1:]], 1)
+        if attention_mask is None:
+            return emb, None
+        m = attention_mask.bool()
+        ones = m.new_ones(m.shape[0], emb.shape[1] - m.shape[1])
+        return emb, torch.cat([m[:, :1], ones, m[:, 1:]], 1)
 
-    def logits(self, input_ids: torch.Tensor, pixel_values: torch.Tensor) -> torch.Tensor:
+    def logits(self, input_ids: torch.Tensor, pixel_values: torch.Tensor,
+               attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Causal pass -> logits [B, 1 + P + L - 1, V] (fp32)."""
-        return self.language_model(inputs_embeds=self.embed(input_ids, pixel_values)).logits.float()
+        emb, mask = self.embed(input_ids, pixel_values, attention_mask=attention_mask)
+        return self.language_model(inputs_embeds=emb, attention_mask=mask).logits.float()
+
+    def hidden(self, input_ids: torch.Tensor, pixel_values: torch.Tensor,
+               attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Causal pass -> last-layer hidden states [B, 1 + P + L - 1, H] (after the final norm)."""
+        emb, mask = self.embed(input_ids, pixel_values, attention_mask=attention_mask)
+        return self.language_model.model(inputs_embeds=emb, attention_mask=mask).last_hidden_state
 
     @torch.no_grad()
-    def generate(self, input_ids: torch.Tensor, pixel_values: torch.Tensor, n: int) -> torch.Tensor:
+    def generate(self, input_ids: torch.Tensor, pixel_values: torch.Tensor, n: int,
+                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Greedy decoding over the whole vocabulary with a KV cache (``generate(do_sample=False)``) -> ids [B, n]."""
-        out = self.language_model(inputs_embeds=self.embed(input_ids, pixel_values), use_cache=True)
+        emb, mask = self.embed(input_ids, pixel_values, attention_mask=attention_mask)
+        out = self.language_model(inputs_embeds=emb, attention_mask=mask, use_cache=True)
         tokens = [out.logits[:, -1].argmax(-1)]
         for _ in range(n - 1):
-            out = self.language_model(input_ids=tokens[-1][:, None], cache=out.cache, use_cache=True)
+            if mask is not None:
+                mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
+            out = self.language_model(input_ids=tokens[-1][:, None], attention_mask=mask, cache=out.cache,
+                                      use_cache=True)
             tokens.append(out.logits[:, -1].argmax(-1))
         return torch.stack(tokens, 1)
 
@@ -185,3 +205,34 @@ def with_empty_token(input_ids: torch.Tensor) -> torch.Tensor:
     if bool((input_ids[:, -1] == EMPTY_TOKEN).all()):
         return input_ids
     return torch.cat([input_ids, input_ids.new_full((input_ids.shape[0], 1), EMPTY_TOKEN)], 1)
+
+
+# ---- scripts/bench_vla_memory.py hooks (random prompt and images at the architecture's sizes) ----------
+def bench_inputs(model: OpenVLA, batch: int, device: str, prompt_len: int = 20):
+    cfg = model.config
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 29000, (batch, prompt_len), generator=g)
+    ids[:, 0], ids[:, -1] = 1, EMPTY_TOKEN
+    size = cfg.image_sizes[0]
+    pv = torch.randn(batch, model.vision_backbone.channels * cfg.num_images, size, size, generator=g)
+    dtype = next(model.parameters()).dtype
+    return ids.to(device), pv.to(device, dtype)
+
+
+def bench_chunk(model: OpenVLA, batch: int, device: str, dtype: torch.dtype) -> torch.Tensor:
+    """One action (``action_dim`` greedy tokens with a KV cache)."""
+    ids, pv = bench_inputs(model, batch, device)
+    return model.generate(ids, pv, model.config.action_dim * model.config.chunk_size)
+
+
+def bench_logprob(model: OpenVLA, batch: int, device: str, dtype: torch.dtype) -> torch.Tensor:
+    """Teacher-forced log-prob [B] of ``action_dim`` stored action tokens (categorical over the 256 action ids)."""
+    ids, pv = bench_inputs(model, batch, device)
+    n = model.config.action_dim * model.config.chunk_size
+    g = torch.Generator().manual_seed(1)
+    k = torch.randint(0, model.bins.n_bins, (batch, n), generator=g).to(device)
+    full = torch.cat([ids, model.bins.token_ids.to(device)[k]], 1)
+    emb, _ = model.embed(full, pv)
+    h = model.language_model.model(inputs_embeds=emb).last_hidden_state[:, -n - 1 : -1]
+    logp = model.language_model.lm_head(h)[..., model.bins.token_ids.to(device)].float().log_softmax(-1)
+    return logp.gather(-1, k[..., None]).squeeze(-1).sum(-1)

@@ -22,7 +22,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from policies.ar_vla.openvla import STOP_TOKEN, ActionStatistics, OpenVLA, OpenVLAConfig, with_empty_token
+from policies.ar_vla.openvla import (
+    EMPTY_TOKEN,
+    STOP_TOKEN,
+    ActionStatistics,
+    OpenVLA,
+    OpenVLAConfig,
+    bench_inputs,
+    published_config,
+    tiny_config,
+    with_empty_token,
+)
+
+__all__ = ["OpenVLAOFT", "published_config", "tiny_config", "bench_chunk", "bench_logprob"]
 
 
 class MLPResNetBlock(nn.Module):
@@ -90,12 +102,15 @@ class OpenVLAOFT(OpenVLA):
         self.action_head = (L1RegressionActionHead(H, config.action_dim, config.chunk_size)
                             if config.action_head == "l1" else None)
 
-    def action_hidden(self, input_ids: torch.Tensor, pixel_values: torch.Tensor,
-                      proprio: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def action_hidden(self, input_ids: torch.Tensor, pixel_values: torch.Tensor, proprio: torch.Tensor | None = None,
+                      attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """One bidirectional pass -> (action hidden states [B, T * A, H], prefix summary [B, H]).
 
         ``input_ids`` [B, L] is the prompt (29871 appended if missing); ``proprio`` [B, P] normalized. The
-        prefix summary is the hidden state at the prompt's last token (where the first action is read)."""
+        prefix summary is the hidden state at the prompt's last token (where the first action is read).
+        ``attention_mask`` [B, L] (1 = real) masks padded prompt tokens as keys."""
+        if not bool((input_ids[:, -1] == EMPTY_TOKEN).all()) and attention_mask is not None:
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(attention_mask.shape[0], 1)], 1)
         input_ids = with_empty_token(input_ids)
         B, L = input_ids.shape
         if (self.proprio_projector is None) != (proprio is None):
@@ -103,11 +118,13 @@ class OpenVLAOFT(OpenVLA):
                              f"(proprio_dim={self.config.proprio_dim})")
         extra = self.proprio_projector(proprio.to(self.projector.fc1.weight.dtype))[:, None] if proprio is not None \
             else None
-        emb = self.embed(input_ids, pixel_values, extra)
+        emb, keys = self.embed(input_ids, pixel_values, extra, attention_mask)
         n = self.n_action_positions
         stop = self.language_model.get_input_embeddings()(input_ids.new_full((B, 1), STOP_TOKEN))
         emb = torch.cat([emb, emb.new_zeros(B, n, emb.shape[-1]), stop], 1)
-        mask = bidirectional_mask(torch.ones(B, emb.shape[1], dtype=torch.bool, device=emb.device), emb.dtype)
+        keys = torch.ones(B, emb.shape[1], dtype=torch.bool, device=emb.device) if keys is None else \
+            torch.cat([keys, keys.new_ones(B, n + 1)], 1)
+        mask = bidirectional_mask(keys, emb.dtype)
         hidden = self.language_model.model(inputs_embeds=emb, attention_mask=mask).last_hidden_state
         start = emb.shape[1] - n - 2  # the prompt's last token
         return hidden[:, start : start + n], hidden[:, start]
@@ -126,3 +143,24 @@ class OpenVLAOFT(OpenVLA):
             x = self.bins.decode(self.token_logits(hidden).argmax(-1))
             x = x.view(hidden.shape[0], self.config.chunk_size, self.config.action_dim)
         return stats.unnormalize(x)
+
+
+# ---- scripts/bench_vla_memory.py hooks --------------------------------------------------------------------
+def bench_chunk(model: OpenVLAOFT, batch: int, device: str, dtype: torch.dtype) -> torch.Tensor:
+    """One chunk in one bidirectional pass (L1 head, or greedy tokens)."""
+    ids, pv = bench_inputs(model, batch, device)
+    p = torch.zeros(batch, model.config.proprio_dim, device=device) if model.proprio_projector is not None else None
+    h, _ = model.action_hidden(ids, pv, p)
+    return model.action_head(h) if model.action_head is not None else model.token_logits(h).argmax(-1)
+
+
+def bench_logprob(model: OpenVLAOFT, batch: int, device: str, dtype: torch.dtype) -> torch.Tensor:
+    """Log-prob [B] of a stored chunk: a unit-std Gaussian around the L1 head (the continuous RL policy)."""
+    ids, pv = bench_inputs(model, batch, device)
+    p = torch.zeros(batch, model.config.proprio_dim, device=device) if model.proprio_projector is not None else None
+    h, _ = model.action_hidden(ids, pv, p)
+    if model.action_head is None:
+        logp = model.token_logits(h)[..., model.bins.token_ids.to(device)].log_softmax(-1)
+        return logp[..., 0].sum(-1)
+    mean = model.action_head(h).float()
+    return torch.distributions.Normal(mean, 1.0).log_prob(torch.zeros_like(mean)).sum((-1, -2))
