@@ -16,7 +16,7 @@ from vlarl.config import load_eval_config, load_train_config
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 TRAIN_GROUPS = ("env", "policy", "algorithm", "placement", "reward", "experiment")
 # groups a YAML is meant to be used with (the default experiment pins a ManiSkill controller; image policies
-# need a camera env; split placements give the env one core of two; the critic needs a path)
+# need a camera env; split placements give the env one core of two; the critic and RLPD's demonstrations need a path)
 COMPANIONS = {
     "env/libero_": ["~experiment"],
     "env/robosuite_": ["~experiment"],
@@ -24,6 +24,8 @@ COMPANIONS = {
     "placement/disaggregated": ["env.num_workers=1"],
     "placement/hybrid": ["env.num_workers=1"],
     "reward/vlm_critic": ["reward.critic_path={tmp}"],
+    "algorithm/rlpd": ["algorithm.demos={tmp}"],  # RLPD mixes demonstrations into every batch
+    "experiment/pushcube_mlp_rlpd": ["algorithm.demos={tmp}"],
 }
 
 
