@@ -46,8 +46,16 @@ class PI0Adapter:
         return make_inputs(self.model.cfg, self.tokenizer, images, state.to(self.device),
                            list(obs.get("instruction", [])), self.empty_cameras, tokens)
 
-    def tokens(self, tasks: list[str], state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Task strings -> (ids [B, L], mask [B, L]) as LeRobot's pre-processor makes them (pi0.5: needs ``state``)."""
+    def tokens(
+        self, tasks: list[str], state: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Task strings -> (ids [B, L], mask [B, L]) as LeRobot's pre-processor makes them.
+
+        pi0.5 writes the normalized ``state`` into the prompt: without ``state`` it returns None, and
+        ``inputs(obs, state, None)`` then tokenizes with the state it is given (no fixed tokens to bake in).
+        """
+        if self.model.pi05 and state is None:
+            return None
         state = state.to(self.device) if state is not None else None
         return tokenize(self.model.cfg, self.tokenizer, tasks, state, self.device)
 
@@ -65,10 +73,14 @@ def _map_cameras(kind: str, env_keys: list[str], ckpt_keys: list[str]) -> list[s
 
 def build_pi0(
     cfg: PI0Config | dict | None, spec: PolicySpec, pretrained_path: str | Path | None = None,
-    tokenizer_path: str | Path | None = None,
+    vlm_path: str | Path | None = None, tokenizer_path: str | Path | None = None,
 ) -> PI0Adapter:
     """A tiny/random pi0 or pi0.5 from ``cfg`` (env dims must fit the padding), or a checkpoint whole (then a
-    dict ``cfg`` holds config fields set over the checkpoint's, e.g. ``train_expert_only``)."""
+    dict ``cfg`` holds config fields set over the checkpoint's, e.g. ``train_expert_only``).
+
+    ``vlm_path`` / ``tokenizer_path``: a local folder with the PaliGemma tokenizer (the registry's ``vlm_path``;
+    default: the folder the checkpoint's pre-processor names)."""
+    tokenizer_path = tokenizer_path or vlm_path
     if pretrained_path is not None:
         ckpt = load_pi0(pretrained_path, tokenizer_path, overrides=cfg if isinstance(cfg, dict) else None)
         kind = ckpt.config.type

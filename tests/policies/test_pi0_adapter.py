@@ -40,9 +40,10 @@ def test_tiny_config_acts_on_env_observations(kind):
     with torch.no_grad():
         chunk = arch.model.sample_actions(inputs, torch.randn(2, 4, 8))
     assert chunk.shape == (2, 4, 8) and torch.isfinite(chunk).all()
-    if kind == "pi05":
-        with pytest.raises(ValueError, match="discretized state"):
-            arch.tokens(["push the cube"])
+    if kind == "pi05":  # the prompt carries the state: no fixed tokens, inputs() tokenizes with the state
+        assert arch.tokens(["push the cube"] * 2) is None
+        again = arch.inputs(obs(2, ("base", "wrist")), state, arch.tokens(["push the cube"] * 2))
+        assert torch.equal(again.tokens, inputs.tokens)
 
 
 def test_fixture_with_env_cameras_by_name_matches_lerobot():
@@ -50,7 +51,7 @@ def test_fixture_with_env_cameras_by_name_matches_lerobot():
     torch.set_num_threads(1)
     path = FIXTURES / "pi0" / "checkpoint"
     io = load_file(str(path / "io.safetensors"))
-    arch = build_pi0(None, spec(6, 5, ("wrist", "base")), pretrained_path=path)
+    arch = build_pi0(None, spec(6, 5, ("wrist", "base")), pretrained_path=path, vlm_path=path / "tokenizer")
     assert arch.cameras == ["base", "wrist"] and arch.empty_cameras == 1
     ckpt = arch.checkpoint
     assert ckpt is not None and ckpt.report.missing == [] == ckpt.report.unused
