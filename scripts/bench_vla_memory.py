@@ -361,7 +361,7 @@ def measure(row: Row, args: argparse.Namespace) -> list[dict[str, Any]]:
         model = None
         try:
             model, line["build_s"] = build_real(row, build, args.device, dtype)
-            if args.time and mode in ("", "lora"):
+            if args.time and not args.skip_chunk and mode in ("", "lora"):
                 line["chunk_s"] = time_chunk(row, model, args.device, dtype)
             if mode:
                 line["mode"] = mode
@@ -410,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", nargs="*", default=None, help=f"subset of {[r.name.split()[0] for r in ROWS]}")
     ap.add_argument("--tiny", action="store_true", help="each module's tiny_config() (CPU smoke)")
     ap.add_argument("--time", action="store_true", help="build in bf16 and time one chunk (B=1)")
+    ap.add_argument("--skip-chunk", action="store_true", help="with --time: build only (a chunk too slow for this CPU)")
     ap.add_argument("--update", action="store_true", help="time one PPO update, LoRA and full")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
