@@ -11,6 +11,10 @@ Decoding a chunk of ``T`` actions x ``A`` dims = ``n = T * A`` tokens:
 * ``sequential``: token-by-token generation with a KV cache; training re-scores with one teacher-forced
   pass over ``[prefix | tokens[:-1]]``.
 The value head reads the hidden state of the last prefix position (before the first action token).
+
+``architecture`` picks the network: ``hf`` (the composition above, on ``backbone.kind``) or the exact
+``openvla`` / ``openvla_oft`` (``policies/ar_vla/openvla*.py``, parity-tested against the reference code;
+the policy is then ``policies.ar_vla.openvla_policy.OpenVLAPolicy``).
 """
 
 from __future__ import annotations
@@ -29,12 +33,23 @@ from policies.vlm.policy_base import LoRAConfig, VLAPolicy, coerce_nested
 from policies.vlm.tokenizer import ActionTokenizer, add_action_tokens
 
 DECODINGS = ("parallel", "sequential")
+ARCHITECTURES = ("hf", "openvla", "openvla_oft")
 _MASKED = -1e9  # logit of bins outside top-k (finite: a masked replay token gives ratio 0, not NaN)
 
 
 @dataclass
 class ARVLAConfig:
     name: str = "ar_vla"
+    # "hf": an HF VLM backbone (backbone.kind); "openvla" / "openvla_oft": the exact networks (decoding is then
+    # theirs: OpenVLA sequential, OFT parallel; the backbone.* sizes are unused)
+    architecture: str = "hf"
+    size: str = "tiny"  # exact architectures without pretrained_path: "tiny" | "published" (random weights)
+    pretrained_path: str | None = None  # exact architectures: an OpenVLA / OpenVLA-OFT folder (HF layout)
+    unnorm_key: str | None = None  # dataset statistics entry that un-normalizes the checkpoint's actions
+    num_images: int = 0  # exact architectures: cameras fed (0 = OpenVLA 1 / OFT 2 from a checkpoint, else the env's)
+    action_head: str = "tokens"  # exact: "tokens" (categorical over the 256 bins) | "l1" (OFT, Gaussian around L1)
+    log_std_init: float = -1.0  # action_head=l1: initial log std of the Gaussian (learned per action dim)
+    arch: dict = field(default_factory=dict)  # exact: the built architecture (written at build; restores a save)
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     chunk_size: int = 4  # actions per chunk (T)
     n_action_bins: int = 256
@@ -59,6 +74,15 @@ class ARVLAConfig:
 
 @register_policy("ar_vla", ARVLAConfig)
 class ARVLAPolicy(VLAPolicy):
+    def __new__(cls, config: ARVLAConfig, spec: PolicySpec):
+        if config.architecture not in ARCHITECTURES:
+            raise ValueError(f"policy.architecture='{config.architecture}' is unknown; choose one of {ARCHITECTURES}")
+        if cls is ARVLAPolicy and config.architecture != "hf":
+            from policies.ar_vla.openvla_policy import OpenVLAPolicy
+
+            cls = OpenVLAPolicy
+        return super().__new__(cls)
+
     def __init__(self, config: ARVLAConfig, spec: PolicySpec):
         if config.decoding not in DECODINGS:
             raise ValueError(f"policy.decoding='{config.decoding}' is unknown; choose one of {DECODINGS}")

@@ -1,0 +1,314 @@
+"""``policy=ar_vla`` with ``architecture=openvla | openvla_oft``: the exact networks (``openvla.py``,
+``openvla_oft.py``) as an RL policy.
+
+Observation -> model (OpenVLA's own transforms): each camera [B, H, W, 3] uint8 -> both towers' normalization
+at the architecture's image size, cameras stacked along channels (third-person first); the instruction ->
+``"In: What action should the robot take to {task}?\\nOut:"`` tokens + 29871 (prompts of different lengths
+are padded right after <s>, the pads masked as keys); the state (OFT) -> [-1, 1] with the checkpoint's proprio
+statistics, else running mean / std, -> the proprio token.
+
+Distributions (sampling and ``evaluate`` apply the same rule, so a sample re-scores to its own log-prob):
+
+* ``action_head=tokens``: a categorical over the 256 action ids (OpenVLA's bins), tempered by ``temperature``
+  and cut to ``top_k``; per-token log-probs [B, T, A] (chunk level = their sum). OpenVLA decodes the
+  ``T * A`` tokens one by one with a KV cache and re-scores them teacher-forced; OFT predicts them in one
+  bidirectional pass.
+* ``action_head=l1`` (OFT): a Gaussian around the L1 head's output in normalized units, with a learned
+  per-dimension log std (``log_std_init``); the env gets the sample clipped to [-1, 1] and un-normalized.
+
+Actions are un-normalized with the checkpoint's dataset statistics (``unnorm_key``), or with the env's action
+bounds for a model built here. The value head reads the hidden state at the prompt's last token.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from policies.ar_vla.modeling import _MASKED, ARVLAPolicy
+from policies.ar_vla.openvla import (
+    EMPTY_TOKEN,
+    ActionStatistics,
+    OpenVLA,
+    OpenVLAConfig,
+    prompt,
+    published_config,
+    tiny_config,
+)
+from policies.ar_vla.openvla_checkpoint import load_openvla
+from policies.ar_vla.openvla_oft import OpenVLAOFT
+from policies.ar_vla.prismatic_vision import pixel_values
+from policies.base import ActionSample, Policy, PolicySpec, as_float_tensor
+from policies.mlp import RunningNorm
+from policies.vlm.policy_base import DTYPES, value_mlp
+from policies.vlm.tokenizer import build_byte_tokenizer
+
+BOS, PAD = 1, 32000
+BYTE_OFFSET = 3  # the tiny byte tokenizer's ids shifted past <unk>/<s>/</s>
+
+
+class OpenVLAPolicy(ARVLAPolicy):
+    """Built by ``ARVLAPolicy`` when ``config.architecture`` names an exact architecture."""
+
+    def __init__(self, config: Any, spec: PolicySpec):
+        config = copy.deepcopy(config)  # ``arch`` is filled in below; the caller's config stays as it was
+        Policy.__init__(self, config, spec)  # not VLAPolicy: the network is the exact one, not a backbone
+        arch = config.architecture
+        if config.action_head not in ("tokens", "l1") or (config.action_head == "l1" and arch != "openvla_oft"):
+            raise ValueError(f"policy.action_head='{config.action_head}' is not one of {arch}'s heads "
+                             "('tokens'; 'l1' for openvla_oft)")
+        stats = proprio = None
+        self.tokenizer = None
+        if config.arch:  # restoring a saved policy: the architecture it was built with
+            cfg = OpenVLAConfig(**config.arch)
+            model = (OpenVLAOFT if cfg.parallel else OpenVLA)(cfg)
+        elif config.pretrained_path:
+            ckpt = load_openvla(config.pretrained_path, config.unnorm_key, variant=arch,
+                                num_images=config.num_images or None, chunk_size=config.chunk_size)
+            model, cfg, stats, proprio = ckpt.model, ckpt.config, ckpt.stats, ckpt.proprio_stats
+        else:
+            cfg = (tiny_config if config.size == "tiny" else published_config)(arch)
+            cfg.action_dim, cfg.chunk_size = spec.action_dim, config.chunk_size
+            cfg.num_images = config.num_images or max(1, len(spec.image_keys))
+            cfg.proprio_dim = spec.state_dim if arch == "openvla_oft" and config.use_state else 0
+            cfg.action_head = config.action_head
+            model = (OpenVLAOFT if arch == "openvla_oft" else OpenVLA)(cfg)
+        if config.pretrained_path and (Path(config.pretrained_path) / "tokenizer_config.json").is_file():
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(config.pretrained_path, local_files_only=True)
+        config.arch = asdict(cfg)
+        if cfg.action_dim != spec.action_dim or cfg.chunk_size != config.chunk_size and arch == "openvla_oft":
+            raise ValueError(f"the {arch} model acts with action_dim={cfg.action_dim}, chunk {cfg.chunk_size}; the env "
+                             f"needs action_dim={spec.action_dim}, policy.chunk_size={config.chunk_size}")
+        if len(spec.image_keys) < cfg.num_images:
+            raise ValueError(f"{arch} takes {cfg.num_images} camera image(s); the env has {list(spec.image_keys)} "
+                             f"(set policy.num_images or env cameras)")
+        self.model, self.cfg = model, cfg
+        self.n_tokens = cfg.chunk_size * cfg.action_dim
+        self.byte_tokenizer = build_byte_tokenizer() if self.tokenizer is None else None
+        stats = stats or ActionStatistics(torch.tensor(spec.action_low, dtype=torch.float64),
+                                          torch.tensor(spec.action_high, dtype=torch.float64),
+                                          torch.ones(spec.action_dim, dtype=torch.bool))
+        self.register_buffer("stat_low", stats.low.float())
+        self.register_buffer("stat_high", stats.high.float())
+        self.register_buffer("stat_mask", stats.mask)
+        self.stat_eps = stats.eps
+        self.proprio_stats = proprio
+        self.state_norm = RunningNorm(spec.state_dim, 10.0)
+        self.register_buffer("action_ids", model.bins.token_ids.clone(), persistent=False)
+        self.log_std = nn.Parameter(torch.full((cfg.action_dim,), float(config.log_std_init))) \
+            if cfg.action_head == "l1" else None
+        self.value_head = self._build_value_head_exact()
+        self._finish_exact()
+
+    # -- construction helpers ----------------------------------------------------------------------
+    def _build_value_head_exact(self) -> nn.Module:
+        if self.config.value_from == "state":
+            return value_mlp(self.spec.state_dim, 256, 2)
+        return value_mlp(self.cfg.llm_dim)
+
+    def _finish_exact(self) -> None:
+        cfg, m = self.config, self.model
+        trunk = (m.vision_backbone, m.projector, m.language_model)
+        if cfg.freeze_vlm:
+            for part in trunk:
+                part.requires_grad_(False)
+        elif cfg.freeze_vision:
+            m.vision_backbone.requires_grad_(False)
+        if cfg.lora.rank > 0:
+            from peft import LoraConfig, inject_adapter_in_model
+
+            lc = LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                            target_modules=list(cfg.lora.target_modules))
+            inject_adapter_in_model(lc, m.language_model)
+            for name, p in m.language_model.named_parameters():
+                p.requires_grad_("lora_" in name)
+        if cfg.backbone.gradient_checkpointing:
+            m.language_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        for part in trunk:
+            part.to(DTYPES[cfg.dtype])
+
+    @property
+    def device(self) -> torch.device:
+        return self.stat_low.device
+
+    @property
+    def stats(self) -> ActionStatistics:
+        return ActionStatistics(self.stat_low.double(), self.stat_high.double(), self.stat_mask, self.stat_eps)
+
+    # -- observation -> model inputs ------------------------------------------------------------------
+    def _prompt_ids(self, instructions: list[str], batch: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if len(instructions) != batch:
+            base = instructions or [self.spec.instruction]
+            instructions = [base[i % len(base)] for i in range(batch)]
+        rows = []
+        for s in instructions:
+            text = prompt(s)
+            if self.tokenizer is not None:
+                ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            else:
+                ids = [i + BYTE_OFFSET for i in self.byte_tokenizer(text, add_special_tokens=False)["input_ids"]]
+            rows.append([BOS, *ids] + ([] if ids and ids[-1] == EMPTY_TOKEN else [EMPTY_TOKEN]))
+        L = max(len(r) for r in rows)
+        if all(len(r) == L for r in rows):
+            return torch.tensor(rows, device=self.device), None
+        ids = torch.full((batch, L), PAD, dtype=torch.long)
+        mask = torch.zeros(batch, L, dtype=torch.long)
+        for i, r in enumerate(rows):  # pad right after <s>: the image stays after <s>, actions stay aligned
+            ids[i, 0], mask[i, 0] = BOS, 1
+            ids[i, L - len(r) + 1 :], mask[i, L - len(r) + 1 :] = torch.tensor(r[1:]), 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _inputs(self, obs: dict[str, Any]):
+        keys = list(self.spec.image_keys)[: self.cfg.num_images]
+        missing = [k for k in keys if k not in obs.get("images", {})]
+        if missing:
+            raise KeyError(f"obs['images'] lacks cameras {missing}; the policy was built for image_keys={keys}")
+        ims = [torch.as_tensor(obs["images"][k], device=self.device) for k in keys]
+        pv = torch.cat([pixel_values(im, self.cfg.timm_model_ids, self.cfg.image_sizes[0]) for im in ims], 1)
+        ids, mask = self._prompt_ids(list(obs.get("instruction", [])), pv.shape[0])
+        proprio = None
+        if isinstance(self.model, OpenVLAOFT) and self.model.proprio_projector is not None:
+            state = as_float_tensor(obs["state"], self.device)
+            proprio = self.proprio_stats.normalize(state) if self.proprio_stats is not None else \
+                self.state_norm(state).clamp(-5, 5)
+        return ids, mask, pv.to(DTYPES[self.config.dtype]), proprio
+
+    # -- the two distributions ----------------------------------------------------------------------------
+    def _token_log_probs(self, h: torch.Tensor) -> torch.Tensor:
+        """Hidden [B, n, H] -> log-probs over the 256 action ids [B, n, 256] (temperature, top-k)."""
+        head = self.model.language_model.lm_head
+        logits = F.linear(h, head.weight[self.action_ids]).float() / self.config.temperature
+        k = self.config.top_k
+        if 0 < k < logits.shape[-1]:
+            logits = logits.masked_fill(logits < logits.topk(k, dim=-1).values[..., -1:], _MASKED)
+        return logits.log_softmax(-1)
+
+    def _forward(self, obs: dict[str, Any], bins: torch.Tensor | None):
+        """-> (per-position output [B, n, 256] log-probs or [B, T, A] L1 mean, value [B]).
+
+        ``bins`` [B, n] are teacher-forced for OpenVLA's sequential decoding."""
+        ids, mask, pv, proprio = self._inputs(obs)
+        if isinstance(self.model, OpenVLAOFT):
+            h, h_pre = self.model.action_hidden(ids, pv, proprio, mask)
+            out = self.model.action_head(h.float()) if self.model.action_head is not None else self._token_log_probs(h)
+        else:
+            full = torch.cat([ids, self.action_ids[bins[:, :-1]]], 1)
+            fmask = None if mask is None else torch.cat([mask, mask.new_ones(mask.shape[0], self.n_tokens - 1)], 1)
+            hid = self.model.hidden(full, pv, fmask)
+            h = hid[:, hid.shape[1] - self.n_tokens :]
+            h_pre = h[:, 0]
+            out = self._token_log_probs(h)
+        return out, self._value_exact(h_pre, obs)
+
+    def _value_exact(self, h_pre: torch.Tensor, obs: dict[str, Any]) -> torch.Tensor:
+        if self.config.value_from == "state":
+            return self.value_head(self.state_norm(as_float_tensor(obs["state"], self.device))).squeeze(-1)
+        return self.value_head(h_pre.float()).squeeze(-1)
+
+    @torch.no_grad()
+    def _generate(self, obs: dict[str, Any], greedy: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """OpenVLA: ``T * A`` tokens one by one with a KV cache -> (bins [B, n], log-probs [B, n, 256], value)."""
+        ids, mask, pv, _ = self._inputs(obs)
+        emb, keys = self.model.embed(ids, pv, attention_mask=mask)
+        lm = self.model.language_model
+        out = lm.model(inputs_embeds=emb, attention_mask=keys, use_cache=True)
+        h = out.last_hidden_state[:, -1:]
+        value = self._value_exact(h[:, 0], obs)
+        bins, logps = [], []
+        for _ in range(self.n_tokens):
+            logp = self._token_log_probs(h)[:, 0]
+            k = logp.argmax(-1) if greedy else torch.multinomial(logp.exp(), 1).squeeze(-1)
+            bins.append(k)
+            logps.append(logp)
+            if len(bins) == self.n_tokens:
+                break
+            if keys is not None:
+                keys = torch.cat([keys, keys.new_ones(keys.shape[0], 1)], 1)
+            out = lm.model(input_ids=self.action_ids[k][:, None], attention_mask=keys, cache=out.cache,
+                           use_cache=True)
+            h = out.last_hidden_state
+        return torch.stack(bins, 1), torch.stack(logps, 1), value
+
+    def _to_env(self, normalized: torch.Tensor) -> torch.Tensor:
+        """Normalized [B, T, A] -> env units (clipped to [-1, 1] first, then the statistics)."""
+        return self.stats.unnormalize(normalized.clamp(-1, 1))
+
+    def _bins_to_env(self, bins: torch.Tensor) -> torch.Tensor:
+        x = self.model.bins.decode(self.action_ids[bins]).view(bins.shape[0], self.cfg.chunk_size, self.cfg.action_dim)
+        return self._to_env(x)
+
+    def _chunk(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(x.shape[0], self.cfg.chunk_size, self.cfg.action_dim)
+
+    # -- the Policy interface ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def sample(self, obs: dict[str, Any]) -> ActionSample:
+        if self.log_std is not None:
+            mean, value = self._forward(obs, None)
+            x = mean + self.log_std.exp() * torch.randn_like(mean)
+            logp = torch.distributions.Normal(mean, self.log_std.exp()).log_prob(x)
+            return ActionSample(self._to_env(x), logp, value, {"normalized_actions": x})
+        if isinstance(self.model, OpenVLAOFT):
+            logp, value = self._forward(obs, None)
+            bins = torch.multinomial(logp.exp().flatten(0, 1), 1).view(logp.shape[:2])
+        else:
+            bins, logp, value = self._generate(obs, greedy=False)
+        lp = logp.gather(-1, bins.unsqueeze(-1)).squeeze(-1)
+        return ActionSample(self._bins_to_env(bins), self._chunk(lp), value, {"action_tokens": self._chunk(bins)})
+
+    def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]):
+        if self.log_std is not None:
+            mean, value = self._forward(obs, None)
+            dist = torch.distributions.Normal(mean, self.log_std.exp())
+            return dist.log_prob(replay["normalized_actions"].to(mean)), dist.entropy(), value
+        bins = replay["action_tokens"].reshape(-1, self.n_tokens).long()
+        logp, value = self._forward(obs, bins)
+        lp = logp.gather(-1, bins.unsqueeze(-1)).squeeze(-1)
+        return self._chunk(lp), self._chunk(-(logp.exp() * logp).sum(-1)), value
+
+    @torch.no_grad()
+    def act(self, obs: dict[str, Any]) -> torch.Tensor:
+        if self.log_std is not None:
+            return self._to_env(self._forward(obs, None)[0])
+        if isinstance(self.model, OpenVLAOFT):
+            return self._bins_to_env(self._forward(obs, None)[0].argmax(-1))
+        return self._bins_to_env(self._generate(obs, greedy=True)[0])
+
+    @torch.no_grad()
+    def value(self, obs: dict[str, Any]) -> torch.Tensor:
+        if isinstance(self.model, OpenVLAOFT):
+            return self._forward(obs, None)[1]
+        ids, mask, pv, _ = self._inputs(obs)
+        return self._value_exact(self.model.hidden(ids, pv, mask)[:, -1], obs)
+
+    def update_normalization(self, obs: dict[str, Any]) -> None:
+        if not self.config.freeze_state_norm and "state" in obs:
+            self.state_norm.update(as_float_tensor(obs["state"], self.device))
+
+    def normalization_stats(self) -> dict[str, list[float]]:
+        return {"action_low": self.stat_low.tolist(), "action_high": self.stat_high.tolist(),
+                "action_mask": self.stat_mask.tolist(), "state_mean": self.state_norm.mean.tolist(),
+                "state_var": self.state_norm.var.tolist()}
+
+    def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor) -> torch.Tensor:
+        """Demonstration actions [B, T, A] (env units): L1 on the head's output (OFT's loss) or cross-entropy
+        of their bin tokens."""
+        target = self.stats.normalize(actions.to(self.device)).reshape(actions.shape[0], -1)
+        if self.log_std is not None:
+            mean, _ = self._forward(obs, None)
+            return F.l1_loss(mean, target.view_as(mean))
+        k = (self.model.bins.encode(target) - self.action_ids[0]).clamp(0, len(self.action_ids) - 1)
+        logp, _ = self._forward(obs, k)
+        return F.nll_loss(logp.flatten(0, 1), k.flatten())
+
+    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        return Policy.save_pretrained(self, directory)

@@ -1,0 +1,139 @@
+"""policy=ar_vla with the exact OpenVLA / OpenVLA-OFT networks: RL interface, checkpoints, LoRA, PPO."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from vla_helpers import make_obs, ppo_step, trainable
+
+from policies import Policy, PolicySpec, make_policy
+from policies.ar_vla import ARVLAConfig
+from policies.ar_vla.openvla_checkpoint import load_openvla
+from policies.ar_vla.openvla_policy import OpenVLAPolicy
+from policies.vlm import LoRAConfig
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "reference"
+VARIANTS = [("openvla", "tokens"), ("openvla_oft", "tokens"), ("openvla_oft", "l1")]
+
+
+def _policy(spec, architecture="openvla_oft", action_head="l1", **kw) -> OpenVLAPolicy:
+    kw.setdefault("chunk_size", 2)
+    pol = make_policy(ARVLAConfig(architecture=architecture, action_head=action_head, **kw), spec)
+    assert isinstance(pol, OpenVLAPolicy)
+    return pol
+
+
+@pytest.mark.parametrize("architecture,head", VARIANTS)
+def test_sample_rescores_and_gradients_reach_the_network(vla_spec, obs, architecture, head):
+    torch.manual_seed(0)
+    pol = _policy(vla_spec, architecture, head)
+    s = pol.sample(obs)
+    assert s.actions.shape == s.logprob.shape == (3, 2, 3) and s.value.shape == (3,)
+    low, high = torch.tensor(vla_spec.action_low), torch.tensor(vla_spec.action_high)
+    assert (s.actions >= low - 1e-6).all() and (s.actions <= high + 1e-6).all()
+    lp, ent, v = pol.evaluate(obs, s.replay)
+    torch.testing.assert_close(lp, s.logprob, atol=1e-5, rtol=0)
+    torch.testing.assert_close(v, s.value, atol=1e-5, rtol=0)
+    assert ent.shape == (3, 2, 3) and torch.isfinite(ent).all()
+    (lp.sum() + v.sum()).backward()
+    grads = {n for n, p in pol.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
+    assert any(n.startswith("model.language_model.model.layers.0.") for n in grads)
+    assert any(n.startswith("model.vision_backbone.fused_featurizer.blocks.") for n in grads)
+    assert any(n.startswith("value_head.") for n in grads)
+    if head == "l1":
+        assert {"log_std"} <= grads and any(n.startswith("model.action_head.") for n in grads)
+    if architecture == "openvla_oft":
+        assert any(n.startswith("model.proprio_projector.") for n in grads)
+
+
+def test_token_policy_decodes_openvla_bins_within_the_action_bounds(vla_spec, obs):
+    pol = _policy(vla_spec, "openvla", "tokens", temperature=0.5, top_k=4)
+    s = pol.sample(obs)
+    tokens = s.replay["action_tokens"]
+    assert tokens.min() >= 0 and tokens.max() < 256
+    ids = pol.action_ids[tokens]
+    assert ids.min() >= 31744 and ids.max() < 32000  # the last 256 ids of Llama-2's vocabulary
+    with torch.no_grad():
+        logp, _ = pol._forward(obs, tokens.reshape(3, -1))
+    assert ((logp.exp() > 1e-12).sum(-1) == 4).all()
+
+
+def test_save_and_reload_acts_the_same(vla_spec, obs, tmp_path):
+    pol = _policy(vla_spec, lora=LoRAConfig(rank=4))
+    pol.save_pretrained(tmp_path)
+    again = Policy.from_pretrained(tmp_path)
+    assert isinstance(again, OpenVLAPolicy) and json.loads((tmp_path / "config.json").read_text())["policy"] == "ar_vla"
+    torch.testing.assert_close(again.act(obs), pol.act(obs), atol=1e-6, rtol=0)
+
+
+def test_lora_trains_adapters_not_the_base_lm(vla_spec):
+    pol = _policy(vla_spec, lora=LoRAConfig(rank=4))
+    names = {n for n, p in pol.named_parameters() if p.requires_grad}
+    lm = [n for n in names if n.startswith("model.language_model.")]
+    assert lm and all("lora_" in n for n in lm)
+    before = trainable(pol)
+    stats = ppo_step(pol, N=2, B=2)
+    assert all(torch.isfinite(torch.tensor(v)) for k, v in stats.items() if k != "explained_variance"), stats
+    after = dict(pol.named_parameters())
+    changed = [n for n in before if not torch.equal(before[n], after[n].detach())]
+    assert any("lora_" in n for n in changed) and "log_std" in changed
+
+
+@pytest.mark.parametrize("head", ["tokens", "l1"])
+def test_sft_loss_fits_a_demonstration(vla_spec, head):
+    torch.manual_seed(0)
+    pol = _policy(vla_spec, "openvla_oft", head, freeze_vision=True)
+    obs = make_obs(2)
+    target = torch.tensor([[[0.5, -1.0, 0.2]] * 2] * 2)
+    opt = torch.optim.Adam([p for p in pol.parameters() if p.requires_grad], lr=2e-2)
+    first = pol.sft_loss(obs, target)
+    for _ in range(20):
+        opt.zero_grad()
+        loss = pol.sft_loss(obs, target)
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.5 * first.item()
+
+
+def test_published_oft_checkpoint_drives_the_policy():
+    """The OFT fixture (2 cameras, proprio 8, L1 head) as ``policy.pretrained_path``; loaded whole."""
+    spec = PolicySpec(state_dim=8, action_dim=7, action_low=[-1.0] * 7, action_high=[1.0] * 7,
+                      image_keys=["third_person", "wrist"], instruction="put the bowl on the plate")
+    path = FIXTURES / "openvla_oft" / "checkpoint"
+    pol = _policy(spec, chunk_size=8, pretrained_path=str(path), unnorm_key="fixture_sim")
+    ref = load_openvla(path, unnorm_key="fixture_sim")
+    theirs = ref.model.state_dict()
+    assert all(torch.equal(v, theirs[k.removeprefix("model.")]) for k, v in pol.state_dict().items()
+               if k.startswith("model."))
+    g = torch.Generator().manual_seed(0)
+    obs = {"images": {k: torch.randint(0, 256, (2, 32, 32, 3), dtype=torch.uint8, generator=g)
+                      for k in spec.image_keys},
+           "state": torch.randn(2, 8, generator=g), "instruction": ["put the bowl on the plate"] * 2}
+    actions = pol.act(obs)
+    low, high = ref.stats.low.float(), ref.stats.high.float()
+    assert actions.shape == (2, 8, 7)
+    assert ((actions[..., :6] >= low[:6] - 1e-5) & (actions[..., :6] <= high[:6] + 1e-5)).all()
+
+
+def test_bad_configurations_are_named(vla_spec):
+    with pytest.raises(ValueError, match="architecture='openvla2' is unknown"):
+        make_policy(ARVLAConfig(architecture="openvla2"), vla_spec)
+    with pytest.raises(ValueError, match="'l1' for openvla_oft"):
+        _policy(vla_spec, "openvla", "l1")
+    one_camera = PolicySpec(state_dim=5, action_dim=3, action_low=[-1.0] * 3, action_high=[1.0] * 3,
+                            image_keys=["base"])
+    with pytest.raises(ValueError, match="takes 2 camera image"):
+        _policy(one_camera, num_images=2)
+
+
+@pytest.mark.parametrize("name", ["openvla", "openvla_oft"])
+def test_yaml_composes_and_builds(name, vla_spec, obs):
+    from vlarl.config.loader import load_train_config
+
+    cfg = load_train_config(["env=maniskill_pushcube_rgb", f"policy={name}", "policy.chunk_size=2"]).policy
+    assert cfg.architecture == name
+    pol = make_policy(cfg, vla_spec)
+    assert isinstance(pol, OpenVLAPolicy) and pol.act(obs).shape == (3, 2, 3)
