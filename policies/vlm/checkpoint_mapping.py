@@ -9,12 +9,12 @@ tensor transform); source keys no rule claims are reported as unused, never sile
   ``backbone.kind=paligemma``; the PaliGemma VLM loads. pi0's Gemma action expert shares attention layers
   with the VLM, ours cross-attends to the prefix (``policies.vlm.action_expert``), so its expert, action
   and time projections do not map and are listed as unused; the expert is then trained by SFT.
-* ``openvla`` — OpenVLA's HF checkpoint (``OpenVLAForActionPrediction``). Target: ``ar_vla`` with
-  ``backbone.kind=siglip_llama``; the Llama-2 LM + LM head load, and the SigLIP tower (timm names, fused
-  ``qkv`` split into q/k/v) loads into our HF SigLIP. OpenVLA's DINOv2 tower and its 3-layer fused
-  projector have no counterpart in the SigLIP + linear-projector composition (listed as unused).
-  Use ``policy.action_token_strategy=openvla policy.n_action_bins=255`` so its action tokens decode
-  as OpenVLA's (255 bins counting down from the end of the base vocabulary).
+* ``openvla`` — a partial transfer of OpenVLA's HF checkpoint (``OpenVLAForActionPrediction``) into the
+  HF-backbone composition (``ar_vla`` with ``backbone.kind=siglip_llama``): the Llama-2 LM + LM head and the
+  SigLIP tower (timm names, fused ``qkv`` split into q/k/v); DINOv2 and the fused projector have no
+  counterpart there and are listed as unused. To use an OpenVLA / OpenVLA-OFT checkpoint **whole** (every
+  tensor, parity-tested against the reference code) load it as ``policy=openvla`` / ``policy=openvla_oft``
+  (``policy.architecture``, ``policies.ar_vla.openvla_checkpoint.load_openvla``); see docs/token_vlas.md.
 """
 
 from __future__ import annotations
