@@ -15,6 +15,11 @@ RL likelihoods (``likelihood``):
   (``[log_std_min, log_std_max]``); the log-prob is the joint over the chain (sum over steps).
 Std is floored at ``min_std`` in both, so a log-density can never blow up from a collapsed std.
 ``act`` integrates the deterministic ODE from the prior's mode (zeros).
+
+Architectures (``architecture``): ``lookalike`` is the cross-attention expert over any HF VLM
+(``policies.vlm.action_expert``); the exact ones (``smolvla``, and pi0/pi0.5 as they are registered in
+``policies.flow_vla.registry``) run through ``policies.flow_vla.exact.ExactFlowPolicy``. ``FlowChain``
+holds the chain and both likelihoods once, over four hooks each family implements.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import torch
 from torch import nn
 
 from policies.base import ActionSample, PolicySpec
+from policies.flow_vla.registry import LOOKALIKE
 from policies.registry import register_policy
 from policies.vlm.action_expert import ChainVLAPolicy, gaussian_entropy, gaussian_logprob
 from policies.vlm.backbone import BackboneConfig
@@ -62,16 +68,34 @@ class FlowVLAConfig:
     freeze_vision: bool = False
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     dtype: str = "float32"
+    # the network: "lookalike" or an exact architecture of policies.flow_vla.registry ("smolvla", ...)
+    architecture: str = "lookalike"
+    size: str = "tiny"  # exact architectures: "tiny" (CPU) | "published" (the released size, random weights)
+    arch: dict[str, Any] = field(default_factory=dict)  # architecture config fields set over the size's (not a checkpoint's)
+    pretrained_path: str = ""  # exact architectures: a published checkpoint dir (LeRobot layout), loaded whole
+    vlm_path: str = ""  # local folder with the VLM's config + tokenizer when the checkpoint does not hold them
+    gradient_checkpointing: bool = False  # exact architectures: recompute trunk/expert layers in backward
 
     def __post_init__(self) -> None:
         coerce_nested(self)
 
 
-@register_policy("flow_vla", FlowVLAConfig)
-class FlowVLAPolicy(ChainVLAPolicy):
-    time_scale = 1000.0
+class FlowChain:
+    """Flow-SDE / Flow-Noise sampling and scoring over a family's four hooks.
 
-    def __init__(self, config: FlowVLAConfig, spec: PolicySpec):
+    * ``_flow_context(obs) -> (ctx, value [B])``: the prefix pass, once per chunk;
+    * ``_flow_velocity(ctx, x [B, T, M], t [B]) -> (v [B, T, M], hidden [B, T, W])``;
+    * ``_flow_repeat(ctx, n) -> ctx`` for ``n`` copies of each row (all Flow-Noise steps in one call);
+    * ``normalize_actions`` / ``unnormalize_actions``: env ``[.., A]`` <-> model space ``[.., M]``.
+
+    ``M`` (``model_action_dim``) may exceed the env's ``A``: the padded dims follow the ODE
+    deterministically (no noise), so the transition density over the first ``A`` dims is the whole one.
+    """
+
+    config: FlowVLAConfig
+    noise_head: nn.Module | None
+
+    def _check_flow_config(self, config: FlowVLAConfig) -> None:
         if config.likelihood not in LIKELIHOODS:
             raise ValueError(f"policy.likelihood='{config.likelihood}' is unknown; choose one of {LIKELIHOODS}")
         if config.num_steps < 1:
@@ -80,57 +104,71 @@ class FlowVLAPolicy(ChainVLAPolicy):
             raise ValueError(f"policy.sample_start='{config.sample_start}' is unknown; choose 'noise' or 'zero'")
         if not config.log_std_min < config.log_std_max:
             raise ValueError("policy.log_std_min must be < policy.log_std_max")
-        super().__init__(config, spec)
-        self.noise_head = nn.Linear(config.expert_width, spec.action_dim) if config.likelihood == "flow_noise" else None
+
+    def _make_noise_head(self, width: int) -> None:
+        """Flow-Noise's learned log-std head on the expert's hidden output (zero init: mid-range std)."""
+        self.noise_head = nn.Linear(width, self.spec.action_dim) if self.config.likelihood == "flow_noise" else None
         if self.noise_head is not None:
             nn.init.zeros_(self.noise_head.weight)
             nn.init.zeros_(self.noise_head.bias)
-        self._finish_init()
 
-    # -- one step ---------------------------------------------------------------------------------
+    @property
+    def model_action_dim(self) -> int:
+        return self.spec.action_dim
+
+    def chunk_shape(self, batch: int) -> tuple[int, int, int]:
+        return (batch, self.config.chunk_size, self.model_action_dim)
+
     def _times(self) -> torch.Tensor:
-        """t_k for k = 0..K (1 -> 0)."""
-        K = self.config.num_steps
-        return 1.0 - torch.arange(K + 1, dtype=torch.float32, device=self.device) / K
+        """t_k = 1 + k dt for k = 0..K (1 -> 0), computed as the reference computes them."""
+        dt = -1.0 / self.config.num_steps
+        return torch.tensor([1.0 + k * dt for k in range(self.config.num_steps + 1)], device=self.device)
 
-    def _step(self, x: torch.Tensor, t: torch.Tensor, memory, pad, stochastic: torch.Tensor | None):
+    def _real(self, std: torch.Tensor) -> torch.Tensor:
+        """Zero the std of padded model dims (they follow the mean)."""
+        A = self.spec.action_dim
+        return std if std.shape[-1] == A else torch.nn.functional.pad(std[..., :A], (0, std.shape[-1] - A))
+
+    def _step(self, x: torch.Tensor, t: torch.Tensor, ctx: Any, stochastic: torch.Tensor | None):
         """Mean and std of x_{t+dt} given x_t; ``stochastic`` [B] bool picks SDE steps (flow_sde).
 
-        x: [B, T, A], t: [B]. Returns (mean [B, T, A], std [B, T, A]; std 0 where deterministic)."""
+        x: [B, T, M], t: [B]. Returns (mean [B, T, M], std [B, T, M]; std 0 where deterministic)."""
         K = self.config.num_steps
         dt = -1.0 / K
-        v, h = self.expert(x, t, memory, pad)
+        v, h = self._flow_velocity(ctx, x, t)
         if self.config.likelihood == "flow_noise":
             lo, hi = self.config.log_std_min, self.config.log_std_max
-            log_std = lo + (hi - lo) * torch.sigmoid(self.noise_head(h))
-            return x + v * dt, log_std.exp().clamp_min(self.config.min_std)
+            log_std = lo + (hi - lo) * torch.sigmoid(self.noise_head(h.float()))
+            std = log_std.exp().clamp_min(self.config.min_std)
+            return x + v * dt, self._real(torch.nn.functional.pad(std, (0, x.shape[-1] - std.shape[-1])))
         tt = t[:, None, None]
         sigma = self.config.noise_level * torch.sqrt(tt / (1 - tt).clamp_min(1.0 / K))
         sde_mean = x + (v + sigma**2 / (2 * tt) * (x + (1 - tt) * v)) * dt
-        std = (sigma * abs(dt) ** 0.5).clamp_min(self.config.min_std).expand_as(x)
+        std = self._real((sigma * abs(dt) ** 0.5).clamp_min(self.config.min_std).expand_as(x))
         if stochastic is None:
             return x + v * dt, torch.zeros_like(x)
         s = stochastic[:, None, None]
-        return torch.where(s, sde_mean, x + v * dt), torch.where(s, std, torch.zeros_like(std))
+        noisy = s & (std > 0)
+        return torch.where(noisy, sde_mean, x + v * dt), torch.where(s, std, torch.zeros_like(std))
 
     # -- the Policy interface ------------------------------------------------------------------
     @torch.no_grad()
     def sample(self, obs: dict[str, Any]) -> ActionSample:
-        memory, pad, value = self.context(obs)
-        B, K = memory.shape[0], self.config.num_steps
+        ctx, value = self._flow_context(obs)
+        B, K, A = value.shape[0], self.config.num_steps, self.spec.action_dim
         times = self._times()
         start = torch.zeros if self.config.sample_start == "zero" else torch.randn
         x = start(self.chunk_shape(B), device=self.device)
         chain = [x]
-        logprob = torch.zeros_like(x)
+        logprob = torch.zeros_like(x[..., :A])
         sde_step = torch.randint(0, K, (B,), device=self.device)
         for k in range(K):
             t = times[k].expand(B)
             stochastic = (sde_step == k) if self.config.likelihood == "flow_sde" else torch.ones(B, dtype=torch.bool, device=self.device)
-            mean, std = self._step(x, t, memory, pad, stochastic)
-            noisy = std > 0
+            mean, std = self._step(x, t, ctx, stochastic)
             x = mean + std * torch.randn_like(mean)
-            logprob = logprob + torch.where(noisy, gaussian_logprob(x, mean, std.clamp_min(1e-12)), 0.0)
+            m, sd = mean[..., :A], std[..., :A]
+            logprob = logprob + torch.where(sd > 0, gaussian_logprob(x[..., :A], m, sd.clamp_min(1e-12)), 0.0)
             chain.append(x)
         replay = {"chain": torch.stack(chain, 1)}
         if self.config.likelihood == "flow_sde":
@@ -138,48 +176,84 @@ class FlowVLAPolicy(ChainVLAPolicy):
         return ActionSample(self.unnormalize_actions(x), logprob, value, replay)
 
     def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]):
-        memory, pad, value = self.context(obs)
+        ctx, value = self._flow_context(obs)
         chain = replay["chain"].to(self.device)
-        B, K = chain.shape[0], self.config.num_steps
+        B, K, A = chain.shape[0], self.config.num_steps, self.spec.action_dim
         times = self._times()
         if self.config.likelihood == "flow_sde":
             j = replay["sde_step"].long().to(self.device)
             rows = torch.arange(B, device=self.device)
             x, x_next = chain[rows, j], chain[rows, j + 1]
-            mean, std = self._step(x, times[j], memory, pad, torch.ones(B, dtype=torch.bool, device=self.device))
-            return gaussian_logprob(x_next, mean, std), gaussian_entropy(std), value
+            mean, std = self._step(x, times[j], ctx, torch.ones(B, dtype=torch.bool, device=self.device))
+            std = std[..., :A]
+            return gaussian_logprob(x_next[..., :A], mean[..., :A], std), gaussian_entropy(std), value
         # flow_noise: all K steps in one batched expert call
         x = chain[:, :K].flatten(0, 1)
-        t = times[:K].repeat(B)
-        mem = memory.repeat_interleave(K, 0)
-        mean, std = self._step(x, t, mem, pad.repeat_interleave(K, 0), None)
-        lp = gaussian_logprob(chain[:, 1:].flatten(0, 1), mean, std).view(B, K, *mean.shape[1:]).sum(1)
+        mean, std = self._step(x, times[:K].repeat(B), self._flow_repeat(ctx, K), None)
+        mean, std = mean[..., :A], std[..., :A]
+        lp = gaussian_logprob(chain[:, 1:, ..., :A].flatten(0, 1), mean, std).view(B, K, *mean.shape[1:]).sum(1)
         ent = gaussian_entropy(std).view(B, K, *mean.shape[1:]).sum(1)
         return lp, ent, value
+
+    @torch.no_grad()
+    def act(self, obs: dict[str, Any]) -> torch.Tensor:
+        ctx, value = self._flow_context(obs)
+        B, K = value.shape[0], self.config.num_steps
+        times = self._times()
+        x = torch.zeros(self.chunk_shape(B), device=self.device)
+        for k in range(K):
+            v, _ = self._flow_velocity(ctx, x, times[k].expand(B))
+            x = x + (-1.0 / K) * v  # the reference's Euler step
+        return self.unnormalize_actions(x)
+
+    @torch.no_grad()
+    def value(self, obs: dict[str, Any]) -> torch.Tensor:
+        return self._flow_context(obs)[1]
+
+    def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor, generator: torch.Generator | None = None):
+        """Flow-matching loss ||v(x_t, t) - (noise - action)||^2 on demonstration chunks [B, T, A] (env units)."""
+        a = self.normalize_actions(actions.to(self.device))
+        ctx, _ = self._flow_context(obs)
+        B = a.shape[0]
+        noise = torch.randn(a.shape, generator=generator).to(self.device)
+        t = torch.rand(B, generator=generator).to(self.device).mul(0.999).add(0.001)
+        xt = t[:, None, None] * noise + (1 - t[:, None, None]) * a
+        v, _ = self._flow_velocity(ctx, xt, t)
+        return (v - (noise - a)).pow(2).mean()
+
+
+@register_policy("flow_vla", FlowVLAConfig)
+class FlowVLAPolicy(FlowChain, ChainVLAPolicy):
+    """The flow family's registered policy; ``architecture=lookalike`` is this class (cross-attention
+    expert over ``policy.backbone``), any other name builds ``ExactFlowPolicy`` (a subclass)."""
+
+    time_scale = 1000.0
+
+    def __new__(cls, config: FlowVLAConfig | None = None, spec: PolicySpec | None = None):
+        if cls is FlowVLAPolicy and getattr(config, "architecture", LOOKALIKE) != LOOKALIKE:
+            from policies.flow_vla.exact import ExactFlowPolicy
+
+            cls = ExactFlowPolicy
+        return super().__new__(cls)
+
+    def __init__(self, config: FlowVLAConfig, spec: PolicySpec):
+        self._check_flow_config(config)
+        super().__init__(config, spec)
+        self._make_noise_head(config.expert_width)
+        self._finish_init()
+
+    # -- hooks ------------------------------------------------------------------------------------
+    def _flow_context(self, obs: dict[str, Any]):
+        memory, pad, value = self.context(obs)
+        return (memory, pad), value
+
+    def _flow_velocity(self, ctx, x: torch.Tensor, t: torch.Tensor):
+        return self.expert(x, t, *ctx)
+
+    def _flow_repeat(self, ctx, n: int):
+        return tuple(c.repeat_interleave(n, 0) for c in ctx)
 
     def update_normalization(self, obs: dict[str, Any]) -> None:
         """RL rollouts fold into the state statistics unless ``freeze_state_norm`` keeps the SFT ones."""
         if not self.config.freeze_state_norm:
             super().update_normalization(obs)
-
-    @torch.no_grad()
-    def act(self, obs: dict[str, Any]) -> torch.Tensor:
-        memory, pad, _ = self.context(obs)
-        B, K = memory.shape[0], self.config.num_steps
-        times = self._times()
-        x = torch.zeros(self.chunk_shape(B), device=self.device)
-        for k in range(K):
-            v, _ = self.expert(x, times[k].expand(B), memory, pad)
-            x = x - v / K
-        return self.unnormalize_actions(x)
-
-    def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor, generator: torch.Generator | None = None):
-        """Flow-matching loss ||v(x_t, t) - (noise - action)||^2 on demonstration chunks [B, T, A] (env units)."""
-        a = self.normalize_actions(actions.to(self.device))
-        memory, pad, _ = self.context(obs)
-        B = a.shape[0]
-        noise = torch.randn(a.shape, generator=generator).to(self.device)
-        t = torch.rand(B, generator=generator).to(self.device).mul(0.999).add(0.001)
-        xt = t[:, None, None] * noise + (1 - t[:, None, None]) * a
-        v, _ = self.expert(xt, t, memory, pad)
-        return (v - (noise - a)).pow(2).mean()

@@ -139,28 +139,36 @@ def pad_to(x: torch.Tensor, dim: int) -> torch.Tensor:
     return F.pad(x, (0, dim - x.shape[-1])) if x.shape[-1] < dim else x
 
 
+def tokenize(cfg: SmolVLAConfig, tokenizer: Any, tasks: list[str], device: torch.device | str = "cpu"):
+    """Task strings -> (ids int64 [B, L], mask bool [B, L]): each ends in a newline, right padding to the
+    longest or ``tokenizer_max_length`` (``pad_language_to``), truncated to ``tokenizer_max_length``."""
+    texts = [t if t.endswith("\n") else t + "\n" for t in tasks]
+    padding = "max_length" if cfg.pad_language_to == "max_length" else "longest"
+    enc = tokenizer(texts, padding=padding, padding_side="right", truncation=True,
+                    max_length=cfg.tokenizer_max_length, return_tensors="pt")
+    return enc["input_ids"].to(device), enc["attention_mask"].bool().to(device)
+
+
 def make_inputs(
     cfg: SmolVLAConfig, tokenizer: Any, images: list[torch.Tensor], state: torch.Tensor, tasks: list[str],
-    empty: int = 0,
+    empty: int = 0, tokens: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> FlowInputs:
     """LeRobot's SmolVLA pre-processing (after normalization) -> model inputs.
 
     images: per camera float [B, 3, H, W] in [0, 1]; state: normalized [B, S]; tasks: B strings, each
     ending in a newline before tokenizing (right padding to the longest or ``tokenizer_max_length``);
-    ``empty`` absent cameras follow as blank (-1) images whose tokens are masked out.
+    ``empty`` absent cameras follow as blank (-1) images whose tokens are masked out; ``tokens`` (ids,
+    mask) already made by ``tokenize`` skip tokenizing (an exported graph bakes them in).
     """
-    texts = [t if t.endswith("\n") else t + "\n" for t in tasks]
-    padding = "max_length" if cfg.pad_language_to == "max_length" else "longest"
-    enc = tokenizer(texts, padding=padding, padding_side="right", truncation=True,
-                    max_length=cfg.tokenizer_max_length, return_tensors="pt")
     batch, device = state.shape[0], state.device
+    ids, masks = tokens if tokens is not None else tokenize(cfg, tokenizer, tasks, device)
     pixels = [prepare_image(img.float(), cfg.image_size) for img in images]
-    blank = torch.full_like(pixels[-1], -1.0)
+    blank = torch.full((batch, 3, cfg.image_size, cfg.image_size), -1.0, device=device)
     return FlowInputs(
         images=pixels + [blank] * empty,
         image_masks=[torch.full((batch,), i < len(pixels), device=device) for i in range(len(pixels) + empty)],
-        tokens=enc["input_ids"].to(device),
-        token_masks=enc["attention_mask"].bool().to(device),
+        tokens=ids,
+        token_masks=masks,
         state=pad_to(state.float(), cfg.max_state_dim),
     )
 
@@ -272,8 +280,11 @@ class SmolVLA(nn.Module):
         h = torch.cat([act, temb[:, None, :].expand_as(act)], dim=2)
         return self.action_time_mlp_out(F.silu(self.action_time_mlp_in(h)))
 
-    def velocity(self, prefix: FlowPrefix, inputs: FlowInputs, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """``v [B, T, A_pad]`` (float32) at ``x_t [B, T, A_pad]``, ``t [B]``."""
+    def velocity(
+        self, prefix: FlowPrefix, inputs: FlowInputs, x_t: torch.Tensor, t: torch.Tensor, return_hidden: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """``v [B, T, A_pad]`` (float32) at ``x_t [B, T, A_pad]``, ``t [B]``; with ``return_hidden`` also the
+        expert's output ``[B, T, W]`` (the input of a Flow-Noise noise head)."""
         suffix = self.embed_suffix(x_t, t)
         batch, steps = suffix.shape[:2]
         pad = prefix.pad_mask
@@ -282,7 +293,8 @@ class SmolVLA(nn.Module):
         positions = pad.long().sum(dim=1, keepdim=True) + torch.arange(steps, device=suffix.device)[None]
         out = self.vlm_with_expert.expert_pass(suffix, prefix.cache, prefix_mask, block_causal(ones, ones), positions)
         out = out[:, -self.chunk_size :].to(self.action_out_proj.weight.dtype)
-        return self.action_out_proj(out).float()
+        v = self.action_out_proj(out).float()
+        return (v, out.float()) if return_hidden else v
 
     # ---- the reference ODE -----------------------------------------------------------------------
     def integrate(self, inputs: FlowInputs, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

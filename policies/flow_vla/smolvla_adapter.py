@@ -19,7 +19,7 @@ import torch
 
 from policies.base import PolicySpec
 from policies.flow_vla.interface import FlowInputs
-from policies.flow_vla.smolvla import SmolVLA, SmolVLAConfig, make_inputs
+from policies.flow_vla.smolvla import SmolVLA, SmolVLAConfig, make_inputs, tokenize
 from policies.flow_vla.smolvla_checkpoint import IMAGE_PREFIX, SmolVLACheckpoint, load_smolvla
 
 
@@ -31,13 +31,19 @@ class SmolVLAAdapter:
     empty_cameras: int = 0
     checkpoint: SmolVLACheckpoint | None = None  # normalization statistics and report when loaded
 
-    def inputs(self, obs: dict[str, Any], state: torch.Tensor) -> FlowInputs:
-        """``obs`` in the env schema, ``state [B, S]`` already normalized -> model inputs."""
+    def inputs(self, obs: dict[str, Any], state: torch.Tensor,
+               tokens: tuple[torch.Tensor, torch.Tensor] | None = None) -> FlowInputs:
+        """``obs`` in the env schema, ``state [B, S]`` already normalized -> model inputs (``tokens``:
+        ids and mask from ``tokens()`` instead of the instruction)."""
         device = self.model.state_proj.weight.device
         images = [torch.as_tensor(obs["images"][k]).to(device).permute(0, 3, 1, 2).float() / 255.0
                   for k in self.cameras]
-        return make_inputs(self.model.cfg, self.tokenizer, images, state.to(device), list(obs["instruction"]),
-                           self.empty_cameras)
+        return make_inputs(self.model.cfg, self.tokenizer, images, state.to(device), list(obs.get("instruction", [])),
+                           self.empty_cameras, tokens)
+
+    def tokens(self, tasks: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Task strings -> (ids [B, L], mask [B, L]) as SmolVLA's pre-processor tokenizes them."""
+        return tokenize(self.model.cfg, self.tokenizer, tasks, self.model.state_proj.weight.device)
 
 
 def _map_cameras(env_keys: list[str], ckpt_keys: list[str], empty: int) -> list[str]:
@@ -56,9 +62,10 @@ def build_smolvla(
     cfg: SmolVLAConfig | dict | None, spec: PolicySpec, pretrained_path: str | Path | None = None,
     vlm_path: str | None = None,
 ) -> SmolVLAAdapter:
-    """A tiny/random SmolVLA from ``cfg`` (env dims must fit the padding), or a LeRobot checkpoint whole."""
+    """A tiny/random SmolVLA from ``cfg`` (env dims must fit the padding), or a LeRobot checkpoint whole
+    (then a dict ``cfg`` holds config fields set over the checkpoint's, e.g. ``train_expert_only``)."""
     if pretrained_path is not None:
-        ckpt = load_smolvla(pretrained_path, vlm_path)
+        ckpt = load_smolvla(pretrained_path, vlm_path, overrides=cfg if isinstance(cfg, dict) else None)
         if spec.action_dim != ckpt.action_dim:
             raise ValueError(f"smolvla: the env's action dim {spec.action_dim} differs from the checkpoint's "
                              f"{ckpt.action_dim}; fine-tune on an env with the same action space")
@@ -74,12 +81,13 @@ def build_smolvla(
     if spec.state_dim > cfg.max_state_dim or spec.action_dim > cfg.max_action_dim:
         raise ValueError(f"smolvla: env state/action dims {spec.state_dim}/{spec.action_dim} exceed "
                          f"max_state_dim/max_action_dim {cfg.max_state_dim}/{cfg.max_action_dim}")
-    if not spec.image_keys:
-        raise ValueError("smolvla: the env has no cameras; SmolVLA needs at least one image")
+    if not spec.image_keys and cfg.empty_cameras < 1:
+        raise ValueError("smolvla: the env has no cameras; set policy.arch.empty_cameras=1 (a blank, masked camera) "
+                         "or use an env with an RGB camera")
     from policies.vlm.tokenizer import build_byte_tokenizer
 
     tokenizer = build_byte_tokenizer()
     vocab = cfg.vlm.get("text_config", {}).get("vocab_size", 0)
     if len(tokenizer) > vocab:
         raise ValueError(f"smolvla: a random-weight SmolVLM needs vocab_size >= {len(tokenizer)} (byte tokenizer)")
-    return SmolVLAAdapter(SmolVLA(cfg), tokenizer, list(spec.image_keys))
+    return SmolVLAAdapter(SmolVLA(cfg), tokenizer, list(spec.image_keys), cfg.empty_cameras)

@@ -156,8 +156,13 @@ def config_from_lerobot(lerobot_cfg: dict, vlm_config: dict) -> SmolVLAConfig:
     return SmolVLAConfig(**kw, vlm=vlm_config, image_size=int(size[0]))
 
 
-def load_smolvla(path: str | Path, vlm_path: str | None = None, strict: bool = True) -> SmolVLACheckpoint:
-    """Build SmolVLA from a LeRobot directory; raise ``CheckpointError`` (one line) on any mismatch."""
+def load_smolvla(
+    path: str | Path, vlm_path: str | None = None, strict: bool = True, overrides: dict | None = None,
+) -> SmolVLACheckpoint:
+    """Build SmolVLA from a LeRobot directory; raise ``CheckpointError`` (one line) on any mismatch.
+
+    ``overrides``: SmolVLAConfig fields set over the checkpoint's (training-time switches such as
+    ``train_expert_only`` or ``gradient_checkpointing``, or fewer denoising steps)."""
     path = Path(path)
     cfg = _read_json(path, "config.json")
     if cfg.get("type") != "smolvla":
@@ -169,6 +174,10 @@ def load_smolvla(path: str | Path, vlm_path: str | None = None, strict: bool = T
     vlm_dir = resolve_vlm(path, cfg, vlm_path)
     vlm_config = AutoConfig.from_pretrained(str(vlm_dir), local_files_only=True).to_dict()
     config = config_from_lerobot(cfg, vlm_config)
+    for key, value in (overrides or {}).items():
+        if not hasattr(config, key):
+            raise _fail(path, f"unknown SmolVLA config key '{key}' in the overrides")
+        setattr(config, key, value)
     feats_in, feats_out = cfg.get("input_features", {}), cfg.get("output_features", {})
     if STATE_KEY not in feats_in or ACTION_KEY not in feats_out:
         raise _fail(path, f"config.json needs input feature '{STATE_KEY}' and output feature '{ACTION_KEY}'")

@@ -46,7 +46,7 @@ def test_flow_sde_rescores_exactly_the_stored_step(vla_spec, obs):
     times = pol._times()
     with torch.no_grad():
         for k in range(5):
-            mean, std = pol._step(chain[:, k], times[k].expand(3), memory, pad, j == k)
+            mean, std = pol._step(chain[:, k], times[k].expand(3), (memory, pad), j == k)
             det = j != k
             torch.testing.assert_close(mean[det], chain[det, k + 1], atol=1e-5, rtol=0)
             assert (std[det] == 0).all() and (std[~det] >= pol.config.min_std).all()

@@ -1,0 +1,247 @@
+"""``policy=flow_vla`` over an exact architecture (``policy.architecture=smolvla``, pi0/pi0.5 as registered).
+
+The network is the architecture's own (``self.net``, parameter names as in the reference checkpoint under
+``net.``); this class adds what RL needs around it, with the chain and likelihoods of ``FlowChain``:
+
+* state ``[B, S]`` -> normalized (a running mean/std for a model built from config, the checkpoint's
+  own statistics, fixed, for a loaded one) -> zero-padded to the architecture's ``max_state_dim``;
+* model actions ``[B, T, A_pad]`` -> the first ``A`` dims -> env units (env bounds, or the checkpoint's
+  action statistics);
+* value head on the pooled prefix features (``value_from=hidden``) or on the normalized state;
+* freezing (``freeze_vlm``: train the expert only; ``freeze_vision``), LoRA on the VLM (peft), dtype and
+  gradient checkpointing.
+
+A model comes from ``size`` (``tiny`` | ``published``) with ``arch`` overrides, or whole from a published
+checkpoint (``pretrained_path``). ``save_pretrained`` writes the resolved architecture config
+(``backbone_config.json``), the tokenizer and ``processor_config.json`` beside the weights, so
+``from_pretrained`` rebuilds it without the original checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from policies.base import Policy, PolicySpec, as_float_tensor
+from policies.flow_vla.interface import FlowInputs, FlowPrefix
+from policies.flow_vla.modeling import FlowVLAConfig, FlowVLAPolicy
+from policies.flow_vla.registry import architecture, submodule
+from policies.mlp import RunningNorm
+from policies.vlm.policy_base import _RESTORE_DIR, DTYPES, PROCESSOR_NAME, VALUE_SOURCES, value_mlp
+
+ARCH_FILE = "backbone_config.json"  # the name VLA checkpoints use for their network's configs
+
+
+def _repeat(x: Any, n: int) -> Any:
+    """Every tensor in a nested prefix/inputs structure, each row repeated ``n`` times (dim 0)."""
+    if isinstance(x, torch.Tensor):
+        return x.repeat_interleave(n, 0)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_repeat(v, n) for v in x)
+    if isinstance(x, dict):
+        return {k: _repeat(v, n) for k, v in x.items()}
+    if dataclasses.is_dataclass(x):
+        return dataclasses.replace(x, **{f.name: _repeat(getattr(x, f.name), n) for f in dataclasses.fields(x)})
+    return x
+
+
+def _affine(shift: torch.Tensor, scale: torch.Tensor, signed: bool) -> list[torch.Tensor]:
+    """[shift, scale, mul, add]: ``normalized = (x - shift) / scale * mul + add`` (mul 2, add -1 map to
+    [-1, 1]), in the reference normalizer's own order of operations (bit-equal results)."""
+    return [shift.float(), scale.float(), torch.tensor(2.0 if signed else 1.0), torch.tensor(-1.0 if signed else 0.0)]
+
+
+def _normalizer_affine(norm: Any, dim: int) -> list[torch.Tensor]:
+    if norm.mode == "IDENTITY":
+        return _affine(torch.zeros(dim), torch.ones(dim), False)
+    return _affine(*norm._shift_scale())
+
+
+class ExactFlowPolicy(FlowVLAPolicy):
+    """Built by ``FlowVLAPolicy(config, spec)`` when ``config.architecture`` is not ``lookalike``."""
+
+    def __init__(self, config: FlowVLAConfig, spec: PolicySpec):
+        Policy.__init__(self, config, spec)  # not the look-alike's backbone: the architecture brings its VLM
+        entry = architecture(config.architecture)
+        restore = _RESTORE_DIR.get()
+        saved = json.loads((restore / ARCH_FILE).read_text()) if restore is not None else None
+        adapter = self._build(entry, config, spec, saved)
+        self.entry, self.adapter = entry, adapter
+        self.net = adapter.model
+        arch_cfg = self.net.cfg
+        config.chunk_size, config.num_steps = arch_cfg.chunk_size, arch_cfg.num_steps
+        self._check_flow_config(config)
+        A, S = spec.action_dim, spec.state_dim
+        ckpt = getattr(adapter, "checkpoint", None)
+        self.fixed_norm = bool(saved["fixed_normalization"]) if saved is not None else ckpt is not None
+        if ckpt is not None and ckpt.state_dim != S:
+            raise ValueError(f"{entry.name}: the env's state dim {S} differs from the checkpoint's {ckpt.state_dim}; "
+                             "fine-tune on an env with the same state")
+        if self.fixed_norm:  # the checkpoint's statistics (overwritten by the saved buffers on restore)
+            st = _normalizer_affine(ckpt.state_norm, S) if ckpt else _affine(torch.zeros(S), torch.ones(S), False)
+            ac = _normalizer_affine(ckpt.action_norm, A) if ckpt else _affine(torch.zeros(A), torch.ones(A), True)
+            self.state_norm = None
+        else:
+            st = _affine(torch.zeros(S), torch.ones(S), False)  # unused: the running statistics normalize
+            lo, hi = torch.tensor(spec.action_low), torch.tensor(spec.action_high)
+            ac = _affine(lo, hi - lo, True)
+            self.state_norm = RunningNorm(S, 10.0)
+        for prefix, values in (("state", st), ("action", ac)):
+            for name, t in zip(("shift", "scale", "mul", "add"), values, strict=True):
+                self.register_buffer(f"{prefix}_{name}", t.float().clone())
+        self.value_head = self._make_value_head(int(submodule(self.net, entry.prefix_width)))
+        self._make_noise_head(int(submodule(self.net, entry.expert_width)))
+        self._finish_exact()
+
+    # -- construction -------------------------------------------------------------------------------
+    @staticmethod
+    def _overrides(entry: Any, config: FlowVLAConfig) -> dict[str, Any]:
+        """The architecture config fields the policy config sets (``arch`` + the shared switches)."""
+        names = {f.name for f in dataclasses.fields(entry.load("config"))}
+        unknown = sorted(set(config.arch) - names)
+        if unknown:
+            raise ValueError(f"policy.arch has keys {unknown} that {entry.name} does not know; known: {sorted(names)}")
+        shared = {"chunk_size": config.chunk_size, "num_steps": config.num_steps,
+                  "gradient_checkpointing": config.gradient_checkpointing, "train_expert_only": config.freeze_vlm,
+                  "freeze_vision_encoder": config.freeze_vision or config.freeze_vlm}
+        shared = {k: v for k, v in shared.items() if k in names and not (k in ("chunk_size", "num_steps") and v <= 0)}
+        return {**dict(config.arch), **shared}
+
+    def _build(self, entry: Any, config: FlowVLAConfig, spec: PolicySpec, saved: dict | None) -> Any:
+        build, cfg_class = entry.load("build"), entry.load("config")
+        if saved is not None:  # a vlarl checkpoint: the resolved config, the saved tokenizer and cameras
+            if saved.get("architecture") != entry.name:
+                raise ValueError(f"checkpoint holds a '{saved.get('architecture')}' network, not policy.architecture="
+                                 f"'{entry.name}'")
+            from transformers import AutoTokenizer
+
+            restore = _RESTORE_DIR.get()
+            adapter = build(cfg_class(**saved["config"]), spec)
+            adapter.tokenizer = AutoTokenizer.from_pretrained(str(restore), local_files_only=True)
+            adapter.cameras, adapter.empty_cameras = list(saved["cameras"]), int(saved["empty_cameras"])
+            return adapter
+        overrides = self._overrides(entry, config)
+        if config.pretrained_path:  # the checkpoint's config, with the training switches only (not ``arch``)
+            switches = {k: v for k, v in overrides.items() if k not in config.arch}
+            return build(switches, spec, pretrained_path=config.pretrained_path, vlm_path=config.vlm_path or None)
+        if config.size == "tiny":
+            cfg = entry.load("tiny")(**overrides)
+        else:
+            name = entry.name if config.size == "published" else config.size
+            cfg = dataclasses.replace(entry.load("published")(name), **overrides)
+        return build(cfg, spec)
+
+    def _make_value_head(self, prefix_width: int) -> nn.Module:
+        src = self.config.value_from
+        if src not in VALUE_SOURCES:
+            raise ValueError(f"policy.value_from='{src}' is unknown; choose one of {VALUE_SOURCES}")
+        return value_mlp(self.spec.state_dim, 256, 2) if src == "state" else value_mlp(prefix_width)
+
+    def _finish_exact(self) -> None:
+        """Freezing where the architecture has no switch of its own, LoRA on the VLM, dtype."""
+        cfg, names = self.config, {f.name for f in dataclasses.fields(self.net.cfg)}
+        if "train_expert_only" not in names and cfg.freeze_vlm:
+            submodule(self.net, self.entry.vlm).requires_grad_(False)
+        if "freeze_vision_encoder" not in names and cfg.freeze_vision:
+            submodule(self.net, self.entry.vision).requires_grad_(False)
+        if cfg.lora.rank > 0:
+            from peft import LoraConfig, inject_adapter_in_model
+
+            lc = LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                            target_modules=list(cfg.lora.target_modules))
+            root = submodule(self.net, self.entry.vlm)
+            inject_adapter_in_model(lc, root)
+            for name, p in root.named_parameters():  # LoRA trains the adapters, not the VLM under them
+                p.requires_grad_("lora_" in name)
+        self.net.to(DTYPES[cfg.dtype])
+
+    @property
+    def device(self) -> torch.device:
+        return self.action_scale.device
+
+    @property
+    def model_action_dim(self) -> int:
+        return int(self.net.max_action_dim)
+
+    # -- processor ----------------------------------------------------------------------------------
+    def _state(self, obs: dict[str, Any]) -> torch.Tensor:
+        state = as_float_tensor(obs["state"], self.device)
+        if state.ndim != 2 or state.shape[1] != self.spec.state_dim:
+            raise ValueError(f"obs['state'] must be [B, {self.spec.state_dim}], got {tuple(state.shape)}")
+        if self.state_norm is not None:
+            return self.state_norm(state)
+        return (state - self.state_shift) / self.state_scale * self.state_mul + self.state_add
+
+    def _text(self, instructions: list[str], batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token ids and mask [B, L] of the instructions (an export bakes them in through this hook)."""
+        if len(instructions) != batch:
+            instructions = [instructions[i % len(instructions)] if instructions else self.spec.instruction
+                            for i in range(batch)]
+        return self.adapter.tokens(instructions)
+
+    def flow_inputs(self, obs: dict[str, Any]) -> tuple[FlowInputs, torch.Tensor]:
+        """Env observation -> (the architecture's inputs, normalized state [B, S])."""
+        state = self._state(obs)
+        tokens = self._text(list(obs.get("instruction", [])), state.shape[0])
+        return self.adapter.inputs(obs, state, tokens), state
+
+    def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """Env units [..., A] -> model space [..., A_pad] (zero padding)."""
+        y = (actions - self.action_shift) / self.action_scale * self.action_mul + self.action_add
+        return torch.nn.functional.pad(y, (0, self.model_action_dim - y.shape[-1]))
+
+    def unnormalize_actions(self, x: torch.Tensor) -> torch.Tensor:
+        """Model space [..., A_pad] -> env units [..., A] (clamped to [-1, 1] first under env-bound scaling)."""
+        y = x[..., : self.spec.action_dim]
+        if not self.fixed_norm:
+            y = y.clamp(-1.0, 1.0)
+        return (y - self.action_add) / self.action_mul * self.action_scale + self.action_shift
+
+    # -- FlowChain hooks ----------------------------------------------------------------------------
+    def _flow_context(self, obs: dict[str, Any]):
+        inputs, state = self.flow_inputs(obs)
+        prefix: FlowPrefix = self.net.encode_prefix(inputs)
+        head_in = state if self.config.value_from == "state" else prefix.features
+        return (prefix, inputs), self.value_head(head_in.float()).squeeze(-1)
+
+    def _flow_velocity(self, ctx, x: torch.Tensor, t: torch.Tensor):
+        v, h = self.net.velocity(ctx[0], ctx[1], x, t, return_hidden=True)
+        return v.float(), h
+
+    def _flow_repeat(self, ctx, n: int):
+        return _repeat(ctx, n)
+
+    def update_normalization(self, obs: dict[str, Any]) -> None:
+        """Rollouts fold into the running state statistics (not for a checkpoint's fixed ones, nor with
+        ``freeze_state_norm``)."""
+        if self.state_norm is not None and not self.config.freeze_state_norm:
+            self.state_norm.update(as_float_tensor(obs["state"], self.device))
+
+    def normalization_stats(self) -> dict[str, list[float]]:
+        out = {f"{p}_{n}": getattr(self, f"{p}_{n}").tolist() for p in ("state", "action")
+               for n in ("shift", "scale", "mul", "add")}
+        if self.state_norm is not None:
+            out.update(state_mean=self.state_norm.mean.tolist(), state_var=self.state_norm.var.tolist())
+        return out
+
+    # -- persistence --------------------------------------------------------------------------------
+    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        """Base files + the resolved architecture config + tokenizer + processor config (flat files)."""
+        d = Policy.save_pretrained(self, directory)
+        arch = {"architecture": self.entry.name, "config": dataclasses.asdict(self.net.cfg),
+                "cameras": list(self.adapter.cameras), "empty_cameras": int(self.adapter.empty_cameras),
+                "fixed_normalization": self.fixed_norm}
+        (d / ARCH_FILE).write_text(json.dumps(arch, indent=2))
+        self.adapter.tokenizer.save_pretrained(str(d))
+        proc = {"image_keys": list(self.spec.image_keys), "cameras": list(self.adapter.cameras),
+                "empty_cameras": int(self.adapter.empty_cameras), "image_size": int(self.net.cfg.image_size),
+                "tokenizer": "."}
+        (d / PROCESSOR_NAME).write_text(json.dumps(proc, indent=2))
+        return d
+
