@@ -77,3 +77,31 @@ def test_bad_env_for_a_checkpoint_is_one_line():
         build_pi0({"chunk": 3}, spec(4, 4))
     arch = build_pi0({"num_inference_steps": 3}, spec(4, 3), pretrained_path=path)
     assert arch.model.num_steps == 3 and arch.model.cfg.type == "pi05"
+
+
+def test_freezing_and_gradient_checkpointing():
+    """LeRobot's freezing flags, and checkpointed layers giving the same gradients as plain ones."""
+    from policies.flow_vla.pi0 import PI0
+
+    torch.set_num_threads(1)
+    frozen = PI0(tiny_config("pi05", train_expert_only=True))
+    trainable = {n.split(".")[1] if n.startswith("paligemma_with_expert.") else n.split(".")[0]
+                 for n, p in frozen.named_parameters() if p.requires_grad}
+    assert trainable == {"gemma_expert", "action_in_proj", "action_out_proj", "time_mlp_in", "time_mlp_out"}
+    vision = PI0(tiny_config("pi0", freeze_vision_encoder=True)).paligemma_with_expert.paligemma.model
+    assert not any(p.requires_grad for p in vision.vision_tower.parameters())
+    assert all(p.requires_grad for p in vision.language_model.parameters())
+
+    grads = []
+    for ckpt in (False, True):
+        torch.manual_seed(0)
+        model = PI0(tiny_config("pi0", gradient_checkpointing=ckpt))
+        arch = build_pi0(model.cfg, spec(5, 4))
+        arch.model.load_state_dict(model.state_dict())
+        inputs = arch.inputs(obs(2, ("base",)), torch.randn(2, 5, generator=torch.Generator().manual_seed(1)))
+        prefix = arch.model.encode_prefix(inputs)
+        v = arch.model.velocity(prefix, inputs, torch.ones(2, 4, 8), torch.full((2,), 0.3))
+        v.square().mean().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in arch.model.parameters() if p.grad is not None]))
+    assert arch.model.paligemma_with_expert.gradient_checkpointing
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
