@@ -151,12 +151,13 @@ class DiffusionPolicy(ChainVLAPolicy):
         return {n: getattr(self, f"_chain_{n}").float() for n in names}
 
     @torch.no_grad()
-    def act(self, obs: dict[str, Any]) -> torch.Tensor:
-        """Deterministic chain from zeros; plain tensor code (traceable by torch.export / ONNX)."""
+    def act(self, obs: dict[str, Any], noise: torch.Tensor | None = None) -> torch.Tensor:
+        """Deterministic chain from ``noise`` [B, T, A] (normalized units; default zeros, the prior's mode);
+        plain tensor code (traceable by torch.export / ONNX). Noise-space steering (DSRL) picks ``noise``."""
         memory, pad, _ = self.context(obs)
         B = memory.shape[0]
         coef = self._chain_coefficients()
-        x = torch.zeros(self.chunk_shape(B), device=memory.device)
+        x = torch.zeros(self.chunk_shape(B), device=memory.device) if noise is None else noise.to(memory.device)
         for k, t in enumerate(self._chain_timesteps):
             eps, _ = self.expert(x, torch.full((B,), float(t), device=memory.device), memory, pad)
             x = deterministic_step(coef, k, eps.float(), x, self._clip_range)
