@@ -1,15 +1,19 @@
-"""The training loop as a dataflow.
+"""The training loop as a dataflow: the driver moves object references, episode statistics and timings.
 
-    env workers --obs--> rollout worker --actions--> env workers      (num_steps chunk steps)
-         \\______________ trajectory ______________> actor worker       (GAE + PPO)
-                                  rollout worker <-- weights ---/
+    env workers --obs--> rollout worker --actions--> env workers      (num_steps chunk steps, staged)
+                           | builds the trajectory from what it saw (vlarl.data.builder)
+                           +--- trajectory ref ---> reward worker (optional) --- ref ---+
+                           +--- trajectory ref -------------------------------------------> actor worker
+                                  rollout worker <-- weights ---------------------------------/
 
-Each iteration: collect a trajectory, train on it, sync weights, log, maybe checkpoint. At the end:
-a final checkpoint and an evaluation on held-out seeds (JSON + MP4).
+Each iteration: collect (the algorithm's spec says how), score (process reward), train, sync weights,
+log, maybe checkpoint; ``Runner.train`` is that list of phase calls under timers. At the end: a final
+checkpoint and an evaluation on held-out seeds (JSON + MP4).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import time
@@ -23,38 +27,26 @@ import torch
 from policies.base import PolicySpec
 from simulators.base import EnvSpec
 from vlarl import scheduler
-from vlarl.algorithms.extras import StepExtras
 from vlarl.algorithms.registry import algorithm_spec
 from vlarl.algorithms.spec import SEED_STRIDE
-from vlarl.checkpoint import latest_checkpoint, load_reference, save_checkpoint, save_reference
+from vlarl.checkpoint import latest_checkpoint, save_checkpoint
 from vlarl.data.metrics import EpisodeStats
-from vlarl.data.trajectory import Trajectory, stack_cat_obs
 from vlarl.logging import MetricLogger, RunProgress
-from vlarl.rewards import (
-    apply_process_reward,
-    end_of_chunk_frames,
-    next_frames_key,
-    reward_camera,
-    validate_reward_config,
-)
-from vlarl.scheduler.transport import from_wire, to_wire
+from vlarl.rewards import reward_camera, validate_reward_config
+from vlarl.scheduler.pipeline import EnvObs, StagedRollout
+from vlarl.scheduler.transport import TrajectoryRef, payload
 from vlarl.workers import ActorWorker, EnvWorker, RolloutWorker
 from vlarl.workers.crash import describe_dead_env_worker
 from vlarl.workers.supervisor import WorkerSupervisor
 
 
 def policy_spec_from_env(spec: EnvSpec) -> PolicySpec:
-    return PolicySpec(
-        state_dim=spec.state_dim,
-        action_dim=spec.action_dim,
-        action_low=[float(x) for x in spec.action_low],
-        action_high=[float(x) for x in spec.action_high],
-        image_keys=list(spec.image_keys),
-        image_size=list(spec.image_size) if spec.image_size else None,
-        max_episode_steps=spec.max_episode_steps,
-        task=spec.task,
-        instruction=spec.instruction,
-    )
+    """The env's spec as the policy's. ``simulators`` and ``policies`` may not import each other, so each
+    declares its own spec class, with the same fields (``tests/simulators/test_contract.py`` keeps them
+    equal); here they are copied by name into plain JSON types (a checkpoint stores the policy's spec)."""
+    values = {f.name: getattr(spec, f.name) for f in dataclasses.fields(PolicySpec)}
+    values.update(action_low=[float(x) for x in spec.action_low], action_high=[float(x) for x in spec.action_high])
+    return PolicySpec(**{k: list(v) if isinstance(v, tuple) else v for k, v in values.items()})
 
 
 class Runner:
@@ -99,10 +91,10 @@ class Runner:
             addr, keys = ray.get([self.actor.weight_group_address.remote(), self.actor.weight_keys.remote()])
             ray.get([self.actor.join_weight_group.remote(addr, 2), self.rollout.join_weight_group.remote(addr, 1, 2, keys)])
         if cfg.init_from:  # start from saved policy weights (e.g. SFT); resume= still wins in train()
-            from vlarl.init_from import load_init_weights, load_into_worker
+            from vlarl.init_from import load_init_weights
 
             state = load_init_weights(cfg.init_from, cfg.policy, self.policy_spec, cfg.env)
-            ray.get([self.actor.__ray_call__.remote(load_into_worker, state), self.rollout.set_weights.remote(state)])
+            ray.get([self.actor.load_initial_weights.remote(state), self.rollout.set_weights.remote(state)])
             print(f"[vlarl] policy initialized from {cfg.init_from}")
         # optional dense process reward from a VLM critic (vlarl.rewards, vlarl.workers.reward_worker)
         if cfg.reward.enabled:
@@ -112,9 +104,10 @@ class Runner:
             # the policy's cameras, or a camera the env renders for the critic only (env.critic_camera)
             critic_cam = [c for c in [getattr(cfg.env, "critic_camera", "")] if c]
             self.reward_cam = reward_camera(cfg.reward, [*self.env_spec.image_keys, *critic_cam])
-            # no CPU reservation: the placement plan sizes env/rollout/actor to fill the devices, and the
-            # critic runs between rollout steps, taking turns with the rollout worker
-            self.reward_worker = scheduler.remote(RewardWorker, 0.0).remote(cfg.reward, cfg.torch_threads)
+            ray.get(self.rollout.set_reward_camera.remote(self.reward_cam))  # its end-of-chunk frames, kept
+            # on placement.reward's devices (default: the rollout's), with its share of them in Ray
+            self.reward_worker = scheduler.remote_on(RewardWorker, self.plan.reward).remote(
+                cfg.reward, cfg.torch_threads, placement=self.plan.reward)
 
     def _build_rollout_side(self, device: str) -> None:
         """Env workers and the rollout worker of ``self.plan`` (the actor is built once the plan is final)."""
@@ -159,86 +152,69 @@ class Runner:
 
     def resume(self, checkpoint: Path) -> None:
         state = ray.get(self.actor.load.remote(str(checkpoint)))
-        ray.get(self.actor.__ray_call__.remote(load_reference, str(checkpoint)))  # KL reference, if saved
+        ray.get(self.actor.load_reference.remote(str(checkpoint)))  # KL reference, if saved
         self.iteration = int(state["iteration"])
         self.env_steps = int(state["env_steps"])
         self.wall_offset = float(state.get("wall_s", 0.0))
 
-    def _reset_envs(self) -> list[dict[str, Any]]:
+    def _reset_envs(self) -> EnvObs:
         """Training seeds: small integers derived from ``seed`` and the iteration (never eval's)."""
         base = self.cfg.seed * SEED_STRIDE + self.iteration * self.cfg.env.num_envs
         if self.reward_worker is not None:
             ray.get(self.reward_worker.reset_state.remote())  # episodes start afresh: forget start frames
         self.reset_seeds = [[base + i * self.per_worker + j for j in range(self.per_worker)]
                             for i in range(len(self.env_workers))]
-        return ray.get([w.reset.remote(seeds) for w, seeds in zip(self.env_workers, self.reset_seeds, strict=True)])
+        return EnvObs([[w.reset.remote(seeds) for w, seeds in zip(self.env_workers, self.reset_seeds, strict=True)]])
 
-    def reset_envs(self, reset_state_ids: list[int] | None) -> list[dict[str, Any]]:
-        """Reset every env to ``reset_state_ids`` (one per env; group rollouts) -> obs per env worker."""
+    def reset_envs(self, reset_state_ids: list[int] | None) -> EnvObs:
+        """Reset every env to ``reset_state_ids`` (one per env; group rollouts) -> where the observations are."""
         k = self.per_worker
-        return ray.get([w.reset.remote(None, reset_state_ids[i * k:(i + 1) * k] if reset_state_ids else None)
-                        for i, w in enumerate(self.env_workers)])
+        return EnvObs([[w.reset.remote(None, reset_state_ids[i * k:(i + 1) * k] if reset_state_ids else None)
+                        for i, w in enumerate(self.env_workers)]])
 
     # -- one rollout ----------------------------------------------------------------------------
-    def collect(self, obs_parts: list[dict[str, Any]], num_steps: int = 0,
-                until_all_ended: bool = False) -> tuple[Trajectory, list[dict[str, Any]], int]:
-        """Step every env ``num_steps`` (default ``algorithm.num_steps``) chunks; returns (trajectory, next obs, env steps).
+    def collect(self, obs: EnvObs, num_steps: int = 0,
+                until_all_ended: bool = False) -> tuple[TrajectoryRef, EnvObs, int]:
+        """Step every env ``num_steps`` (default ``algorithm.num_steps``) chunks; returns (trajectory, next obs,
+        env steps). The rollout worker builds the trajectory; the driver reads each step's summaries only.
         ``until_all_ended``: stop early once every env has ended an episode (GRPO scores one episode each)."""
         N = num_steps or self.cfg.algorithm.num_steps
-        extras = StepExtras()
-        obs_hist, replays, logprobs, values = [], [], [], []
-        rewards, dones, truncs, final_values = [], [], [], []
-        steps, next_frames, results = 0, [], []
-        ended: torch.Tensor | bool = False  # per env: an episode ended during this collect
-        obs_parts = from_wire(obs_parts)  # env replies arrive as numpy (zero-copy object store buffers)
-        # env sub-batches and inference in pipeline stages (vlarl.scheduler.pipeline); rows in global order
-        for t, rec in enumerate(scheduler.staged_steps(self.env_workers, self.rollout, obs_parts, N,
-                                                       self.plan.stages, self.plan.overlap)):
-            sample, boot, results = rec.sample, rec.boot, rec.results
-            if t > 0:
-                final_values.append(boot if boot is not None else torch.zeros_like(sample.value))
-            obs_hist.append(rec.obs_parts)  # worker parts; stacked with one copy at the end
-            replays.append(sample.replay)
-            logprobs.append(sample.logprob)
-            values.append(sample.value if sample.value is not None else torch.zeros(sample.actions.shape[0]))
-            rewards.append(torch.cat([r.rewards.sum(-1) for r in results]))
-            dones.append(torch.cat([r.terminated.any(-1) for r in results]).float())
-            truncs.append(torch.cat([r.truncated.any(-1) for r in results]).float())
-            steps += int(sum(int(r.step_mask.sum()) for r in results))
-            for r in results:
-                self.stats.add(r.episode)
-            extras.add(results, policy_version=self.rollout_version)
-            if self.reward_worker is not None:
-                next_frames.append(end_of_chunk_frames(results, self.reward_cam))
-            obs_parts = [r.obs for r in results]
-            ended = (dones[-1] + truncs[-1]).bool() | ended
+        pipe = StagedRollout(self.env_workers, self.rollout, self.plan.stages, self.plan.overlap)
+        steps, ended, done = 0, torch.zeros(0, dtype=torch.bool), 0
+        for rec in pipe.run(obs, N):
+            done += 1
+            steps += rec.env_steps
+            for episode in rec.episodes():
+                self.stats.add(episode)
+            obs = rec.next_obs()
+            ended = rec.ended | ended if ended.numel() else rec.ended
             if until_all_ended and bool(ended.all()):
-                break  # the pipeline already submitted one more step; its replies are dropped
-        # values of the last step: V(next obs) for GAE, V(final obs) for truncated episodes. The pipeline
-        # computed them per stage as each stage ended; a collect that stopped early asks in one round trip
-        if rec.tail is not None:
-            next_value, last_boot = rec.tail
-        else:
-            next_obs, boot_obs = scheduler.next_inputs(results)
-            next_value, last_boot = ray.get(self.rollout.values.remote(to_wire(next_obs), to_wire(boot_obs)))
-        final_values.append(last_boot if last_boot is not None else torch.zeros_like(values[-1]))
-        if next_value is None:
-            next_value = torch.zeros_like(values[-1])
-        traj = Trajectory(
-            obs=stack_cat_obs(obs_hist),
-            replay={k: torch.stack([r[k] for r in replays]) for k in replays[0]},
-            logprob=torch.stack(logprobs),
-            values=torch.stack(values),
-            rewards=torch.stack(rewards),
-            dones=torch.stack(dones),
-            truncated=torch.stack(truncs),
-            final_values=torch.stack(final_values),
-            next_value=next_value,
-            extras=extras.stack(),
-        )
-        if next_frames:
-            traj.extras[next_frames_key(self.reward_cam)] = torch.stack(next_frames)
-        return traj, obs_parts, steps
+                break  # the pipeline already submitted one more step; the rollout worker drops it
+        return pipe.finish(done), obs, steps
+
+    # -- the phases of one iteration ------------------------------------------------------------
+    def _score(self, supervisor: WorkerSupervisor, collect: Any, batch: tuple[Any, EnvObs, int]
+               ) -> tuple[tuple[Any, EnvObs, int], dict[str, float]]:
+        """Process reward on the reward worker (the trajectory goes there and back by reference)."""
+        if self.reward_worker is None:
+            return batch, {}
+        spec = algorithm_spec(self.cfg.algorithm.name)
+        gamma = spec.discount(self.cfg.algorithm)
+        traj, obs, steps, metrics = supervisor.rewarded(  # restarts a dead critic
+            self, collect, batch, lambda t: score_trajectory(t, self.reward_worker, gamma, spec.fresh_episodes))
+        return (traj, obs, steps), metrics
+
+    def _stop_reason(self, t_start: float) -> str | None:
+        if self.env_steps >= self.cfg.total_env_steps:
+            return "total_env_steps"
+        limit = self.cfg.time_limit_minutes * 60
+        if limit > 0 and self.wall_offset + time.time() - t_start > limit:
+            return "time_limit_minutes"
+        return None
+
+    def _anneal_lr(self) -> None:
+        if self.cfg.algorithm.anneal_lr:
+            self.actor.set_lr.remote(self.cfg.algorithm.lr * (1.0 - self.env_steps / self.cfg.total_env_steps))
 
     # -- the loop -------------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
@@ -251,66 +227,42 @@ class Runner:
         ray.get(self.rollout.set_weights.remote(self.actor.get_weights.remote()))
         self.rollout_version = self._sync_weights()
         prefetched = None  # asynchronous mode: the rollout collected while the actor trained
-        obs_parts = self._reset_envs()
+        obs = self._reset_envs()
         supervisor = WorkerSupervisor(cfg.faults.max_worker_deaths, cfg.faults.death_window_iterations)
         t_start = time.time()
         bar = RunProgress(cfg.total_env_steps, cfg.time_limit_minutes * 60, self.env_steps, self.wall_offset,
                           desc=cfg.experiment_name, disable=not cfg.logger.progress_bar)  # ETA: the binding budget
-        stop_reason = "total_env_steps"
-        alg_spec = algorithm_spec(cfg.algorithm.name)
+        collect = functools.partial(algorithm_spec(cfg.algorithm.name).collect, self)  # the algorithm's own way
         try:
-            while self.env_steps < cfg.total_env_steps:
-                elapsed = self.wall_offset + time.time() - t_start
-                if cfg.time_limit_minutes > 0 and elapsed > cfg.time_limit_minutes * 60:
-                    stop_reason = "time_limit_minutes"
-                    break
-                if cfg.algorithm.anneal_lr:
-                    frac = 1.0 - self.env_steps / cfg.total_env_steps
-                    self.actor.set_lr.remote(cfg.algorithm.lr * frac)
+            while (stop_reason := self._stop_reason(t_start)) is None:
+                self._anneal_lr()
                 t0 = time.time()
-                collect = functools.partial(alg_spec.collect, self)  # the algorithm's own way to gather a batch
-                traj, obs_parts, steps = prefetched or supervisor.collect(self, collect, obs_parts)  # restarts dead envs
-                reward_metrics = {}
-                if self.reward_worker is not None:
-                    fresh, gamma = alg_spec.fresh_episodes, alg_spec.discount(cfg.algorithm)
-                    traj, obs_parts, steps, reward_metrics = supervisor.rewarded(  # restarts a dead critic
-                        self, collect, (traj, obs_parts, steps), lambda t, g=gamma, f=fresh: apply_process_reward(
-                            t, self.reward_worker, cfg.reward, g, fresh_episodes=f))  # the worker current at call
+                batch = prefetched or supervisor.collect(self, collect, obs)  # restarts dead envs
+                batch, reward_metrics = self._score(supervisor, collect, batch)
+                traj, obs, steps = batch
                 t1 = time.time()
-                train_ref, prefetched = self.actor.train.remote(traj), None
+                train_ref, prefetched = self.actor.train.remote(payload(traj)), None
                 if cfg.placement.async_rollout and self.env_steps + steps < cfg.total_env_steps:
                     # the next rollout runs on the current weights while the actor trains: one version stale
-                    prefetched = supervisor.collect(self, collect, obs_parts)
-                    obs_parts = prefetched[1]
+                    prefetched = supervisor.collect(self, collect, obs)
+                    obs = prefetched[1]
                 train_metrics = ray.get(train_ref)
                 self.rollout_version = self._sync_weights()
                 t2 = time.time()
-                phase_metrics = self._phase_metrics(t2 - t0)
                 self.iteration += 1
                 self.env_steps += steps
                 bar.update(steps)
-                summ = self.stats.summary()
-                sps = steps / max(t2 - t0, 1e-9)
-                metrics = {
+                self._log(logger, bar, {
                     **{f"train/{k}": v for k, v in train_metrics.items()},
-                    **{f"rollout/{k}": v for k, v in summ.items()},
                     **reward_metrics,  # already "reward/..." keys
-                    "rollout/chunk_reward": float(traj.rewards.mean()),
-                    "perf/env_steps_per_s": sps,
+                    "rollout/chunk_reward": traj.chunk_reward,
+                    "perf/env_steps_per_s": steps / max(t2 - t0, 1e-9),
                     "perf/collect_s": t1 - t0,
                     "perf/train_s": t2 - t1,
-                    **phase_metrics,
+                    **self._phase_metrics(t2 - t0),
                     **supervisor.metrics(),  # faults/*
                     "perf/wall_s": self.wall_offset + time.time() - t_start,
-                    "iteration": self.iteration,
-                    "env_steps": self.env_steps,
-                }
-                if cfg.eval.every_iterations > 0 and self.iteration % cfg.eval.every_iterations == 0:
-                    metrics.update({f"eval/{k}": v for k, v in self._evaluate(None, videos=0, episodes=cfg.eval.periodic_episodes).items()
-                                    if isinstance(v, (int, float))})
-                logger.log(self.env_steps, metrics)
-                bar.set_postfix(sps=f"{sps:.0f}", success=f"{summ['success_once']:.2f}",
-                                ret=f"{summ['return']:.1f}", it=self.iteration)
+                })
                 if self.iteration % cfg.checkpoint_every == 0:
                     self.save(time.time() - t_start)
         finally:
@@ -325,13 +277,25 @@ class Runner:
         logger.close()
         return final
 
+    def _log(self, logger: MetricLogger, bar: RunProgress, metrics: dict[str, float]) -> None:
+        """One iteration's metrics (+ rollout episode statistics, + a periodic evaluation) to the logger."""
+        cfg, summ = self.cfg, self.stats.summary()
+        metrics = {**metrics, **{f"rollout/{k}": v for k, v in summ.items()},
+                   "iteration": self.iteration, "env_steps": self.env_steps}
+        if cfg.eval.every_iterations > 0 and self.iteration % cfg.eval.every_iterations == 0:
+            metrics.update({f"eval/{k}": v for k, v in self._evaluate(None, videos=0, episodes=cfg.eval.periodic_episodes).items()
+                            if isinstance(v, (int, float))})
+        logger.log(self.env_steps, metrics)
+        bar.set_postfix(sps=f"{metrics['perf/env_steps_per_s']:.0f}", success=f"{summ['success_once']:.2f}",
+                        ret=f"{summ['return']:.1f}", it=self.iteration)
+
     def save(self, segment_wall_s: float) -> Path:
         extra = {"iteration": self.iteration, "env_steps": self.env_steps,
                  "wall_s": self.wall_offset + segment_wall_s}
         return save_checkpoint(
             self.run_dir, self.iteration,
             lambda d: ray.get([self.actor.save.remote(str(d), extra),
-                               self.actor.__ray_call__.remote(save_reference, str(d))]),  # reference: KL on
+                               self.actor.save_reference.remote(str(d))]),  # reference: KL on
             env_cfg=self.cfg.env, keep=self.cfg.keep_checkpoints,
         )
 
@@ -362,6 +326,14 @@ def _as_dict(cfg: Any) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(cfg), default=str))
     except Exception:
         return {}
+
+
+def score_trajectory(traj: Any, worker: Any, gamma: float, fresh_episodes: bool) -> tuple[TrajectoryRef, dict[str, float]]:
+    """The process reward, computed on the reward worker: ``traj`` goes there by reference, the scored
+    trajectory stays there (a new reference), the driver reads the reward metrics only."""
+    ref, info_ref = worker.score_trajectory.options(num_returns=2).remote(payload(traj), gamma, fresh_episodes)
+    info = ray.get(info_ref)
+    return TrajectoryRef(ref, info), info["metrics"]
 
 
 def run_training(cfg: Any, run_dir: str | Path) -> dict[str, Any]:

@@ -14,6 +14,7 @@ def run_iterations(overrides: list[str], run_dir, iterations: int = 2):
     trajectories, train metrics and the rollout's policy versions. Kills its actors, keeps Ray up."""
     from vlarl.config import load_train_config
     from vlarl.runner import Runner
+    from vlarl.scheduler.transport import payload
 
     cfg = load_train_config([*SMALL, *overrides])
     r = Runner(cfg, run_dir)
@@ -23,9 +24,9 @@ def run_iterations(overrides: list[str], run_dir, iterations: int = 2):
         obs = r._reset_envs()
         trajs, metrics, versions = [], [], []
         for _ in range(iterations):
-            traj, obs, _ = r.collect(obs)
-            trajs.append(traj)
-            metrics.append(ray.get(r.actor.train.remote(traj)))
+            traj, obs, _ = r.collect(obs)  # a reference: the actor gets it from the object store
+            metrics.append(ray.get(r.actor.train.remote(payload(traj))))
+            trajs.append(traj.get())
             versions.append(ray.get(r.rollout.set_weights.remote(r.actor.sync_weights.remote())))
         return trajs, metrics, versions
     finally:

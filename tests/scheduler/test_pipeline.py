@@ -1,5 +1,6 @@
 """Stage routing: every env sub-batch gets its own actions back, in (step, stage) order, through real
-Ray actors and real ManiSkill envs; staged env workers behave like unstaged ones."""
+Ray actors and real ManiSkill envs; the rollout worker builds the trajectory in global row order from
+what it saw; staged env workers behave like unstaged ones."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import ray
 import torch
 
 from vlarl.config import load_train_config
+from vlarl.data.builder import cat_results
 from vlarl.data.trajectory import cat_obs
 from vlarl.runner import policy_spec_from_env
-from vlarl.scheduler.pipeline import stage_rows, stage_to_global, staged_steps
+from vlarl.scheduler.pipeline import EnvObs, StagedRollout, stage_rows, stage_to_global
+from vlarl.scheduler.transport import from_wire
 from vlarl.workers import EnvWorker, RolloutWorker
 
 
@@ -47,19 +50,22 @@ def test_every_sub_batch_gets_its_own_actions_in_order(ray_local, overlap):
     rollout = ray.remote(RolloutWorker).options(num_cpus=0.2).remote(cfg.policy, spec, 0)
     try:
         ray.get([e.record_actions.remote() for e in envs])
-        obs = ray.get([e.reset.remote([10 * k + j for j in range(S * m)]) for k, e in enumerate(envs)])
-        records = list(staged_steps(envs, rollout, obs, N, S, overlap))
-        assert len(records) == N
+        obs = EnvObs([[e.reset.remote([10 * k + j for j in range(S * m)]) for k, e in enumerate(envs)]])
+        pipe = StagedRollout(envs, rollout, S, overlap)
+        records = list(pipe.run(obs, N))
+        assert len(records) == N and all(r.ended.shape == (W * S * m,) for r in records)
+        traj = pipe.finish(N).get()  # built on the rollout worker
+        assert traj.num_steps == N and traj.num_envs == W * S * m
         for k, e in enumerate(envs):
             executed = ray.get(e.executed_actions.remote())
             assert [(t, s) for t, s, _ in executed] == [(t, s) for t in range(N) for s in range(S)]
             for t, s, a in executed:
                 rows = list(stage_rows(k, s, m, S))
-                torch.testing.assert_close(a, records[t].sample.actions[rows], rtol=0, atol=0)
-            # the trajectory's rows of worker k are the worker's own observations, in order
-            for t in range(1, N):
-                torch.testing.assert_close(records[t].obs["state"][k * S * m:(k + 1) * S * m],
-                                           records[t - 1].results[k].obs["state"], rtol=0, atol=0)
+                torch.testing.assert_close(a, traj.replay["actions"][t][rows], rtol=0, atol=0)
+                # the trajectory's rows of this sub-batch are the observations its reply ended on, in order
+                if t + 1 < N:
+                    reply = from_wire(ray.get(records[t].result_refs[s][k]))
+                    torch.testing.assert_close(traj.obs["state"][t + 1][rows], reply.obs["state"], rtol=0, atol=0)
     finally:
         for a in [*envs, rollout]:
             ray.kill(a)
@@ -82,16 +88,17 @@ def test_tail_values_are_each_stages_next_values_computed_as_that_stage_ends(ray
     spec = policy_spec_from_env(ray.get(envs[0].spec.remote()))
     rollout = ray.remote(RolloutWorker).options(num_cpus=0.2).remote(cfg.policy, spec, 0)
     try:
-        obs = ray.get([e.reset.remote([10 * k + j for j in range(S * m)]) for k, e in enumerate(envs)])
+        obs = EnvObs([[e.reset.remote([10 * k + j for j in range(S * m)]) for k, e in enumerate(envs)]])
         ray.get([w.pop_spans.remote() for w in [*envs, rollout]])
-        records = list(staged_steps(envs, rollout, obs, N, S, True))
-        assert all(r.tail is None for r in records[:-1])
-        next_value, boot = records[-1].tail
-        final_obs = cat_obs([r.obs for r in records[-1].results])  # worker order = global row order
+        pipe = StagedRollout(envs, rollout, S, True)
+        records = list(pipe.run(obs, N))
+        traj = pipe.finish(N).get()
+        last = from_wire([ray.get(refs) for refs in records[-1].result_refs])  # [S][W] replies of the last step
+        final_obs = cat_obs([cat_results([last[s][k] for s in range(S)]).obs for k in range(W)])  # global order
         want = ray.get(rollout.value.remote(final_obs))
-        assert next_value.shape == (W * S * m,)
-        torch.testing.assert_close(next_value, want, rtol=1e-5, atol=1e-6)
-        assert boot is None  # no episode is truncated after 2 chunk steps
+        assert traj.next_value.shape == (W * S * m,)
+        torch.testing.assert_close(traj.next_value, want, rtol=1e-5, atol=1e-6)
+        assert not traj.final_values[-1].any()  # no episode is truncated after 2 chunk steps
         spans = dict(ray.get([w.pop_spans.remote() for w in [*envs, rollout]]))
         value_s0 = next(e for e in spans["rollout"] if e[0] == "value" and e[3]["stage"] == 0)
         last_env_s1 = [e for w, ev in spans.items() if w.startswith("env") for e in ev

@@ -12,10 +12,10 @@ from vlarl.config.schema import ComponentPlacement, PlacementConfig
 from vlarl.scheduler.placement import PlacementError, resolve
 
 
-def _fits(plan, key: str, n: int) -> None:
+def _fits(plan, key: str, n: int, reward: bool = False) -> None:
     """The workers of one node (label) ask for at most its n devices; amounts above 1 are whole."""
     load: dict[str, float] = defaultdict(float)
-    for w in [*plan.env, plan.rollout, plan.actor]:
+    for w in [*plan.env, plan.rollout, plan.actor, *([plan.reward] if reward else [])]:
         amount = w.ray_options[key]
         assert amount <= 1 or amount == int(amount), amount
         load[str(w.ray_options.get("resources"))] += amount
@@ -38,6 +38,21 @@ def test_collocated_shares_all_devices_and_fits():
     assert plan.rollout.devices == plan.actor.devices == [0, 1]
     assert not plan.overlap and not plan.env[0].pin  # collocated: unpinned, take turns
     _fits(plan, "num_cpus", 2)
+
+
+@pytest.mark.parametrize("mode", ["collocated", "disaggregated", "hybrid"])
+def test_reward_worker_shares_its_devices_when_it_runs(mode):
+    """placement.reward: the critic's worker gets its devices (default: the rollout's) and a share of them that
+    still lets every worker fit; without a reward worker the others split the devices among themselves."""
+    p = PlacementConfig(mode=mode)
+    plan = resolve(p, 1, 8, device_type="cpu", num_devices=2, with_reward=True)
+    assert plan.reward.devices == plan.rollout.devices and plan.reward.ray_options["num_cpus"] > 0
+    _fits(plan, "num_cpus", 2, reward=True)
+    alone = resolve(p, 1, 8, device_type="cpu", num_devices=2)
+    assert alone.reward.ray_options == {} and alone.rollout.ray_options["num_cpus"] > plan.rollout.ray_options["num_cpus"]
+    custom = resolve(PlacementConfig(mode=mode, reward=ComponentPlacement(devices=[0, 1] if mode == "collocated" else [1])),
+                     1, 8, device_type="cpu", num_devices=2, with_reward=True)
+    _fits(custom, "num_cpus", 2, reward=True)
 
 
 def test_hybrid_and_disaggregated_default_split():

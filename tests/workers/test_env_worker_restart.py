@@ -71,14 +71,14 @@ def test_too_many_deaths_stop_the_run_with_the_named_error(tmp_path, monkeypatch
 @pytest.mark.slow  # Ray + ManiSkill + a tiny critic in its own process: ~60 s on a loaded 2-core machine
 def test_killed_reward_worker_is_recreated_and_the_run_finishes(tmp_path, monkeypatch, capsys):
     from policies.critics import ProcessRewardConfig, ProcessRewardCritic
-    from vlarl import rewards
+    from vlarl import runner
 
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
     ProcessRewardCritic(ProcessRewardConfig(
         image_size=32, patch_size=8, vision_hidden=32, vision_layers=1, vision_heads=2, lm_hidden=32, lm_layers=1,
         lm_heads=2, lm_kv_heads=1, tokens_per_frame=4, max_instruction_tokens=32)).save_pretrained(tmp_path / "critic")
-    original, calls = rewards.apply_process_reward, []
+    original, calls = runner.score_trajectory, []
 
     def apply_after_crash(traj, worker, *args, **kwargs):
         calls.append(1)
@@ -86,7 +86,7 @@ def test_killed_reward_worker_is_recreated_and_the_run_finishes(tmp_path, monkey
             _kill_worker_process(worker)
         return original(traj, worker, *args, **kwargs)
 
-    monkeypatch.setattr("vlarl.runner.apply_process_reward", apply_after_crash)
+    monkeypatch.setattr("vlarl.runner.score_trajectory", apply_after_crash)
     cfg = load_train_config([*SMALL, "env.num_workers=1", "env.critic_camera=base_camera", "env.image_size=32",
                              "reward=vlm_critic", f"reward.critic_path={tmp_path / 'critic'}"])
     (tmp_path / "run").mkdir()

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from vlarl.scheduler.placement import STAGE_CHOICES
+from vlarl.scheduler.placement import MODES, STAGE_CHOICES
 
 
 @dataclass
@@ -113,7 +113,7 @@ class Profile:
     infer_by_stages: dict[int, float] = field(default_factory=dict)  # S -> seconds for the batch as S calls
 
 
-def profile(env_workers: list[Any], rollout: Any, obs_parts: list[Any], steps: int, par: int,
+def profile(env_workers: list[Any], rollout: Any, obs_parts: Any, steps: int, par: int,
             stages: tuple[int, ...] = ()) -> Profile:
     """Run ``steps`` unstaged chunk steps (after one warm-up) through the real pipeline and read the workers'
     phase timers; ``par``: env devices the workers simulate on in parallel; ``stages``: the S whose
@@ -124,9 +124,9 @@ def profile(env_workers: list[Any], rollout: Any, obs_parts: list[Any], steps: i
     from vlarl.scheduler.timeline import phase_totals
 
     workers = [*env_workers, rollout]
-    obs = obs_parts
+    obs = obs_parts  # where the env workers' observations are (``pipeline.EnvObs``)
     for rec in StagedRollout(env_workers, rollout, 1, True, tail=False).run(obs, 1):
-        obs = [r.obs for r in rec.results]
+        obs = rec.next_obs()
     ray.get([w.pop_spans.remote() for w in workers])
     t = time.perf_counter()
     for _ in StagedRollout(env_workers, rollout, 1, True, tail=False).run(obs, steps):
@@ -138,14 +138,12 @@ def profile(env_workers: list[Any], rollout: Any, obs_parts: list[Any], steps: i
     return Profile(t_env, t_inf, max(0.0, wall - t_env / par - t_inf), wall, cost, by_s)
 
 
-def rollout_costs(rollout: Any, obs_parts: list[Any], stages: tuple[int, ...] = (), calls: int = 5
+def rollout_costs(rollout: Any, obs_parts: Any, stages: tuple[int, ...] = (), calls: int = 5
                   ) -> tuple[float, dict[int, float]]:
     """(seconds of one no-op call to the rollout worker, {S: seconds to infer the whole batch of the env
-    workers' ``obs_parts`` as S calls} for every S in ``stages`` that divides the batch)."""
+    workers' observations ``obs_parts`` (a ``pipeline.EnvObs`` of an unstaged layout) as S calls} for every S
+    in ``stages`` that divides the batch)."""
     import ray
-
-    from vlarl.data.trajectory import cat_obs
-    from vlarl.scheduler.transport import from_wire, to_wire
 
     t = time.perf_counter()
     for _ in range(calls):
@@ -153,9 +151,7 @@ def rollout_costs(rollout: Any, obs_parts: list[Any], stages: tuple[int, ...] = 
     cost = (time.perf_counter() - t) / calls
     if not stages:
         return cost, {}
-    whole = cat_obs([from_wire(o) for o in obs_parts])
-    usable = [S for S in stages if whole["state"].shape[0] % S == 0]
-    return cost, ray.get(rollout.time_inference.remote(to_wire(whole), usable))
+    return cost, ray.get(rollout.time_inference_of.remote(list(stages), obs_parts.per_stage, *obs_parts.refs[0]))
 
 
 def same_devices(a: Any, b: Any) -> bool:
@@ -185,9 +181,10 @@ def apply(plan: Any, env_workers: list[Any], rollout: Any, obs_parts: list[Any],
               for _, workers in layouts}
     timed = tuple(sorted({c for cands in stages.values() for c in cands}))
     prof = profile(env_workers, rollout, obs_parts, steps, par, stages=timed)
-    if plan.mode != "collocated":
+    split = MODES[plan.mode].split
+    if split:
         par = plan.num_devices  # the reference is collocated turns with env on all devices
-    kind = ("shared" if plan.overlap else "turns") if plan.mode == "collocated" else "split"
+    kind = "split" if split else ("shared" if plan.overlap else "turns")
     options = []
     for k, workers in layouts:
         if stages[workers]:

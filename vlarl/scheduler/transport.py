@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from vlarl.data.trajectory import Trajectory
+
 
 def to_wire(x: Any) -> Any:
     """Replace every CPU tensor in ``x`` by a numpy view of it (no copy)."""
@@ -52,4 +54,73 @@ def _walk(x: Any, f) -> Any:
     return x
 
 
-__all__ = ["from_wire", "to_wire"]
+_FIELDS = tuple(f.name for f in dataclasses.fields(Trajectory))
+
+
+class TrajectoryRef(Trajectory):
+    """A ``Trajectory`` whose tensors stay where it was built (the rollout or reward worker) until read.
+
+    ``ref``: an object reference to the trajectory in wire form; ``info``: what the driver logs without
+    reading it (``num_steps``, ``num_envs``, ``chunk_reward``: the mean chunk reward). Hand ``payload(traj)``
+    to the next worker: the reference while nothing was read.
+
+    Reading a field fetches the whole trajectory to the driver once: an algorithm that inspects a batch on
+    the driver (GRPO's group selection) pays that transfer, and what it changes is then local and sent on
+    by value. Built with the fields themselves (as ``dataclasses.replace`` does), it is a local trajectory."""
+
+    def __init__(self, ref: Any = None, info: dict[str, Any] | None = None, **fields: Any):
+        self.ref, self.info = ref, dict(info or {})
+        if fields:  # a local trajectory (dataclasses.replace of a fetched one)
+            Trajectory.__init__(self, **fields)
+        elif ref is None:
+            raise ValueError("TrajectoryRef needs an object reference or the trajectory's fields")
+
+    def __getattr__(self, name: str) -> Any:  # reached only for a field not fetched yet
+        if name in _FIELDS and self.__dict__.get("ref") is not None and not self.fetched:
+            self.fetch()
+            return getattr(self, name)
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    @property
+    def fetched(self) -> bool:
+        return all(f in self.__dict__ for f in _FIELDS)
+
+    def fetch(self) -> TrajectoryRef:
+        import ray
+
+        local = from_wire(ray.get(self.ref))
+        self.__dict__.update({f: getattr(local, f) for f in _FIELDS})
+        return self
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.info["num_steps"]) if not self.fetched else int(self.rewards.shape[0])
+
+    @property
+    def num_envs(self) -> int:
+        return int(self.info["num_envs"]) if not self.fetched else int(self.rewards.shape[1])
+
+    @property
+    def chunk_reward(self) -> float:
+        return float(self.info["chunk_reward"]) if not self.fetched else float(self.rewards.mean())
+
+    def get(self) -> Trajectory:
+        """The trajectory's tensors (fetched once)."""
+        return self if self.fetched else self.fetch()
+
+
+def payload(traj: Any) -> Any:
+    """What to pass to a worker for ``traj``: the reference of a ``TrajectoryRef`` that was never fetched,
+    else the trajectory itself (a local one, or a fetched copy that the driver may have changed)."""
+    if isinstance(traj, TrajectoryRef) and not traj.fetched:
+        return traj.ref
+    return traj
+
+
+def trajectory_info(traj: Any) -> dict[str, Any]:
+    """``TrajectoryRef.info`` of a ``Trajectory`` (what a worker returns beside the reference)."""
+    return {"num_steps": traj.num_steps, "num_envs": traj.num_envs,
+            "chunk_reward": float(traj.rewards.mean()) if traj.rewards.numel() else float("nan")}
+
+
+__all__ = ["TrajectoryRef", "from_wire", "payload", "to_wire", "trajectory_info"]

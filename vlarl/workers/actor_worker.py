@@ -20,6 +20,7 @@ from vlarl.data.trajectory import Trajectory
 from vlarl.scheduler import collective
 from vlarl.scheduler.placement import WorkerPlacement, bind
 from vlarl.scheduler.timeline import Spans
+from vlarl.scheduler.transport import from_wire
 
 TRAINER_STATE = "trainer_state.pt"
 ALGORITHM_STATE = "algorithm_state.pt"  # AlgorithmSpec.make_state's state (replay buffer, Q nets), if any
@@ -101,7 +102,9 @@ class ActorWorker:
 
     def train(self, traj: Trajectory) -> dict[str, float]:
         """PPO on one rollout; then fold its observations into the normalizer (so the update used
-        exactly the statistics the rollout was sampled with)."""
+        exactly the statistics the rollout was sampled with). ``traj`` usually arrives by reference from
+        the rollout or reward worker, in wire form (numpy mapped from the object store; read, never written)."""
+        traj = from_wire(traj)
         with self.spans("train"):
             self.policy.train()
             metrics = self.update_fn(self.policy, self.optimizer, traj, self.alg, self.generator,
@@ -113,6 +116,24 @@ class ActorWorker:
 
     def pop_spans(self):
         return self.spans.pop()
+
+    def load_initial_weights(self, state: dict[str, torch.Tensor]) -> None:
+        """Start from saved weights (``init_from``): the policy and, with a KL penalty, its reference."""
+        from vlarl.init_from import load_into_worker
+
+        load_into_worker(self, state)
+
+    def save_reference(self, directory: str) -> bool:
+        """Write the frozen KL reference beside a checkpoint (``vlarl.checkpoint.save_reference``)."""
+        from vlarl.checkpoint import save_reference
+
+        return save_reference(self, directory)
+
+    def load_reference(self, directory: str) -> bool:
+        """Restore the KL reference saved with a checkpoint (``vlarl.checkpoint.load_reference``)."""
+        from vlarl.checkpoint import load_reference
+
+        return load_reference(self, directory)
 
     def save(self, directory: str, extra: dict[str, Any]) -> None:
         """Write the policy (self-describing) and the trainer state into ``directory``."""

@@ -16,8 +16,8 @@ import torch
 from simulators.base import ChunkStepResult, EnvSpec, Obs
 from simulators.registry import make_env
 from simulators.validation import check_reply
+from vlarl.data.builder import cat_results, step_summary
 from vlarl.data.trajectory import cat_obs
-from vlarl.scheduler.pipeline import cat_results
 from vlarl.scheduler.placement import WorkerPlacement, bind
 from vlarl.scheduler.timeline import Spans
 from vlarl.scheduler.transport import from_wire, to_wire
@@ -78,16 +78,22 @@ class EnvWorker:
         actions = from_wire(actions)
         return to_wire(cat_results([self._step(s, actions[s * k:(s + 1) * k], -1) for s in range(self.stages)]))
 
-    def chunk_step_stage(self, stage: int, actions: Any, row: int = 0, step: int = -1) -> ChunkStepResult:
-        """Step sub-batch ``stage`` with rows ``[row, row + per_stage)`` of ``actions``.
+    def chunk_step_stage(self, stage: int, actions: Any, position: int = 0, step: int = -1
+                         ) -> tuple[ChunkStepResult, dict[str, Any]]:
+        """Step sub-batch ``stage`` with rows ``[position * per_stage, (position + 1) * per_stage)`` of
+        ``actions`` (``position``: this worker's place in the stage batch). Returns (the reply in wire form,
+        its ``step_summary``): called with two returns, the reply goes to the rollout worker through the
+        object store and the driver reads only the summary.
 
         ``actions`` is a [M, T, A] tensor, or the rollout worker's ``(ActionSample, ...)`` reply for the
         whole stage batch (M = num_workers x per_stage), so it can come straight from the object store
         without passing through the driver."""
         if isinstance(actions, tuple):
             actions = actions[0].actions
+        row = position * self.per_stage
         # actions may be a read-only object-store buffer: the copy is small and lets simulators write into it
-        return to_wire(self._step(stage, from_wire(actions)[row:row + self.per_stage].clone(), step))
+        r = self._step(stage, from_wire(actions)[row:row + self.per_stage].clone(), step)
+        return to_wire(r), step_summary(r)
 
     def _step(self, stage: int, a: torch.Tensor, step: int) -> ChunkStepResult:
         if self._executed is not None:

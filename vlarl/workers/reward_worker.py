@@ -3,15 +3,21 @@
 It holds the critic and, between iterations, the state that spans trajectories: the first frame of
 every env's running episode and that episode's last potential, so potential-based and terminal rewards
 are exact across iteration boundaries. The maths lives in ``vlarl.rewards`` (pure functions).
+In training the trajectory reaches it by reference (``score_trajectory``) and the scored one stays in the
+object store for the actor: the driver reads the reward metrics only.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import torch
 
 from policies.critics import Critic
 from vlarl import rewards as R
+from vlarl.scheduler.placement import WorkerPlacement, bind
+from vlarl.scheduler.transport import from_wire, to_wire, trajectory_info
 
 
 def load_reference(path: str, frames: int) -> torch.Tensor:
@@ -35,8 +41,10 @@ def load_reference(path: str, frames: int) -> torch.Tensor:
 class RewardWorker:
     """Scores frame pairs with a ``Critic`` loaded from ``cfg.critic_path``."""
 
-    def __init__(self, cfg: R.RewardConfig, torch_threads: int = 1, critic: Critic | None = None):
+    def __init__(self, cfg: R.RewardConfig, torch_threads: int = 1, critic: Critic | None = None,
+                 placement: WorkerPlacement | None = None):
         torch.set_num_threads(torch_threads)
+        bind(placement)  # pinned to placement.reward's cores; the critic's device is reward.device
         R.validate_reward_config(cfg)
         self.cfg = cfg
         self.device = torch.device(cfg.device)
@@ -49,6 +57,14 @@ class RewardWorker:
     def reset_state(self) -> None:
         """Forget running episodes (call after the envs were reset)."""
         self._start, self._phi, self._ended_last = None, None, None
+
+    def score_trajectory(self, traj: Any, gamma: float, fresh_episodes: bool = False) -> tuple[Any, dict[str, Any]]:
+        """``vlarl.rewards.apply_process_reward`` on ``traj`` (a ``Trajectory``, in wire form or not), here.
+        Returns (the scored trajectory in wire form, its ``TrajectoryRef.info`` with ``metrics``: the reward
+        metrics); called with two returns so the trajectory stays in the object store."""
+        traj = from_wire(traj)
+        metrics = R.apply_process_reward(traj, self, self.cfg, gamma, fresh_episodes=fresh_episodes)
+        return to_wire(traj), {**trajectory_info(traj), "metrics": metrics}
 
     @torch.no_grad()
     def score(self, earlier: torch.Tensor, later: torch.Tensor, instructions: list[str]) -> tuple[torch.Tensor, torch.Tensor]:

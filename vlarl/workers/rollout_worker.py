@@ -3,7 +3,9 @@
 It holds a policy version: ``set_weights(weights, version)`` loads the actor's synced tensors (only
 trainable parameters and buffers travel) and every sample reports the version that produced it.
 Observations arrive in wire form (numpy from the object store, ``vlarl.scheduler.transport``) and are
-wrapped without a copy; replies leave the same way. With ``placement.weight_sync=collective`` weights
+wrapped without a copy; replies leave the same way. It also builds the trajectory of every rollout from
+the observations it samples for and the env replies it reads (``vlarl.data.builder``): the pipeline calls
+``begin_trajectory``, the sampling calls record, and ``finish_trajectory`` returns it (to go on by reference). With ``placement.weight_sync=collective`` weights
 arrive instead by ``receive_weights`` over a torch.distributed group (``vlarl.scheduler.collective``).
 """
 
@@ -17,12 +19,13 @@ import torch
 from policies.base import ActionSample, PolicySpec
 from policies.registry import make_policy
 from simulators.base import ChunkStepResult
-from vlarl.data.trajectory import split_obs
+from vlarl.algorithms.extras import StepExtras
+from vlarl.data.builder import TrajectoryBuilder, next_inputs
+from vlarl.data.trajectory import Trajectory, cat_obs, split_obs
 from vlarl.scheduler import collective
-from vlarl.scheduler.pipeline import next_inputs
 from vlarl.scheduler.placement import WorkerPlacement, bind
 from vlarl.scheduler.timeline import Spans
-from vlarl.scheduler.transport import from_wire, to_wire
+from vlarl.scheduler.transport import from_wire, to_wire, trajectory_info
 
 
 class RolloutWorker:
@@ -35,6 +38,29 @@ class RolloutWorker:
         self.policy = make_policy(policy_cfg, spec).to(self.device).eval()
         self.version = 0
         self.spans = Spans("rollout")
+        self.builder: TrajectoryBuilder | None = None
+        self.camera = ""  # a process reward's camera: its end-of-chunk frames go into the trajectory
+
+    def set_reward_camera(self, camera: str) -> None:
+        """Keep ``camera``'s frame at the end of every chunk step in the trajectories (the critic reads them)."""
+        self.camera = camera
+
+    def begin_trajectory(self, stages: int, workers: int) -> None:
+        """Start a new trajectory of ``workers`` env workers in ``stages`` stages (sampled by the weights held now)."""
+        self.builder = TrajectoryBuilder(stages, workers, self.version, StepExtras, self.camera)
+
+    def finish_trajectory(self, num_steps: int) -> tuple[Trajectory, dict[str, Any]]:
+        """(the trajectory of chunk steps ``0 .. num_steps-1`` in wire form, its ``TrajectoryRef.info``).
+        Called with two returns, so the trajectory stays in the object store while the driver reads the info.
+        A rollout that stopped early (GRPO: every episode ended) gets its tail values here, in one forward."""
+        b = self.builder
+        assert b is not None, "begin_trajectory first"
+        tail = None  # the per-stage tail values computed as each stage ended (values_after)
+        if not b.has_tail(num_steps):
+            tail = tuple(self.values(*next_inputs(b.worker_results(num_steps - 1))))
+        traj = b.build(num_steps, tail)
+        self.builder = None
+        return to_wire(traj), trajectory_info(traj)
 
     def set_weights(self, state_dict: Any, version: int | None = None) -> int:
         """Load weights: a full ``state_dict``, or the ``(version, tensors)`` pair of ``ActorWorker.sync_weights``
@@ -84,7 +110,9 @@ class RolloutWorker:
                step: int = -1, *after: Any):
         """Sample a chunk for ``obs``; also return V(bootstrap_obs) (final obs of truncated episodes)
         in the same call so bootstrapping costs no extra round trip. Returns (ActionSample, values|None)
-        in wire form. ``after``: replies this call only waits for (turn-taking order), unused."""
+        in wire form. ``after``: replies this call only waits for (turn-taking order), unused. Inside a
+        trajectory (``stage`` >= 0), the observation and the sample are recorded for it."""
+        obs = from_wire(obs)
         with self.spans("infer", stage=stage, step=step):
             s = self.policy.sample(self._to_device(obs))
             boot = None
@@ -97,15 +125,28 @@ class RolloutWorker:
                 value=s.value.cpu() if s.value is not None else None,
                 replay={k: v.cpu() for k, v in s.replay.items()},
             )
+        if self.builder is not None and stage >= 0:
+            self.builder.add_sample(step, stage, obs, out, boot)
         return to_wire((out, boot))
+
+    def sample_split(self, stage: int, *obs_parts: dict[str, Any], wait_only: int = 0):
+        """Step 0 from reset replies: ``sample`` on sub-batch ``stage`` of every env worker's observation
+        (worker order). The last ``wait_only`` arguments are only waited for (turn-taking order)."""
+        parts = from_wire(obs_parts[:len(obs_parts) - wait_only])
+        S = self.builder.stages if self.builder is not None else 1
+        return self.sample(cat_obs([split_obs(o, S)[stage] for o in parts]), None, stage, 0)
 
     def sample_after(self, stage: int, step: int, *results: ChunkStepResult, wait_only: int = 0):
         """``sample`` on the observations of the env workers' last ``chunk_step_stage`` replies for one
         stage (worker order), bootstrapping truncated episodes from their final obs. The replies come
         from the object store, so the driver never holds them on the critical path. The last
-        ``wait_only`` arguments are only waited for (turn-taking order) and are not used."""
-        obs, boot = next_inputs(from_wire(results[:len(results) - wait_only]))
-        return self.sample(obs, boot, stage, step)
+        ``wait_only`` arguments are only waited for (turn-taking order) and are not used. At step 0 the
+        replies are those of the last rollout (episodes go on) and nothing is bootstrapped."""
+        results = from_wire(results[:len(results) - wait_only])
+        obs, boot = next_inputs(results)
+        if step > 0 and self.builder is not None:
+            self.builder.add_results(step - 1, stage, results)
+        return self.sample(obs, boot if step > 0 else None, stage, step)
 
     @torch.no_grad()
     def values_after(self, stage: int, step: int, *results: ChunkStepResult, wait_only: int = 0):
@@ -113,9 +154,14 @@ class RolloutWorker:
         the env workers' last replies for ``stage``. Submitted per stage right after the last chunk step,
         so the values of stage s are computed while later stages still simulate, instead of after the
         whole batch has ended. ``wait_only`` as in ``sample_after``."""
-        obs, boot = next_inputs(from_wire(results[:len(results) - wait_only]))
+        results = from_wire(results[:len(results) - wait_only])
+        obs, boot = next_inputs(results)
         with self.spans("value", stage=stage, step=step):  # not "infer": per-step costs stay per step
-            return to_wire(tuple(self.values(obs, boot)))
+            values = self.values(obs, boot)
+        if self.builder is not None:
+            self.builder.add_results(step - 1, stage, results)
+            self.builder.add_tail(stage, step, *values)
+        return to_wire(tuple(values))
 
     @torch.no_grad()
     def value(self, obs: dict[str, Any] | None) -> torch.Tensor | None:
@@ -144,6 +190,15 @@ class RolloutWorker:
                     self.policy.sample(part)
             out[int(S)] = (time.perf_counter() - t) / repeats
         return out
+
+    def time_inference_of(self, stages: list[int], per_stage: bool, *parts: Any) -> dict[int, float]:
+        """``time_inference`` on the env workers' current observations: their reset replies, or (``per_stage``)
+        their last ``ChunkStepResult`` of an unstaged rollout, in worker order. S that do not divide the batch
+        are skipped."""
+        parts = from_wire(parts)
+        obs = cat_obs([p.obs for p in parts] if per_stage else list(parts))
+        B = obs["state"].shape[0]
+        return self.time_inference(obs, [S for S in stages if B % S == 0])
 
     def get_version(self) -> int:
         return self.version

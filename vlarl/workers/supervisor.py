@@ -52,9 +52,9 @@ class WorkerSupervisor:
         ids = [actor_hex(w) for w in env_workers]
         return ids.index(dead) if dead in ids else None
 
-    def collect(self, runner: Any, collect: Callable[[list[dict[str, Any]]], Any],
-                obs_parts: list[dict[str, Any]]) -> Any:
-        """``collect(obs_parts)``, again from freshly reset envs after each env worker death."""
+    def collect(self, runner: Any, collect: Callable[[Any], Any], obs_parts: Any) -> Any:
+        """``collect(obs)``, again from freshly reset envs after each env worker death (``obs``: where the
+        envs' observations are, ``vlarl.scheduler.pipeline.EnvObs``)."""
         while True:
             try:
                 return collect(obs_parts)
@@ -66,15 +66,17 @@ class WorkerSupervisor:
                 self._restart(runner, k)
                 obs_parts = runner._reset_envs()  # the iteration's seeds: the same episodes start again
 
-    def rewarded(self, runner: Any, collect: Callable[[list[dict[str, Any]]], Any], collected: tuple[Any, Any, int],
-                 apply_reward: Callable[[Any], dict[str, float]]) -> tuple[Any, Any, int, dict[str, float]]:
-        """``apply_reward(traj)`` on the collected ``(traj, obs_parts, steps)``; when the reward worker died, it is
-        re-created and the iteration collected again from freshly reset envs (a new critic knows no episode's
-        start frame, so the interrupted episodes are dropped). Returns (traj, obs_parts, steps, reward metrics)."""
+    def rewarded(self, runner: Any, collect: Callable[[Any], Any], collected: tuple[Any, Any, int],
+                 apply_reward: Callable[[Any], tuple[Any, dict[str, float]]]) -> tuple[Any, Any, int, dict[str, float]]:
+        """``apply_reward(traj) -> (scored traj, metrics)`` on the collected ``(traj, obs, steps)``; when the reward
+        worker died, it is re-created and the iteration collected again from freshly reset envs (a new critic
+        knows no episode's start frame, so the interrupted episodes are dropped). Returns (scored traj, obs,
+        steps, reward metrics)."""
         traj, obs_parts, steps = collected
         while True:
             try:
-                return traj, obs_parts, steps, apply_reward(traj)
+                scored, metrics = apply_reward(traj)
+                return scored, obs_parts, steps, metrics
             except ray.exceptions.RayActorError as exc:
                 if getattr(exc, "actor_id", None) != actor_hex(runner.reward_worker):
                     raise
@@ -83,7 +85,8 @@ class WorkerSupervisor:
                 from vlarl.workers.reward_worker import RewardWorker
 
                 cfg = runner.cfg
-                runner.reward_worker = scheduler.remote(RewardWorker, 0.0).remote(cfg.reward, cfg.torch_threads)
+                runner.reward_worker = scheduler.remote_on(RewardWorker, runner.plan.reward).remote(
+                    cfg.reward, cfg.torch_threads, placement=runner.plan.reward)
                 traj, obs_parts, steps = self.collect(runner, collect, runner._reset_envs())
 
     def _in_window(self, it: int) -> int:
