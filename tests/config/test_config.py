@@ -51,4 +51,5 @@ def test_every_experiment_config_composes(name):
 def test_pipeline_benchmark_workload_is_a_flow_vla_on_state_pushcube():
     cfg = load_train_config(["experiment=pipeline_flow_vla"])
     assert type(cfg.policy).__name__ == "FlowVLAConfig" and cfg.policy.chunk_size == 2
-    assert cfg.policy.backbone.hidden_size == 256 and cfg.env.num_envs == 64 and cfg.env.obs_mode == "state"
+    assert cfg.policy.architecture == "smolvla" and cfg.policy.arch["vlm"]["text_config"]["hidden_size"] == 256
+    assert cfg.env.num_envs == 64 and cfg.env.obs_mode == "state"
