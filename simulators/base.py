@@ -28,6 +28,8 @@ Obs = dict[str, Any]
 
 # Names of the per-episode metrics every env reports in ``ChunkStepResult.episode``.
 EPISODE_METRICS = ("success_once", "success_at_end", "return", "episode_len")
+#: a float success metric (``success_once``, ``success_at_end``: 0 or 1, or a mean of them) above this is a success
+SUCCESS_THRESHOLD = 0.5
 
 
 @dataclass

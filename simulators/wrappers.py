@@ -7,7 +7,6 @@ shows every control step and not only chunk boundaries.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from simulators.base import BatchedEnv, ChunkStepResult, EnvError, Obs
+from simulators.base import SUCCESS_THRESHOLD, BatchedEnv, ChunkStepResult, EnvError, Obs
+from simulators.frames import border, caption, grid
 
 
 class EnvWrapper(BatchedEnv):
@@ -146,13 +146,11 @@ class VideoRecorder(EnvWrapper):
     def _add(self, per_env: np.ndarray, borders: dict[int, bool] | None = None) -> None:
         tiles = []
         for i in range(self.tiles):
-            tile = per_env[i].copy()
+            tile = per_env[i]
             if borders and i in borders:
-                c = np.array([40, 200, 40] if borders[i] else [220, 40, 40], dtype=np.uint8)
-                w = max(2, tile.shape[0] // 40)
-                tile[:w], tile[-w:], tile[:, :w], tile[:, -w:] = c, c, c, c
-            tiles.append(_caption(tile, self._instructions[i]))
-        self.frames.append(_grid(tiles))
+                tile = border(tile, borders[i])
+            tiles.append(caption(tile, self._instructions[i]))
+        self.frames.append(grid(tiles))
 
     def reset(self, seed: int | list[int] | None = None, reset_state_ids: list[int] | None = None) -> Obs:
         obs = self.env.reset(seed=seed, reset_state_ids=reset_state_ids)
@@ -170,7 +168,8 @@ class VideoRecorder(EnvWrapper):
         finally:
             if hook_set:
                 self.env.step_callback = None
-        ends = {i: bool(res.episode["success_once"][i] > 0.5) for i in range(self.tiles) if bool(res.done[i])}
+        ends = {i: bool(res.episode["success_once"][i] > SUCCESS_THRESHOLD) for i in range(self.tiles)
+                if bool(res.done[i])}
         if hook_set and all(self._step_frames[i] for i in range(self.tiles)):
             T = max(len(f) for f in self._step_frames[: self.tiles])
             for t in range(T):  # an env whose episode ended holds its last frame
@@ -207,33 +206,3 @@ class VideoRecorder(EnvWrapper):
         if self.path is not None and self.frames:
             self.save(self.path)
         self.env.close()
-
-
-def _grid(tiles: list[np.ndarray]) -> np.ndarray:
-    """Tiles of equal size -> one near-square grid image (unused cells black)."""
-    n = len(tiles)
-    cols = math.ceil(math.sqrt(n))
-    rows = math.ceil(n / cols)
-    h, w, _ = tiles[0].shape
-    out = np.zeros((rows * h, cols * w, 3), dtype=np.uint8)
-    for k, tile in enumerate(tiles):
-        r, c = divmod(k, cols)
-        out[r * h : (r + 1) * h, c * w : (c + 1) * w] = tile
-    return out
-
-
-def _caption(tile: np.ndarray, text: str) -> np.ndarray:
-    """Write ``text`` (wrapped) on a dark band at the top of the tile."""
-    if not text:
-        return tile
-    from PIL import Image, ImageDraw
-
-    img = Image.fromarray(tile)
-    draw = ImageDraw.Draw(img)
-    chars = max(8, tile.shape[1] // 6)
-    lines = [text[k : k + chars] for k in range(0, min(len(text), 2 * chars), chars)]
-    band = 11 * len(lines) + 2
-    draw.rectangle([0, 0, tile.shape[1], band], fill=(0, 0, 0))
-    for j, line in enumerate(lines):
-        draw.text((2, 1 + 11 * j), line, fill=(255, 255, 255))
-    return np.asarray(img)

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from simulators.base import EnvError
+from simulators.frames import grid
 from simulators.wrappers import (
     TransformEnv,
     VideoRecorder,
-    _grid,
     gripper_open_one_to_close_plus_one,
     normalize_state,
     unnormalize_actions,
@@ -22,7 +22,7 @@ from tests.helpers.sim_cases import shared_env
 
 def test_grid_layout():
     tiles = [np.full((4, 6, 3), k, dtype=np.uint8) for k in range(5)]
-    g = _grid(tiles)
+    g = grid(tiles)
     assert g.shape == (8, 18, 3)  # 3 columns x 2 rows
     assert g[0, 0, 0] == 0 and g[0, 6, 0] == 1 and g[4, 0, 0] == 3 and g[4, 12, 0] == 0
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from simulators.base import EPISODE_METRICS
+from simulators.base import EPISODE_METRICS, SUCCESS_THRESHOLD
 from simulators.registry import make_env
 from vlarl.data.metrics import wilson_interval
 from vlarl.evaluation.acting import policy_actions
@@ -117,7 +117,7 @@ def summarize(episodes: list[dict[str, Any]]) -> dict[str, Any]:
     n = len(episodes)
     out: dict[str, Any] = {"episodes": n}
     for key in ("success_once", "success_at_end"):
-        k = int(sum(e[key] > 0.5 for e in episodes))
+        k = int(sum(e[key] > SUCCESS_THRESHOLD for e in episodes))
         lo, hi = wilson_interval(k, n)
         out[key] = k / n if n else float("nan")
         out[f"{key}_ci95"] = [lo, hi]

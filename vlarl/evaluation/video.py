@@ -22,16 +22,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from simulators.base import SUCCESS_THRESHOLD
+from simulators.frames import border, caption, grid
 from simulators.registry import make_env
 from vlarl.evaluation.acting import policy_actions
-
-
-def _border(tile: np.ndarray, success: bool) -> np.ndarray:
-    tile = tile.copy()
-    c = np.array([40, 200, 40] if success else [220, 40, 40], dtype=np.uint8)
-    w = max(2, tile.shape[0] // 16)
-    tile[:w], tile[-w:], tile[:, :w], tile[:, -w:] = c, c, c, c
-    return tile
 
 
 class _EpisodeFrames:
@@ -51,8 +45,6 @@ class _EpisodeFrames:
 
     def video(self, instructions: list[str], tail: int) -> list[np.ndarray]:
         """Grid frames: tile i shows frame t of episode i (its last one once ended), captioned, bordered."""
-        from simulators.wrappers import _caption, _grid
-
         n = max(len(f) for f in self.frames)
         out = []
         for t in range(n + tail):
@@ -60,9 +52,9 @@ class _EpisodeFrames:
             for i, frames in enumerate(self.frames):
                 tile = frames[min(t, len(frames) - 1)]
                 if self.ended[i] is not None and t >= len(frames) - 1:
-                    tile = _border(tile, bool(self.ended[i]))
-                tiles.append(_caption(tile, instructions[i]))
-            out.append(_grid(tiles))
+                    tile = border(tile, bool(self.ended[i]))
+                tiles.append(caption(tile, instructions[i]))
+            out.append(grid(tiles))
         return out
 
 
@@ -96,7 +88,7 @@ def _step_one_by_one(env: Any, actions: torch.Tensor, rec: _EpisodeFrames) -> li
             done = bool(res.done[i])
             rec.frames[i].append(rec.frames[i][-1] if done else np.asarray(frame[i], dtype=np.uint8))
             if done:
-                rec.end(i, bool(res.episode["success_once"][i] > 0.5))
+                rec.end(i, bool(res.episode["success_once"][i] > SUCCESS_THRESHOLD))
         results.append(res)
     return results
 
@@ -127,7 +119,7 @@ def record_video(
                 res = _step_with_callback(env, actions, rec)
                 for i in rec.running:
                     if bool(res.done[i]):
-                        rec.end(i, bool(res.episode["success_once"][i] > 0.5))
+                        rec.end(i, bool(res.episode["success_once"][i] > SUCCESS_THRESHOLD))
             else:
                 res = _step_one_by_one(env, actions, rec)[-1]
             obs = res.obs
