@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from simulators.assets import load_json
 from simulators.base import EnvError, EnvSpec
 from simulators.mujoco_render import (
     RenderQuality,
@@ -36,19 +37,15 @@ from simulators.mujoco_render import (
     release_render_context,
     select_gl_backend,
 )
-from simulators.registry import EnvConfig, register_env
+from simulators.registry import EnvConfig, register_env, register_suites
 from simulators.robosuite_compat import patch_robosuite
 from simulators.robosuite_env import clear_gripper_state, seeded_global_numpy
 from simulators.serial import SceneObs, SceneStep, SerialBatchedEnv
 
-# Episode lengths of the standard evaluation protocol (longest demo + margin), per suite.
-SUITE_MAX_STEPS = {
-    "libero_spatial": 220,
-    "libero_object": 280,
-    "libero_goal": 300,
-    "libero_10": 520,
-    "libero_90": 400,
-}
+# The evaluation suites (assets/tasks/libero_suites.json): per suite its step limit (longest demonstration
+# + margin), trials and standard initial states per task; registered below for vlarl-eval suite=<name>.
+SUITES = load_json("tasks/libero_suites.json")
+SUITE_MAX_STEPS = {name: int(s["max_episode_steps"]) for name, s in SUITES.items()}
 CAMERAS = ("agentview", "robot0_eye_in_hand")
 SETTLE_ACTION = np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float64)  # no motion, gripper open
 
@@ -93,6 +90,16 @@ def suite_tasks(suite: str) -> list[Any]:
     with contextlib.redirect_stdout(io.StringIO()):
         b = benchmark.get_benchmark_dict()[suite]()
     return b
+
+
+def task_entries(env_cfg: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The tasks of suite ``env_cfg.task`` in standard order: (task name, env values selecting it)."""
+    bench = suite_tasks(env_cfg.task)
+    return [(bench.get_task(i).name, {"task": env_cfg.task, "task_ids": [i]}) for i in range(bench.get_num_tasks())]
+
+
+register_suites("libero", {name: {**s, "env_overrides": {"task": name}} for name, s in SUITES.items()},
+                task_lister=task_entries)
 
 
 def quat_to_axis_angle(q: np.ndarray) -> np.ndarray:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from simulators.assets import load_json
 from simulators.base import BatchedEnv, ChunkStepResult, EnvError, EnvSpec, Obs
 from simulators.maniskill_tasks import (  # noqa: F401  (INSTRUCTIONS, check_task: re-exported)
     INSTRUCTIONS,
@@ -29,7 +30,7 @@ from simulators.maniskill_tasks import (  # noqa: F401  (INSTRUCTIONS, check_tas
     missing_asset_message,
     missing_assets,
 )
-from simulators.registry import EnvConfig, register_env
+from simulators.registry import EnvConfig, register_env, register_suites
 from simulators.serial import SimulatorCrash
 
 
@@ -54,6 +55,10 @@ class ManiSkillConfig(EnvConfig):
 
 # kept under their old names: the GPU adapter and scripts import them from here
 _import_maniskill = import_maniskill
+
+
+# evaluation suites over ManiSkill3 task ids (assets/tasks/maniskill_suites.json)
+register_suites("maniskill", load_json("tasks/maniskill_suites.json"))
 
 
 @register_env("maniskill", ManiSkillConfig)

@@ -43,6 +43,32 @@ def register_env(name: str, config_cls: type):
     return deco
 
 
+#: evaluation suites declared by simulator modules: name -> {"env": simulator, tasks, episodes_per_task, ...}
+_SUITES: dict[str, dict[str, Any]] = {}
+#: per simulator: fn(env_cfg) -> [(task display name, env-config values selecting it)] for suites without a task list
+_TASK_LISTERS: dict[str, Any] = {}
+
+
+def register_suites(simulator: str, suites: dict[str, dict[str, Any]], task_lister: Any = None) -> None:
+    """A simulator module declares its evaluation suites (plain data, e.g. read from ``assets/tasks``) and,
+    for suites whose tasks come from the installed benchmark, ``task_lister(env_cfg) -> [(name, env values)]``.
+    ``vlarl.evaluation.suites`` turns them into pinned protocols."""
+    for name, fields in suites.items():
+        _SUITES[name] = {"env": simulator, **fields}
+    if task_lister is not None:
+        _TASK_LISTERS[simulator] = task_lister
+
+
+def registered_suites() -> dict[str, dict[str, Any]]:
+    _load_builtins()
+    return dict(_SUITES)
+
+
+def task_lister(simulator: str) -> Any:
+    _load_builtins()
+    return _TASK_LISTERS.get(simulator)
+
+
 def _load_builtins() -> None:
     for mod in BUILTIN_MODULES:
         importlib.import_module(mod)

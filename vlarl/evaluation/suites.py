@@ -6,10 +6,11 @@ from seed ``seed + k`` and, for suites with standard initial states (LIBERO's 50
 ``reset_state_id = k % num_init_states`` (the task x init-state protocol). The pinned values are
 written into every result; overriding them marks the result ``"standard": false``.
 
-A task of a suite is a name plus the env-config values that select it (ManiSkill: ``task=<id>``;
-LIBERO: ``task=<suite>, task_ids=[i]``). A suite whose ``tasks`` is empty gets them from the task
-lister registered for its simulator (``register_task_lister``), so the list always matches the
-installed benchmark's standard task order.
+Simulator modules declare their suites as data (``simulators.registry.register_suites``, read from
+``assets/tasks/*.json``); this module turns them into ``Suite``s. A task of a suite is a name plus the
+env-config values that select it (ManiSkill: ``task=<id>``; LIBERO: ``task=<suite>, task_ids=[i]``). A
+suite whose ``tasks`` is empty gets them from the task lister its simulator declared, so the list always
+matches the installed benchmark's standard task order.
 """
 
 from __future__ import annotations
@@ -52,10 +53,12 @@ def register_suite(suite: Suite) -> Suite:
 
 
 def available_suites() -> list[str]:
+    _load_simulator_suites()
     return sorted(_SUITES)
 
 
 def get_suite(name: str) -> Suite:
+    _load_simulator_suites()
     if name not in _SUITES:
         import difflib
 
@@ -107,17 +110,30 @@ _TASK_LISTERS: dict[str, TaskLister] = {}
 
 
 def register_task_lister(simulator: str, fn: TaskLister) -> TaskLister:
-    """``fn(suite, env_cfg) -> [TaskEntry]`` for suites of ``simulator`` that do not list their tasks."""
+    """``fn(suite, env_cfg) -> [TaskEntry]`` for suites of ``simulator`` that do not list their tasks (a
+    simulator module usually declares its lister with ``simulators.registry.register_suites`` instead)."""
     _TASK_LISTERS[simulator] = fn
     return fn
 
 
+def _task_lister(simulator: str) -> TaskLister | None:
+    if simulator in _TASK_LISTERS:
+        return _TASK_LISTERS[simulator]
+    from simulators.registry import task_lister
+
+    fn = task_lister(simulator)
+    if fn is None:
+        return None
+    return lambda suite, env_cfg: [TaskEntry(name, values) for name, values in fn(env_cfg)]
+
+
 def suite_tasks(suite: Suite, env_cfg: Any, select: list[str] | None = None) -> list[TaskEntry]:
     """The suite's tasks in standard order; ``select`` keeps those named (or given by index) there."""
+    lister = None if suite.tasks else _task_lister(suite.env)
     if suite.tasks:
         entries = [TaskEntry(t, {"task": t}) for t in suite.tasks]
-    elif suite.env in _TASK_LISTERS:
-        entries = _TASK_LISTERS[suite.env](suite, env_cfg)
+    elif lister is not None:
+        entries = lister(suite, env_cfg)
     else:
         raise SuiteError(
             f"suite '{suite.name}' takes its task list from simulator '{suite.env}', which has no task lister; "
@@ -133,7 +149,7 @@ def suite_tasks(suite: Suite, env_cfg: Any, select: list[str] | None = None) -> 
             chosen.append(by_name[t])
         elif t.isdigit() and int(t) < len(entries):
             chosen.append(entries[int(t)])
-        elif suite.tasks or suite.env not in _TASK_LISTERS:
+        elif suite.tasks or lister is None:
             chosen.append(TaskEntry(t, {"task": t}))  # a free task list on a simulator with task ids
         else:
             raise SuiteError(f"tasks=[{t}] is not a task of suite '{suite.name}'; use an index 0..{len(entries) - 1} "
@@ -141,45 +157,15 @@ def suite_tasks(suite: Suite, env_cfg: Any, select: list[str] | None = None) -> 
     return chosen
 
 
-def _libero_tasks(suite: Suite, env_cfg: Any) -> list[TaskEntry]:
-    from simulators.libero import suite_tasks as libero_benchmark
+def _load_simulator_suites() -> None:
+    """The suites the simulator modules declare (``simulators.registry.register_suites``), as ``Suite``s."""
+    from simulators.registry import registered_suites
 
-    bench = libero_benchmark(env_cfg.task)
-    return [TaskEntry(bench.get_task(i).name, {"task": env_cfg.task, "task_ids": [i]})
-            for i in range(bench.get_num_tasks())]
-
-
-register_task_lister("libero", _libero_tasks)
-
-
-# -- built-in suites ---------------------------------------------------------------------------------
-# ManiSkill3 task lists (state observations; tasks that run offline, no asset download).
-register_suite(Suite(
-    name="maniskill_pushcube", env="maniskill", tasks=("PushCube-v1",), episodes_per_task=100,
-    description="ManiSkill3 PushCube-v1 alone (the embedded default experiment's task)",
-))
-register_suite(Suite(
-    name="maniskill_tabletop", env="maniskill",
-    tasks=("PushCube-v1", "PullCube-v1", "PickCube-v1", "StackCube-v1", "PokeCube-v1", "PlaceSphere-v1",
-           "LiftPegUpright-v1", "PegInsertionSide-v1", "RollBall-v1", "PushT-v1"),
-    episodes_per_task=100,
-    description="ten ManiSkill3 table-top tasks with the Panda arm that need no downloaded assets",
-))
-
-# LIBERO: 50 standard initial states per task, 50 trials per task (task x init-state protocol), and
-# the per-suite step limits used by the OpenVLA LIBERO evaluation (220/280/300/520/400).
-_LIBERO = {
-    "libero_spatial": (220, "10 tasks: same objects, different layouts"),
-    "libero_object": (280, "10 tasks: pick different objects into the basket"),
-    "libero_goal": (300, "10 tasks: same scene, different goals"),
-    "libero_10": (520, "10 long-horizon tasks (LIBERO-Long)"),
-    "libero_90": (400, "90 short-horizon tasks (LIBERO-90)"),
-}
-for _name, (_steps, _desc) in _LIBERO.items():
-    register_suite(Suite(
-        name=_name, env="libero", tasks=(), episodes_per_task=50, num_init_states=50,
-        max_episode_steps=_steps, env_overrides={"task": _name}, description=_desc,
-    ))
+    fields = {f.name for f in dataclasses.fields(Suite)}
+    for name, data in registered_suites().items():
+        if name not in _SUITES:
+            values = {k: (tuple(v) if k == "tasks" else v) for k, v in data.items() if k in fields}
+            register_suite(Suite(name=name, **values))
 
 
 def evaluate_suite(
