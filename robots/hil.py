@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from robots.franka_env import StepRecord
+from robots.franky_driver import RobotLinkError
 from robots.interventions import InterventionConfig, make_operator
 from robots.learner import LearnerConfig, make_learner
 from robots.reach_task import HELD_OUT_SEED
@@ -50,6 +51,7 @@ class HILConfig:
     eval_seed: int = HELD_OUT_SEED
     seed: int = 0  # training episode k starts from seed * 10_000 + k
     checkpoint_every: int = 10  # episodes between learner checkpoints
+    max_faults: int = 10  # episodes lost to robot faults before the run stops
     use_ray: bool = True  # the learner as a Ray actor (updates overlap robot time); False = in-process, in turn
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     interventions: InterventionConfig = field(default_factory=InterventionConfig)
@@ -250,7 +252,7 @@ def run(cfg: HILConfig, env: Any, policy_dir: str | Path, output: str | Path,
     env.operator, env.reward_fn, env.recorder = operator, reward_fn, recorder
     env.cfg.auto_reset = False
     version, pending = -1, learner.weights.remote(-1)
-    robot_s = 0.0
+    robot_s, faults = 0.0, 0
     metrics_file = open(out / "metrics.jsonl", "a")  # noqa: SIM115 - closed in finally
     try:
         for k in range(first, cfg.episodes):
@@ -260,7 +262,15 @@ def run(cfg: HILConfig, env: Any, policy_dir: str | Path, output: str | Path,
                     policy.load_state_dict(w)
                     version = v
                 pending = learner.weights.remote(version)
-            res, terminated = run_episode(env, policy, cfg.seed * 10_000 + k, deterministic=False)
+            try:
+                res, terminated = run_episode(env, policy, cfg.seed * 10_000 + k, deterministic=False)
+            except RobotLinkError as exc:  # e.g. a reflex during the start motion: recover, count, go on
+                log.error("episode %d lost to a robot fault (%s); recovering", k, exc)
+                env.recover()
+                faults += 1
+                if faults > cfg.max_faults:
+                    raise
+                continue
             steps = recorder.last_steps
             robot_s += len(steps) / env.cfg.policy_hz
             ep = episode_arrays(steps, res.final_obs["state"][0], terminated) if steps else None

@@ -6,7 +6,7 @@ env records the executed action with ``intervened`` set, counts ``intervention_s
 
 Devices (where the operator's actions come from):
 * ``scripted``: a stand-in for a human, for tests and measurements on franky-sim: it watches the distance of
-  the EE from the straight line start -> goal and, outside ``corridor_width``, steers back toward the line and
+  the EE from the straight line start -> goal (start = the EE at the episode's first step) and, outside ``corridor_width``, steers back toward the line and
   on to the goal (a P-step, ``gain * error``), until the EE is within ``release_width`` again.
 * ``keyboard``: a human at a terminal; one character per command on a stream (stdin by default):
   ``t`` take over / hand back, ``w/s`` +x/-x, ``a/d`` +y/-y, ``r/f`` +z/-z (held until another key),
@@ -99,7 +99,8 @@ class ScriptedCorridorOperator:
         self._in_control = False
 
     def on_reset(self, env: Any) -> None:
-        self.start, self.goal = np.asarray(env.start, float), np.asarray(env.goal, float)
+        # the line runs from where the arm actually is at the episode's first step (the start motion may stop short)
+        self.start, self.goal = np.asarray(env._reading.pos, float).copy(), np.asarray(env.goal, float)
         self._in_control = False
 
     def _line(self, pos: np.ndarray) -> tuple[float, float]:

@@ -15,7 +15,7 @@ of demonstration chunks (RLPD's symmetric sampling) with online chunks.
 
 Critic: an ensemble of ``num_q`` MLPs with layer norm on (state, action chunk / ``action_scale``), TD targets
 ``reward + discount * min_i Q'_i(s', pi(s'))`` with Polyak-averaged targets. Actor: maximise
-``w * log pi(a | s)`` with ``w = min(exp((Q(s, a) - Q(s, mean pi(s))) / temperature), max_weight)``.
+``w * log pi(a | s)`` with ``w = min(exp(A / temperature), max_weight)``, ``A = Q(s, a) - Q(s, mean pi(s))`` divided by its batch mean |A|.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ class LearnerConfig:
     num_q: int = 2
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     tau: float = 0.01  # Polyak factor of the target critics
-    temperature: float = 0.3  # AWAC's lambda: lower = greedier
+    temperature: float = 1.0  # AWAC's lambda on advantages scaled to mean |A| = 1: lower = greedier
     max_weight: float = 20.0
+    bc_weight: float = 0.0  # > 0: add HG-DAgger's imitation of the intervention chunks to the actor loss
     action_scale: float = 0.025  # the critic sees actions / action_scale (~ the safety layer's step limit)
     updates_per_chunk: float = 4.0  # update-to-data ratio (learner updates per recorded chunk step)
     min_buffer: int = 64  # chunk transitions before the first update
@@ -146,11 +147,18 @@ class AWACLearner:
         parts = [self.online.sample(self.cfg.batch_size - n_demo, self.rng)]
         if n_demo:
             parts.append(self.demo.sample(n_demo, self.rng))
-        return {k: torch.as_tensor(np.concatenate([p[k] for p in parts])) for k in parts[0]}
+        out = {k: torch.as_tensor(np.concatenate([p[k] for p in parts])) for k in parts[0]}
+        out["n_demo"] = torch.tensor(n_demo)  # the demonstration rows are the last n_demo
+        return out
 
     # -- updates -------------------------------------------------------------------------------------
     def _q_in(self, state: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return torch.cat([state, actions.flatten(1) / self.cfg.action_scale], dim=1)
+        """Critic input: the state standardized by the online buffer's statistics (an EE position varies by
+        centimetres beside joint angles of radians), the chunk divided by ``action_scale``."""
+        n = max(1, self.online.size)
+        mean = torch.as_tensor(self.online.state[:n].mean(0))
+        std = torch.as_tensor(self.online.state[:n].std(0)).clamp_min(1e-3)
+        return torch.cat([(state - mean) / std, actions.flatten(1) / self.cfg.action_scale], dim=1)
 
     def _obs(self, state: torch.Tensor) -> dict[str, Any]:
         return {"state": state, "images": {}, "instruction": [""] * state.shape[0]}
@@ -185,9 +193,15 @@ class AWACLearner:
                 pt.lerp_(p, self.cfg.tau)
             q_a = torch.stack([q(self._q_in(s, a)).squeeze(-1) for q in self.q]).min(0).values
             v = torch.stack([q(self._q_in(s, self.policy.act(self._obs(s)))).squeeze(-1) for q in self.q]).min(0).values
-            w = ((q_a - v) / self.cfg.temperature).exp().clamp(max=self.cfg.max_weight)
+            adv = q_a - v
+            adv = adv / (adv.abs().mean() + 1e-6)  # scale-free: the temperature holds whatever the reward's scale
+            w = (adv / self.cfg.temperature).exp().clamp(max=self.cfg.max_weight)
         logp, _, _ = self.policy.evaluate(self._obs(s), {"actions": a})
-        pi_loss = -(w * logp.flatten(1).sum(1)).mean()
+        logp = logp.flatten(1).sum(1)
+        pi_loss = -(w * logp).mean()
+        n_demo = int(b["n_demo"])
+        if self.cfg.bc_weight > 0 and n_demo:  # HG-DAgger: imitate the operator's corrections outright
+            pi_loss = pi_loss - self.cfg.bc_weight * logp[-n_demo:].mean()
         self.pi_opt.zero_grad()
         pi_loss.backward()
         self.pi_opt.step()

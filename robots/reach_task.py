@@ -90,6 +90,8 @@ class FrankaReachEnv(FrankaEnv):
         self.goal_reached = False
         t_next = time.perf_counter()
         for _ in range(self.cfg.max_start_steps):  # a P-step toward the start, clamped by the safety layer
+            if not self.cfg.safety.dry_run and (self.watchdog.tripped or not self.driver.link_ok()):
+                self.recover()  # a late step (busy machine) stopped the arm: resume from where it rests
             r = self.driver.read()
             self._reading = r
             target_err = self.start - self.safety.last.pos
