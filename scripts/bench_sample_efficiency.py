@@ -62,7 +62,7 @@ def main() -> int:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--out", default="outputs/bench_sample_efficiency")
     ap.add_argument("--target", type=float, default=0.8, help="held-out success_once to reach")
-    ap.add_argument("--eval-every", type=int, default=25, help="iterations between held-out evaluations")
+    ap.add_argument("--eval-every", type=int, default=10, help="iterations between held-out evaluations")
     ap.add_argument("--eval-episodes", type=int, default=50)
     ap.add_argument("--parse-only", action="store_true", help="tabulate finished runs, train nothing")
     ap.add_argument("overrides", nargs="*", help="extra vlarl-train overrides for every run (after --)")

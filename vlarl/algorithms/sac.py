@@ -192,7 +192,7 @@ def actor_step(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, batc
     st.alpha_opt.zero_grad(set_to_none=True)
     alpha_loss.backward()
     st.alpha_opt.step()
-    return {"actor_loss": float(actor_loss), "entropy": float(-logp.mean()), "alpha": float(alpha),
+    return {"actor_loss": actor_loss.item(), "entropy": -logp.detach().mean().item(), "alpha": alpha.item(),
             "actor_grad_norm": grad_norm}
 
 
@@ -233,7 +233,7 @@ def sac_update(
             counts[k] = counts.get(k, 0) + 1
     out.update({k: sums[k] / counts[k] for k in sums})
     out["critic_steps"] = float(steps)
-    out["alpha"] = float(state.log_alpha.exp())
+    out["alpha"] = state.log_alpha.detach().exp().item()
     return out
 
 
