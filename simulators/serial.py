@@ -69,6 +69,10 @@ def resolve_seeds(seed: int | list[int] | None, num_envs: int) -> list[int | Non
     return [int(s) for s in seed]
 
 
+#: episode k of an env seeded s auto-resets with seed s + k * this (a prime far above any batch's seed span)
+AUTO_RESET_SEED_STRIDE = 1_000_003
+
+
 class SimulatorCrash(RuntimeError):
     """A simulator failed inside reset/step; the message names the env, task, seed and state id."""
 
@@ -148,11 +152,11 @@ class SerialBatchedEnv(BatchedEnv):
 
     def _auto_reset_args(self, i: int) -> tuple[int | None, int | None]:
         """Seed and state id for an auto-reset: a pinned state id repeats; a seeded env moves on
-        deterministically (seed + 1_000_003 * episode), so runs are reproducible under a seed."""
+        deterministically (seed + AUTO_RESET_SEED_STRIDE * episode), so runs are reproducible under a seed."""
         if self._state_ids is not None:
             return None, self._state_ids[i]
         s = self._seeds[i]
-        return (None if s is None else s + 1_000_003 * self._episode_count[i]), None
+        return (None if s is None else s + AUTO_RESET_SEED_STRIDE * self._episode_count[i]), None
 
     def reset(self, seed: int | list[int] | None = None, reset_state_ids: list[int] | None = None) -> Obs:
         if reset_state_ids is not None and len(reset_state_ids) != self.num_envs:
