@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from policies.base import Policy, PolicySpec, as_float_tensor
+from policies.base import CONFIG_NAME, NORMALIZATION_NAME, WEIGHTS_NAME, Policy, PolicySpec, as_float_tensor
 from policies.flow_vla.interface import FlowInputs, FlowPrefix
 from policies.flow_vla.modeling import FlowVLAConfig, FlowVLAPolicy
 from policies.flow_vla.registry import architecture, submodule
@@ -74,8 +74,7 @@ class ExactFlowPolicy(FlowVLAPolicy):
         adapter = self._build(entry, config, spec, saved)
         self.entry, self.adapter = entry, adapter
         self.net = adapter.model
-        arch_cfg = self.net.cfg
-        config.chunk_size, config.num_steps = arch_cfg.chunk_size, arch_cfg.num_steps
+        config.chunk_size, config.num_steps = int(self.net.chunk_size), int(self.net.num_steps)
         self._check_flow_config(config)
         A, S = spec.action_dim, spec.state_dim
         ckpt = getattr(adapter, "checkpoint", None)
@@ -107,10 +106,11 @@ class ExactFlowPolicy(FlowVLAPolicy):
         unknown = sorted(set(config.arch) - names)
         if unknown:
             raise ValueError(f"policy.arch has keys {unknown} that {entry.name} does not know; known: {sorted(names)}")
-        shared = {"chunk_size": config.chunk_size, "num_steps": config.num_steps,
+        steps = "num_steps" if "num_steps" in names else "num_inference_steps"  # pi0's name for it
+        shared = {"chunk_size": config.chunk_size, steps: config.num_steps,
                   "gradient_checkpointing": config.gradient_checkpointing, "train_expert_only": config.freeze_vlm,
                   "freeze_vision_encoder": config.freeze_vision or config.freeze_vlm}
-        shared = {k: v for k, v in shared.items() if k in names and not (k in ("chunk_size", "num_steps") and v <= 0)}
+        shared = {k: v for k, v in shared.items() if k in names and not (k in ("chunk_size", steps) and v <= 0)}
         return {**dict(config.arch), **shared}
 
     def _build(self, entry: Any, config: FlowVLAConfig, spec: PolicySpec, saved: dict | None) -> Any:
@@ -231,9 +231,28 @@ class ExactFlowPolicy(FlowVLAPolicy):
         return out
 
     # -- persistence --------------------------------------------------------------------------------
+    def _save_base(self, directory: str | os.PathLike) -> Path:
+        """``Policy.save_pretrained``'s files; tied tensors (PaliGemma's lm_head = embeddings) saved as
+        copies, since safetensors refuses shared storage (loading fills both names again)."""
+        from safetensors.torch import save_file
+
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        state, seen = {}, set()
+        for k, v in self.state_dict().items():
+            t = v.detach().cpu()
+            key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+            state[k] = t.clone() if key in seen else t.contiguous()
+            seen.add(key)
+        save_file(state, str(d / WEIGHTS_NAME), metadata={"policy": self.name})
+        meta = {"policy": self.name, "config": dataclasses.asdict(self.config), "spec": dataclasses.asdict(self.spec)}
+        (d / CONFIG_NAME).write_text(json.dumps(meta, indent=2))
+        (d / NORMALIZATION_NAME).write_text(json.dumps(self.normalization_stats(), indent=2))
+        return d
+
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """Base files + the resolved architecture config + tokenizer + processor config (flat files)."""
-        d = Policy.save_pretrained(self, directory)
+        d = self._save_base(directory)
         arch = {"architecture": self.entry.name, "config": dataclasses.asdict(self.net.cfg),
                 "cameras": list(self.adapter.cameras), "empty_cameras": int(self.adapter.empty_cameras),
                 "fixed_normalization": self.fixed_norm}

@@ -17,7 +17,7 @@ the RL policy needs from an architecture beyond its ``FlowArchitecture`` network
 The adapter also offers ``.tokens(tasks) -> (ids, mask)``, which ``inputs`` accepts instead of
 tokenizing (an exported graph bakes the instruction's tokens in).
 
-Registering pi0 / pi0.5 is one ``register(...)`` line each once their adapters exist.
+Each architecture is one ``register(...)`` call (SmolVLA, pi0 and pi0.5 below).
 """
 
 from __future__ import annotations
@@ -75,3 +75,9 @@ _S = "policies.flow_vla.smolvla"
 register(ArchitectureEntry("smolvla", f"{_S}:SmolVLAConfig", f"{_S}:tiny_config", f"{_S}:published_config",
                            f"{_S}_adapter:build_smolvla", "vlm_with_expert.vlm", "vlm_with_expert.vlm.model.vision_model",
                            "vlm_with_expert.vlm_hidden_size", "vlm_with_expert.expert_hidden_size"))
+_P = "policies.flow_vla.pi0"
+_PALI = "paligemma_with_expert.paligemma"
+register(ArchitectureEntry("pi0", f"{_P}:PI0Config", f"{_P}:tiny_config", f"{_P}:published_config",
+                           f"{_P}_adapter:build_pi0", _PALI, f"{_PALI}.model.vision_tower", "vlm_width", "expert_width"))
+register(ArchitectureEntry("pi05", f"{_P}:PI0Config", f"{_P}:tiny_pi05", f"{_P}:published_config",
+                           f"{_P}_adapter:build_pi0", _PALI, f"{_PALI}.model.vision_tower", "vlm_width", "expert_width"))

@@ -1,4 +1,4 @@
-"""``policy=smolvla`` (``policy=flow_vla`` with ``architecture=smolvla``): the exact SmolVLA as an RL policy.
+"""``policy=smolvla`` / ``pi0`` / ``pi05`` (``policy=flow_vla`` with ``architecture=...``): exact networks as RL policies.
 
 Built through the config YAML and ``make_policy``; sample/evaluate re-score within 1e-5 for both
 likelihoods, PPO moves the expert and leaves a frozen VLM bit-identical, save/load gives identical
@@ -101,6 +101,25 @@ def loaded(spec: PolicySpec, path: Path = FIXTURE) -> ExactFlowPolicy:
     """A LeRobot checkpoint through ``policy.pretrained_path`` (built directly: the config loader would also
     check it against the default env, whose action space differs from the fixture's)."""
     return make_policy(FlowVLAConfig(architecture="smolvla", pretrained_path=str(path), chunk_size=0, num_steps=0), spec)
+
+
+@pytest.mark.parametrize("arch,likelihood", [("pi0", "flow_sde"), ("pi05", "flow_noise")])
+def test_pi0_and_pi05_through_the_same_policy(vla_spec, obs, tmp_path, arch, likelihood):
+    """The registry's other entries: re-score 1e-5, PPO leaves the frozen PaliGemma bit-identical, save/load."""
+    pol = smolvla(vla_spec, f"policy={arch}", f"policy.likelihood={likelihood}")
+    assert type(pol.net).__name__ == "PI0" and pol.net.pi05 == (arch == "pi05")
+    s = pol.sample(obs)
+    lp, _, v = pol.evaluate(obs, s.replay)
+    assert (lp - s.logprob).abs().max().item() <= 1e-5 and (v - s.value).abs().max().item() <= 1e-5
+    a = pol.act(obs)
+    before = {n: p.detach().clone() for n, p in pol.named_parameters()}
+    ppo_step(pol)
+    changed = {n for n, p in pol.named_parameters() if not torch.equal(p.detach(), before[n])}
+    pali = {n for n in before if n.startswith("net.paligemma_with_expert.paligemma.")}
+    assert pali and not (changed & pali) and "net.action_out_proj.weight" in changed
+    pol2 = smolvla(vla_spec, f"policy={arch}", f"policy.likelihood={likelihood}")
+    restored = Policy.from_pretrained(pol2.save_pretrained(tmp_path / arch))  # tied embeddings saved as copies
+    assert torch.equal(restored.act(obs), pol2.act(obs)) and torch.equal(pol2.act(obs), a)
 
 
 def _fixture_spec(state: int = 6, action: int = 5) -> PolicySpec:
