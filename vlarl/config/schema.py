@@ -128,7 +128,19 @@ class RLPDConfig(SACConfig):
     utd_ratio: float = 1.0
 
 
-ALGORITHM_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "grpo": GRPOConfig, "sac": SACConfig, "rlpd": RLPDConfig}
+@dataclass
+class DSRLConfig(SACConfig):
+    """DSRL (``vlarl.algorithms.dsrl``): SAC over the initial noise of a frozen diffusion policy
+    (``policy=noise_steering policy.base_path=<dir>``); the base never gets a gradient. ``critic_input=noise``
+    trains Q(s, noise) by TD (DSRL-SAC); ``action`` trains Q(s, action chunk) by TD and distills it into
+    Q(s, noise) on noise drawn from the base's prior (DSRL-NA), which the noise actor maximizes."""
+
+    name: str = "dsrl"
+    critic_input: str = "noise"  # "noise" | "action"
+
+
+ALGORITHM_CONFIGS: dict[str, type] = {"ppo": PPOConfig, "grpo": GRPOConfig, "sac": SACConfig, "rlpd": RLPDConfig,
+                                      "dsrl": DSRLConfig}
 
 
 @dataclass

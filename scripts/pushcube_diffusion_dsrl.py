@@ -1,0 +1,148 @@
+"""DSRL on ManiSkill PushCube-v1 in one command: steer a frozen, SFT'd diffusion policy through its noise.
+
+    nice -n 10 python scripts/pushcube_diffusion_dsrl.py --out outputs/dsrl_pushcube --demos 10 --sft-epochs 10
+
+1. SFT a tiny diffusion policy (``policy=diffusion``) on scripted expert demonstrations (a ManiSkill .h5 from
+   ``scripts/pushcube_expert.py``; recorded here when ``--demo-file`` does not exist) and ``save_pretrained`` it,
+2. ``vlarl-eval`` it on held-out seeds (1,000,000+),
+3. ``vlarl-train experiment=pushcube_diffusion_dsrl policy.base_path=<sft dir>`` (SAC over the initial noise),
+4. ``vlarl-eval`` the DSRL checkpoint on the same held-out seeds,
+5. check the frozen base bit-identical (every tensor of the SFT dir against the checkpoint's ``base/`` and its
+   ``base.*`` weights), print the table and write ``result.json``.
+
+Extra ``key=value`` arguments after ``--`` go to ``vlarl-train``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from scripts.sft_then_rl import BIN, _run, evaluate, log  # noqa: E402  (after the sys.path line above)
+
+EXPERIMENT = "pushcube_diffusion_dsrl"
+# the env of the experiment (its policy keys belong to policy=noise_steering), with the base family
+SFT_OVERRIDES = ["policy=diffusion", "policy.chunk_size=4", "env.control_mode=pd_ee_delta_pos", "env.reward_mode=sparse",
+                 "env.ignore_terminations=false"]
+
+
+def sft(args, demos: Path, out: Path) -> dict:
+    """A diffusion policy built as ``vlarl-train policy=diffusion`` builds it, fine-tuned on the demonstrations."""
+    from policies.registry import make_policy
+    from policies.vlm.demonstrations import read_maniskill_h5
+    from policies.vlm.sft import sft_train
+    from simulators.registry import make_env
+    from vlarl.checkpoint import ENV_CONFIG_NAME
+    from vlarl.config import load_train_config
+    from vlarl.runner import policy_spec_from_env
+
+    cfg = load_train_config(SFT_OVERRIDES)
+    probe = make_env(cfg.env, num_envs=1)
+    spec = policy_spec_from_env(probe.spec)
+    probe.close()
+    torch.manual_seed(args.seed)
+    policy = make_policy(cfg.policy, spec)
+    episodes = read_maniskill_h5(demos, args.demos)
+    t0 = time.time()
+    losses = sft_train(policy, episodes, args.sft_epochs, args.batch_size, args.sft_lr, spec.instruction, args.seed,
+                       lambda epoch, loss: log(f"    sft epoch {epoch + 1}/{args.sft_epochs} loss {loss:.4f}"))
+    policy.save_pretrained(out)
+    (out / ENV_CONFIG_NAME).write_text(json.dumps(asdict(cfg.env), indent=2))
+    steps = sum(len(e.actions) for e in episodes)
+    return {"episodes": len(episodes), "demo_steps": steps, "epochs": args.sft_epochs, "lr": args.sft_lr,
+            "loss_first": losses[0], "loss_last": losses[-1], "wall_s": time.time() - t0}
+
+
+def frozen_check(sft_dir: Path, ckpt: Path) -> dict:
+    """Every tensor of the SFT policy equals, bit for bit, the checkpoint's ``base.*`` weights and ``base/`` copy."""
+    from safetensors.torch import load_file
+
+    sft_w = load_file(str(sft_dir / "model.safetensors"))
+    ck = load_file(str(ckpt / "model.safetensors"))
+    copy = load_file(str(ckpt / "base" / "model.safetensors"))
+    diff = [k for k, v in sft_w.items() if not (torch.equal(v, ck[f"base.{k}"]) and torch.equal(v, copy[k]))]
+    return {"tensors": len(sft_w), "numel": int(sum(v.numel() for v in sft_w.values())), "differing": diff,
+            "bit_identical": not diff}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True)
+    p.add_argument("--demo-file", default="outputs/demos/pushcube_20.h5")
+    p.add_argument("--demos", type=int, default=10, help="successful expert episodes to fine-tune on")
+    p.add_argument("--sft-epochs", type=int, default=10)
+    p.add_argument("--sft-lr", type=float, default=1e-3)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rl-env-steps", type=int, default=0, help="DSRL budget; 0 = the experiment's total_env_steps")
+    p.add_argument("--eval-episodes", type=int, default=50)
+    p.add_argument("--eval-seed", type=int, default=1_000_000)
+    p.add_argument("--eval-envs", type=int, default=8)
+    p.add_argument("--reuse-sft", action="store_true", help="keep the SFT policy and its evaluation in --out")
+    args = p.parse_args(argv)
+    from scripts.pushcube_expert import EVAL_SEED_START, record_demos
+    from vlarl import system_env
+
+    if args.eval_seed < EVAL_SEED_START:
+        raise SystemExit(f"--eval-seed={args.eval_seed} would overlap demonstration seeds; use >= {EVAL_SEED_START}")
+    system_env.apply()
+    torch.set_num_threads(1)
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    res: dict = {"experiment": EXPERIMENT, "overrides": overrides,
+                 "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
+    previous = out / "result_sft.json"
+    if args.reuse_sft and previous.is_file():
+        res.update(json.loads(previous.read_text()))
+        log(f"1-2/4 reusing the SFT policy and its evaluation in {out}")
+    else:
+        demos = Path(args.demo_file)
+        if not demos.is_file():
+            log(f"recording {args.demos} expert demonstrations into {demos}")
+            record_demos(demos, args.demos, 0, log=log)
+        log("1/4 supervised fine-tuning of the diffusion policy")
+        res["sft"] = sft(args, demos, out / "sft")
+        log("2/4 evaluating the SFT policy on held-out seeds")
+        res["sft_eval"] = evaluate(out / "sft", out / "eval_sft", args, "vlarl-eval (SFT)")
+        previous.write_text(json.dumps({k: res[k] for k in ("sft", "sft_eval")}, indent=2))
+    log(f"    SFT success_once = {res['sft_eval']['success_once']:.2f}")
+    log("3/4 DSRL: SAC over the initial noise of the frozen SFT policy")
+    run_dir = out / "dsrl"
+    train = [str(BIN / "vlarl-train"), f"experiment={EXPERIMENT}", f"policy.base_path={out / 'sft'}",
+             f"run_dir={run_dir}", f"seed={args.seed}", "eval.video_episodes=0", *overrides]
+    if args.rl_env_steps:
+        train.append(f"total_env_steps={args.rl_env_steps}")
+    t0 = time.time()
+    _run(train, "vlarl-train (DSRL)")
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    res["rl"] = {"env_steps": int(max((r.get("env_steps", r.get("step", 0)) for r in metrics), default=0)),
+                 "wall_s": time.time() - t0, "run_dir": str(run_dir)}
+    ckpt = run_dir / "checkpoints" / "latest"
+    log("4/4 evaluating the DSRL policy on the same held-out seeds")
+    res["rl_eval"] = evaluate(ckpt, run_dir / "eval_heldout", args, "vlarl-eval (DSRL)")
+    res["frozen"] = frozen_check(out / "sft", ckpt)
+    res["improvement_points"] = 100 * (res["rl_eval"]["success_once"] - res["sft_eval"]["success_once"])
+    (out / "result.json").write_text(json.dumps(res, indent=2))
+    for name, ev in (("SFT diffusion", res["sft_eval"]), ("SFT + DSRL (frozen base)", res["rl_eval"])):
+        lo, hi = ev["success_once_ci95"]
+        print(f"| {name} | {ev['success_once']:.2f} [{lo:.2f}, {hi:.2f}] | {ev['success_at_end']:.2f} |")
+    print(f"DSRL changed held-out success by {res['improvement_points']:+.0f} points in {res['rl']['env_steps']} env "
+          f"steps; frozen base bit-identical: {res['frozen']['bit_identical']} ({res['frozen']['numel']} numbers)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

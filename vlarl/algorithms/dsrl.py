@@ -1,0 +1,186 @@
+"""DSRL: soft actor-critic in the noise space of a frozen diffusion policy (Wagenmaker et al. 2025, "Steering
+Your Diffusion Policy with Latent Space Reinforcement Learning").
+
+The policy is ``policy=noise_steering`` (``policies.diffusion.noise_steering``): a small noise actor picks the
+initial noise ``w [T, A]`` of the frozen base's deterministic denoising chain, which turns it into the action chunk
+the env executes. The big model never gets a gradient; only the noise actor, the critics and the temperature learn.
+Each iteration the collector steps the envs as for SAC; ``dsrl_update`` stores chunk transitions holding both the
+noise (``actions``) and the executed chunk (``env_actions``), then takes ``utd_ratio`` critic steps per new
+transition on uniform replay batches. Two critics (``algorithm.critic_input``):
+
+* ``noise`` (DSRL-SAC): ``Q^W(s, w)`` trained by chunk TD on the replayed noise, with ``w' ~ pi(s')`` at the next
+  state: chunked SAC (``vlarl.algorithms.sac.critic_step``) with the noise as the action.
+* ``action`` (DSRL-NA, noise aliasing): ``Q^A(s, a)`` trained by chunk TD on the executed chunk, bootstrapping at
+  ``a' = base(s', w' ~ pi(s'))``; then ``Q^W(s, w)`` is regressed onto ``mean_j Q^A_j(s, base(s, w))`` for noise
+  ``w`` drawn from the base's prior N(0, I) (clipped to the noise box), so noises that decode to the same chunk get
+  the same value and ``Q^W`` covers the whole noise space, not only the noises the actor tried.
+
+The noise actor and temperature step (``vlarl.algorithms.sac.actor_step``) maximize ``Q^W`` in both cases.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from vlarl.algorithms.chunk_td import chunk_td_target
+from vlarl.algorithms.hl_gauss import bins_to_value, hl_gauss_loss
+from vlarl.algorithms.replay import trajectory_transitions
+from vlarl.algorithms.sac import SACState, _clip, actor_step, critic_step, validate_sac
+from vlarl.algorithms.spec import AlgorithmSpec, register_algorithm
+from vlarl.algorithms.update import choice_problem
+from vlarl.data.trajectory import Trajectory
+
+CRITIC_INPUTS = ("noise", "action")
+
+
+class DSRLState:
+    """``noise``: SAC's state over the noise box (``Q^W``, temperature, replay). With ``critic_input=action``
+    also ``action``: the critics ``Q^A`` over the env's action box (its replay and temperature are unused)."""
+
+    def __init__(self, policy: Any, cfg: Any, spec: Any):
+        if not callable(getattr(policy, "decode", None)) or getattr(policy, "noise_spec", None) is None:
+            raise ValueError(f"algorithm={cfg.name} steers the noise of a frozen diffusion policy: use "
+                             f"policy=noise_steering policy.base_path=<diffusion policy dir>")
+        self.noise = SACState(policy, cfg, policy.noise_spec)
+        self.action: SACState | None = None
+        if cfg.critic_input == "action":
+            if spec.image_keys:
+                raise ValueError("algorithm.critic_input=action decodes replayed states without their images; "
+                                 "use a state-only env or algorithm.critic_input=noise")
+            self.action = SACState(policy, cfg, spec)
+
+    def state_dict(self) -> dict[str, Any]:
+        out = {"noise": self.noise.state_dict()}
+        if self.action is not None:
+            out["action"] = self.action.state_dict()
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.noise.load_state_dict(state["noise"])
+        if self.action is not None:
+            self.action.load_state_dict(state["action"])
+
+
+def make_dsrl_state(policy: Any, cfg: Any, spec: Any) -> DSRLState:
+    return DSRLState(policy, cfg, spec)
+
+
+def noise_transitions(traj: Trajectory) -> Any:
+    """Chunk transitions [N * B] (``vlarl.algorithms.replay``) whose ``actions`` are the noise the actor chose,
+    with the executed chunk kept as ``env_actions`` [T, A]."""
+    if "noise" not in traj.replay:
+        raise ValueError("dsrl needs traj.replay['noise']: sample with policy=noise_steering")
+    rows = trajectory_transitions(traj)
+    rows.set("env_actions", rows["actions"])
+    rows.set("actions", traj.flat(traj.replay["noise"]).float())
+    return rows
+
+
+def _obs(policy: Any, state: torch.Tensor) -> dict[str, Any]:
+    """A state-only observation for replayed states (the env's one instruction, as the base was trained)."""
+    return {"state": state, "images": {}, "instruction": [policy.spec.instruction] * state.shape[0]}
+
+
+def _fit(st: SACState, out: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(summed per-member loss, Q [E, B]) of critic outputs ``out`` [E, B, 1 or bins] against targets ``y`` [B]."""
+    if st.support is not None:
+        return (hl_gauss_loss(out, y.expand(out.shape[0], -1), st.support).mean(1).sum(),
+                bins_to_value(out.detach(), st.support))
+    q = out.squeeze(-1)
+    return (q - y).pow(2).mean(1).sum(), q.detach()
+
+
+def _scaled(st: SACState, actions: torch.Tensor) -> torch.Tensor:
+    return 2 * (actions - st.low) / (st.high - st.low) - 1
+
+
+def _step(st: SACState, loss: torch.Tensor, max_grad_norm: float) -> float:
+    st.q_opt.zero_grad(set_to_none=True)
+    loss.backward()
+    norm = _clip(st.q.parameters(), max_grad_norm)
+    st.q_opt.step()
+    return norm
+
+
+def aliased_critic_step(policy: Any, state: DSRLState, batch: Any, cfg: Any,
+                        generator: torch.Generator | None) -> dict[str, float]:
+    """DSRL-NA: one TD step of ``Q^A`` on the executed chunks, its polyak update, then one distillation step of
+    ``Q^W(s, w)`` onto ``mean_j Q^A_j(s, base(s, w))`` with ``w ~ N(0, I)`` clipped to the noise box."""
+    qa, qw = state.action, state.noise
+    assert qa is not None
+    s, s2 = batch["state"], batch["next_state"]
+    with torch.no_grad():
+        w2, _ = policy.rsample(_obs(policy, s2))
+        q_next = qa.values(qa.q_target, s2, policy.decode(_obs(policy, s2), w2))  # [E, B]
+        subset = torch.randperm(qa.q.num, generator=generator)[:cfg.critic_subset].to(q_next.device)
+        y = chunk_td_target(batch["step_rewards"] * cfg.reward_scale, batch["step_mask"], batch["terminated"],
+                            q_next[subset].min(0).values, cfg.gamma)
+    loss_a, q_a = _fit(qa, qa.q(s, _scaled(qa, batch["env_actions"])), y)
+    grad_a = _step(qa, loss_a, cfg.max_grad_norm)
+    with torch.no_grad():
+        for p_t, p in zip(qa.q_target.parameters(), qa.q.parameters(), strict=True):
+            p_t.lerp_(p, cfg.tau)
+        bound = qw.high
+        w = (torch.randn(batch["actions"].shape, generator=generator).to(s.device)).clamp(-bound, bound)
+        y_w = qa.values(qa.q, s, policy.decode(_obs(policy, s), w)).mean(0)
+    loss_w, _ = _fit(qw, qw.q(s, _scaled(qw, w)), y_w)
+    grad_w = _step(qw, loss_w, cfg.max_grad_norm)
+    qa.critic_steps += 1
+    qw.critic_steps += 1
+    return {"critic_loss": loss_a.item() / qa.q.num, "q": q_a.mean().item(), "td_target": y.mean().item(),
+            "critic_grad_norm": grad_a, "distill_loss": loss_w.item() / qw.q.num, "distill_grad_norm": grad_w}
+
+
+def dsrl_update(
+    policy: Any,
+    optimizer: torch.optim.Optimizer,
+    traj: Trajectory,
+    cfg: Any,
+    generator: torch.Generator | None = None,
+    reference: Any | None = None,
+    version: int = 0,
+    state: DSRLState | None = None,
+) -> dict[str, float]:
+    """Add ``traj``'s transitions to the replay, then ``utd_ratio`` critic steps per new transition (an actor and
+    temperature step every ``actor_every``) on the noise actor only; returns mean diagnostics."""
+    if state is None:
+        raise ValueError(f"algorithm={cfg.name} keeps a replay buffer: the actor worker builds it with "
+                         f"AlgorithmSpec.make_state and passes it as state=")
+    st = state.noise
+    new = noise_transitions(traj)
+    st.replay.online.extend(new)
+    out: dict[str, float] = {"replay_size": float(len(st.replay)), "critic_steps": 0.0}
+    if len(st.replay) < cfg.learning_starts:
+        return out
+    st.update_credit += cfg.utd_ratio * new.batch_size[0]
+    steps = int(st.update_credit)
+    st.update_credit -= steps
+    sums: dict[str, list[float]] = {}
+    device = next(policy.noise_actor.parameters()).device
+    for i in range(steps):
+        batch = st.replay.sample(cfg.batch_size).to(device)
+        if state.action is None:
+            metrics = critic_step(policy, st, batch, cfg, generator)
+        else:
+            metrics = aliased_critic_step(policy, state, batch, cfg, generator)
+        if (i + 1) % cfg.actor_every == 0:
+            metrics.update(actor_step(policy, optimizer, st, batch, cfg))
+        for k, v in metrics.items():
+            sums.setdefault(k, []).append(v)
+    out.update({k: sum(v) / len(v) for k, v in sums.items()})
+    out["critic_steps"] = float(steps)
+    out["alpha"] = float(st.log_alpha.exp())
+    return out
+
+
+def validate_dsrl(alg: Any, num_envs: int) -> str | None:
+    if alg.demos or alg.demo_ratio > 0:
+        return ("algorithm=dsrl learns from its own noise choices; demonstrations have no noise to replay: "
+                "set algorithm.demos='' algorithm.demo_ratio=0 (the base policy is where demonstrations go)")
+    return validate_sac(alg, num_envs) or choice_problem(alg, "critic_input", CRITIC_INPUTS)
+
+
+register_algorithm(AlgorithmSpec(name="dsrl", update=dsrl_update, validate=validate_dsrl,
+                                 discount=lambda alg: alg.gamma, make_state=make_dsrl_state))
