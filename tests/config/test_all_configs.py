@@ -26,7 +26,19 @@ COMPANIONS = {
     "reward/vlm_critic": ["reward.critic_path={tmp}"],
     "algorithm/rlpd": ["algorithm.demos={tmp}"],  # RLPD mixes demonstrations into every batch
     "experiment/pushcube_mlp_rlpd": ["algorithm.demos={tmp}"],
+    # noise steering (DSRL) wraps a saved diffusion policy: {diffusion} is a tiny one written for the test
+    "policy/noise_steering": ["policy.base_path={diffusion}"],
+    "experiment/pushcube_diffusion_dsrl": ["policy.base_path={diffusion}"],
 }
+
+
+def _tiny_diffusion(directory: Path) -> Path:
+    from policies.diffusion import DiffusionPolicyConfig
+    from policies.registry import make_policy
+    from vlarl.config.construct import probe_spec
+
+    make_policy(DiffusionPolicyConfig(chunk_size=4), probe_spec(None)).save_pretrained(directory)
+    return directory
 
 
 def _yaml(group: str) -> list[str]:
@@ -42,7 +54,9 @@ def test_every_yaml_is_covered():
 @pytest.mark.parametrize("choice", [f"{g}={n}" for g in TRAIN_GROUPS for n in _yaml(g)])
 def test_train_yaml_composes_and_builds(choice, tmp_path):
     key = choice.replace("=", "/")
-    extra = [o.format(tmp=tmp_path) for prefix, opts in COMPANIONS.items() if key.startswith(prefix) for o in opts]
+    opts = [o for prefix, opts in COMPANIONS.items() if key.startswith(prefix) for o in opts]
+    diffusion = _tiny_diffusion(tmp_path / "diffusion") if any("{diffusion}" in o for o in opts) else None
+    extra = [o.format(tmp=tmp_path, diffusion=diffusion) for o in opts]
     cfg = load_train_config([choice, *extra])  # builds policy (meta), optimizer, algorithm, reward, placement
     group, name = choice.split("=")
     if group == "experiment":
