@@ -74,7 +74,9 @@ class ARVLAConfig:
 
 @register_policy("ar_vla", ARVLAConfig)
 class ARVLAPolicy(VLAPolicy):
-    def __new__(cls, config: ARVLAConfig, spec: PolicySpec):
+    def __new__(cls, config: ARVLAConfig | None = None, spec: PolicySpec | None = None):
+        if config is None:  # copy / deepcopy / unpickling
+            return super().__new__(cls)
         if config.architecture not in ARCHITECTURES:
             raise ValueError(f"policy.architecture='{config.architecture}' is unknown; choose one of {ARCHITECTURES}")
         if cls is ARVLAPolicy and config.architecture != "hf":

@@ -109,9 +109,15 @@ class OpenVLAOFT(OpenVLA):
         ``input_ids`` [B, L] is the prompt (29871 appended if missing); ``proprio`` [B, P] normalized. The
         prefix summary is the hidden state at the prompt's last token (where the first action is read).
         ``attention_mask`` [B, L] (1 = real) masks padded prompt tokens as keys."""
-        if not bool((input_ids[:, -1] == EMPTY_TOKEN).all()) and attention_mask is not None:
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(attention_mask.shape[0], 1)], 1)
-        input_ids = with_empty_token(input_ids)
+        if not bool((input_ids[:, -1] == EMPTY_TOKEN).all()):
+            if attention_mask is not None:
+                attention_mask = torch.cat([attention_mask, attention_mask.new_ones(attention_mask.shape[0], 1)], 1)
+            input_ids = with_empty_token(input_ids)
+        return self.parallel_hidden(input_ids, pixel_values, proprio, attention_mask)
+
+    def parallel_hidden(self, input_ids: torch.Tensor, pixel_values: torch.Tensor, proprio: torch.Tensor | None,
+                        attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``action_hidden`` for a prompt that already ends with 29871 (no data-dependent branch: exportable)."""
         B, L = input_ids.shape
         if (self.proprio_projector is None) != (proprio is None):
             raise ValueError("proprio must be given exactly when the checkpoint has a proprio projector "

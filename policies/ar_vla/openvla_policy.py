@@ -23,6 +23,7 @@ bounds for a model built here. The value head reads the hidden state at the prom
 from __future__ import annotations
 
 import copy
+import json
 import os
 from dataclasses import asdict
 from pathlib import Path
@@ -35,6 +36,7 @@ from torch import nn
 from policies.ar_vla.modeling import _MASKED, ARVLAPolicy
 from policies.ar_vla.openvla import (
     EMPTY_TOKEN,
+    PROMPT,
     ActionStatistics,
     OpenVLA,
     OpenVLAConfig,
@@ -47,7 +49,8 @@ from policies.ar_vla.openvla_oft import OpenVLAOFT
 from policies.ar_vla.prismatic_vision import pixel_values
 from policies.base import ActionSample, Policy, PolicySpec, as_float_tensor
 from policies.mlp import RunningNorm
-from policies.vlm.policy_base import DTYPES, value_mlp
+from policies.vlm.backbone import BACKBONE_CONFIG_NAME
+from policies.vlm.policy_base import _RESTORE_DIR, DTYPES, PROCESSOR_NAME, value_mlp
 from policies.vlm.tokenizer import build_byte_tokenizer
 
 BOS, PAD = 1, 32000
@@ -80,10 +83,7 @@ class OpenVLAPolicy(ARVLAPolicy):
             cfg.proprio_dim = spec.state_dim if arch == "openvla_oft" and config.use_state else 0
             cfg.action_head = config.action_head
             model = (OpenVLAOFT if arch == "openvla_oft" else OpenVLA)(cfg)
-        if config.pretrained_path and (Path(config.pretrained_path) / "tokenizer_config.json").is_file():
-            from transformers import AutoTokenizer
-
-            self.tokenizer = AutoTokenizer.from_pretrained(config.pretrained_path, local_files_only=True)
+        self.tokenizer = _llama_tokenizer(config.pretrained_path)
         config.arch = asdict(cfg)
         if cfg.action_dim != spec.action_dim or cfg.chunk_size != config.chunk_size and arch == "openvla_oft":
             raise ValueError(f"the {arch} model acts with action_dim={cfg.action_dim}, chunk {cfg.chunk_size}; the env "
@@ -145,7 +145,9 @@ class OpenVLAPolicy(ARVLAPolicy):
         return ActionStatistics(self.stat_low.double(), self.stat_high.double(), self.stat_mask, self.stat_eps)
 
     # -- observation -> model inputs ------------------------------------------------------------------
-    def _prompt_ids(self, instructions: list[str], batch: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _text(self, instructions: list[str], batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prompt ids [B, L] (<s> ... "Out:" 29871) and mask [B, L]; shorter prompts are padded right after <s>
+        (the image stays after <s>, the action positions stay aligned at the end)."""
         if len(instructions) != batch:
             base = instructions or [self.spec.instruction]
             instructions = [base[i % len(base)] for i in range(batch)]
@@ -158,11 +160,9 @@ class OpenVLAPolicy(ARVLAPolicy):
                 ids = [i + BYTE_OFFSET for i in self.byte_tokenizer(text, add_special_tokens=False)["input_ids"]]
             rows.append([BOS, *ids] + ([] if ids and ids[-1] == EMPTY_TOKEN else [EMPTY_TOKEN]))
         L = max(len(r) for r in rows)
-        if all(len(r) == L for r in rows):
-            return torch.tensor(rows, device=self.device), None
         ids = torch.full((batch, L), PAD, dtype=torch.long)
         mask = torch.zeros(batch, L, dtype=torch.long)
-        for i, r in enumerate(rows):  # pad right after <s>: the image stays after <s>, actions stay aligned
+        for i, r in enumerate(rows):
             ids[i, 0], mask[i, 0] = BOS, 1
             ids[i, L - len(r) + 1 :], mask[i, L - len(r) + 1 :] = torch.tensor(r[1:]), 1
         return ids.to(self.device), mask.to(self.device)
@@ -174,7 +174,7 @@ class OpenVLAPolicy(ARVLAPolicy):
             raise KeyError(f"obs['images'] lacks cameras {missing}; the policy was built for image_keys={keys}")
         ims = [torch.as_tensor(obs["images"][k], device=self.device) for k in keys]
         pv = torch.cat([pixel_values(im, self.cfg.timm_model_ids, self.cfg.image_sizes[0]) for im in ims], 1)
-        ids, mask = self._prompt_ids(list(obs.get("instruction", [])), pv.shape[0])
+        ids, mask = self._text(list(obs.get("instruction", [])), pv.shape[0])
         proprio = None
         if isinstance(self.model, OpenVLAOFT) and self.model.proprio_projector is not None:
             state = as_float_tensor(obs["state"], self.device)
@@ -198,11 +198,11 @@ class OpenVLAPolicy(ARVLAPolicy):
         ``bins`` [B, n] are teacher-forced for OpenVLA's sequential decoding."""
         ids, mask, pv, proprio = self._inputs(obs)
         if isinstance(self.model, OpenVLAOFT):
-            h, h_pre = self.model.action_hidden(ids, pv, proprio, mask)
+            h, h_pre = self.model.parallel_hidden(ids, pv, proprio, mask)
             out = self.model.action_head(h.float()) if self.model.action_head is not None else self._token_log_probs(h)
         else:
             full = torch.cat([ids, self.action_ids[bins[:, :-1]]], 1)
-            fmask = None if mask is None else torch.cat([mask, mask.new_ones(mask.shape[0], self.n_tokens - 1)], 1)
+            fmask = torch.cat([mask, mask.new_ones(mask.shape[0], self.n_tokens - 1)], 1)
             hid = self.model.hidden(full, pv, fmask)
             h = hid[:, hid.shape[1] - self.n_tokens :]
             h_pre = h[:, 0]
@@ -214,7 +214,6 @@ class OpenVLAPolicy(ARVLAPolicy):
             return self.value_head(self.state_norm(as_float_tensor(obs["state"], self.device))).squeeze(-1)
         return self.value_head(h_pre.float()).squeeze(-1)
 
-    @torch.no_grad()
     def _generate(self, obs: dict[str, Any], greedy: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """OpenVLA: ``T * A`` tokens one by one with a KV cache -> (bins [B, n], log-probs [B, n, 256], value)."""
         ids, mask, pv, _ = self._inputs(obs)
@@ -231,8 +230,7 @@ class OpenVLAPolicy(ARVLAPolicy):
             logps.append(logp)
             if len(bins) == self.n_tokens:
                 break
-            if keys is not None:
-                keys = torch.cat([keys, keys.new_ones(keys.shape[0], 1)], 1)
+            keys = torch.cat([keys, keys.new_ones(keys.shape[0], 1)], 1)
             out = lm.model(input_ids=self.action_ids[k][:, None], attention_mask=keys, cache=out.cache,
                            use_cache=True)
             h = out.last_hidden_state
@@ -311,4 +309,29 @@ class OpenVLAPolicy(ARVLAPolicy):
         return F.nll_loss(logp.flatten(0, 1), k.flatten())
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
-        return Policy.save_pretrained(self, directory)
+        """Base files + the processor (tokenizer files, ``processor_config.json``) + ``backbone_config.json``
+        (the architecture), so the checkpoint restores and exports without the original folder."""
+        d = Policy.save_pretrained(self, directory)
+        (self.tokenizer or self.byte_tokenizer).save_pretrained(str(d))
+        proc = {"tokenizer": "llama" if self.tokenizer is not None else "byte", "byte_offset": BYTE_OFFSET,
+                "prompt": PROMPT, "image_keys": list(self.spec.image_keys)[: self.cfg.num_images],
+                "image_sizes": self.cfg.image_sizes, "timm_model_ids": self.cfg.timm_model_ids}
+        (d / PROCESSOR_NAME).write_text(json.dumps(proc, indent=2))
+        (d / BACKBONE_CONFIG_NAME).write_text(json.dumps({"architecture": self.config.architecture,
+                                                          "openvla": self.config.arch}, indent=2))
+        return d
+
+
+def _llama_tokenizer(pretrained_path: str | None):
+    """The checkpoint's own tokenizer: a restored policy's folder first, else the OpenVLA folder; None = bytes."""
+    from transformers import AutoTokenizer
+
+    restore = _RESTORE_DIR.get()
+    for folder in (restore, Path(pretrained_path) if pretrained_path else None):
+        if folder is None or not (folder / "tokenizer_config.json").is_file():
+            continue
+        proc = folder / PROCESSOR_NAME
+        if folder == restore and proc.is_file() and json.loads(proc.read_text()).get("tokenizer") == "byte":
+            return None
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    return None

@@ -137,3 +137,17 @@ def test_yaml_composes_and_builds(name, vla_spec, obs):
     assert cfg.architecture == name
     pol = make_policy(cfg, vla_spec)
     assert isinstance(pol, OpenVLAPolicy) and pol.act(obs).shape == (3, 2, 3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("architecture,head", VARIANTS)
+def test_exports_match_eager(architecture, head, tmp_path):
+    """vlarl-export's three formats (ONNX, torch.export, HF layout) equal eager ``act`` within 1e-4."""
+    from vlarl.export import export_checkpoint
+
+    spec = PolicySpec(state_dim=5, action_dim=3, action_low=[-1.0] * 3, action_high=[1.0] * 3, image_keys=["base"],
+                      image_size=[32, 32], instruction="push the cube")
+    _policy(spec, architecture, head).save_pretrained(tmp_path / "ckpt")
+    manifest = export_checkpoint(tmp_path / "ckpt", tmp_path / "export", instruction="push the cube", atol=1e-4)
+    for fmt in ("onnx", "torch_export", "hf"):
+        assert max(manifest["formats"][fmt]["max_abs_err"].values()) <= 1e-4
