@@ -19,6 +19,7 @@ the policy is then ``policies.ar_vla.openvla_policy.OpenVLAPolicy``).
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,11 @@ from policies.vlm.policy_base import LoRAConfig, VLAPolicy, coerce_nested
 from policies.vlm.tokenizer import ActionTokenizer, add_action_tokens
 
 DECODINGS = ("parallel", "sequential")
-ARCHITECTURES = ("hf", "openvla", "openvla_oft")
+# exact architectures -> the policy class that runs them ("module:Class", imported on first use, as the policy
+# registry does; the subclass imports this module, never the other way round)
+EXACT_ARCHITECTURES = {"openvla": "policies.ar_vla.openvla_policy:OpenVLAPolicy",
+                       "openvla_oft": "policies.ar_vla.openvla_policy:OpenVLAPolicy"}
+ARCHITECTURES = ("hf", *EXACT_ARCHITECTURES)
 _MASKED = -1e9  # logit of bins outside top-k (finite: a masked replay token gives ratio 0, not NaN)
 
 
@@ -80,9 +85,8 @@ class ARVLAPolicy(VLAPolicy):
         if config.architecture not in ARCHITECTURES:
             raise ValueError(f"policy.architecture='{config.architecture}' is unknown; choose one of {ARCHITECTURES}")
         if cls is ARVLAPolicy and config.architecture != "hf":
-            from policies.ar_vla.openvla_policy import OpenVLAPolicy
-
-            cls = OpenVLAPolicy
+            module, qualname = EXACT_ARCHITECTURES[config.architecture].split(":")
+            cls = getattr(importlib.import_module(module), qualname)
         return super().__new__(cls)
 
     def __init__(self, config: ARVLAConfig, spec: PolicySpec):
