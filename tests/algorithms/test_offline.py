@@ -1,0 +1,108 @@
+"""Offline chunked IQL and the GR-RL demonstration filter: hand-computed losses, weights and progress, and a
+chain task whose demonstrations mix forward steps with detours."""
+
+import math
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from policies.base import PolicySpec
+from policies.mlp import MLPPolicy, MLPPolicyConfig
+from vlarl.algorithms.offline import (
+    IQL,
+    OfflineConfig,
+    advantage_weights,
+    chunk_progress,
+    expectile_loss,
+    filter_transitions,
+    fit_offline,
+    progress_mask,
+)
+
+torch.set_num_threads(1)
+
+
+def test_expectile_loss_weights_each_side_by_hand():
+    # diff = target - prediction; tau = 0.7: below the prediction (diff < 0) weighs 0.3, above weighs 0.7
+    out = expectile_loss(torch.tensor([-2.0, 1.0, 0.0]), 0.7)
+    assert torch.allclose(out, torch.tensor([0.3 * 4, 0.7 * 1, 0.0]))
+
+
+def test_advantage_weights_by_hand():
+    w = advantage_weights(torch.tensor([0.0, math.log(2.0), 10.0]), beta=1.0, max_weight=100.0)
+    assert torch.allclose(w, torch.tensor([1.0, 2.0, 100.0]))  # exp(10) = 22026 is clipped at 100
+    assert torch.equal(advantage_weights(torch.tensor([-3.0, 5.0]), beta=0.0, max_weight=100.0), torch.ones(2))
+
+
+def test_chunk_progress_and_the_filter_by_hand():
+    gamma = 0.9
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
+    mask = torch.tensor([[True, True], [True, False], [True, True]])
+    terminated = torch.tensor([True, False, False])
+    value = torch.tensor([0.5, 0.5, 0.2])
+    next_value = torch.tensor([9.0, 0.5, 0.5])
+    p = chunk_progress(rewards, mask, terminated, value, next_value, gamma)
+    # 1: 0 + 0.9 * 1 (reward on the second step; terminated, so V(s') = 9 is ignored) - 0.5 = 0.4
+    # 2: one executed step, 0.9^1 * 0.5 - 0.5 = -0.05 (the value fell: no progress)
+    # 3: two steps, 0.9^2 * 0.5 - 0.2 = 0.205
+    assert torch.allclose(p, torch.tensor([0.4, -0.05, 0.205]))
+    assert progress_mask(p).tolist() == [True, False, True]
+    assert progress_mask(p, min_progress=0.3).tolist() == [True, False, False]
+
+
+def chain_demos(n_states: int = 10, step: float = 0.1) -> tuple[TensorDict, torch.Tensor]:
+    """A 1-D chain x = 0, 0.1, .., 0.9: from every x one forward step (a = +0.1; reward 1 and termination on
+    reaching 1) and one detour (a = -0.1, back towards 0). Returns transitions [2 n] and is_forward [2 n]."""
+    x = torch.arange(n_states, dtype=torch.float32) * step
+    rows = []
+    for a in (step, -step):
+        nxt = (x + a).clamp(min=0.0)
+        done = nxt >= 1.0 - 1e-6
+        rows.append(TensorDict({
+            "state": x[:, None], "actions": torch.full((n_states, 1, 1), a), "step_rewards": done.float()[:, None],
+            "step_mask": torch.ones(n_states, 1, dtype=torch.bool), "terminated": done,
+            "truncated": torch.zeros(n_states, dtype=torch.bool), "next_state": nxt[:, None]}, batch_size=[n_states]))
+    return torch.cat(rows), torch.cat([torch.ones(n_states), torch.zeros(n_states)]).bool()
+
+
+def _policy():
+    spec = PolicySpec(state_dim=1, action_dim=1, action_low=[-1.0], action_high=[1.0])
+    return MLPPolicy(MLPPolicyConfig(hidden_sizes=[32, 32], chunk_size=1, squash=True, normalize_obs=False,
+                                     activation="relu", init_log_std=-1.0), spec)
+
+
+@pytest.mark.parametrize("beta, forward", [(0.0, False), (10.0, True)])
+def test_iql_prefers_the_chunks_that_advance_and_bc_does_not(beta, forward):
+    torch.manual_seed(0)
+    data, _ = chain_demos()
+    policy = _policy()
+    cfg = OfflineConfig(gamma=0.9, beta=beta, tau=0.05, lr=3e-3, q_lr=3e-3, batch_size=20, critic_hidden_sizes=[32, 32])
+    iql = IQL(policy, cfg, state_dim=1, chunk=1, action_dim=1)
+    fit_offline(iql, data, steps=200, generator=torch.Generator().manual_seed(0))
+    mean_action = float(policy.act({"state": data["state"][:10], "images": {}, "instruction": []}).mean())
+    if forward:  # the advantage weights favour +0.1 where both chunks were shown
+        assert mean_action > 0.05
+    else:  # behaviour cloning averages the two
+        assert abs(mean_action) < 0.05
+
+
+def test_gr_rl_filter_drops_the_detours():
+    torch.manual_seed(0)
+    data, is_forward = chain_demos()
+    cfg = OfflineConfig(gamma=0.9, tau=0.05, q_lr=3e-3, batch_size=20, critic_hidden_sizes=[32, 32])
+    iql = IQL(_policy(), cfg, state_dim=1, chunk=1, action_dim=1)
+    fit_offline(iql, data, steps=200, generator=torch.Generator().manual_seed(0))
+    progress = iql.progress(data)
+    kept, stats = filter_transitions(iql, data)
+    assert (progress[is_forward] > 0).float().mean() >= 0.9  # forward steps advance
+    assert (progress[~is_forward] <= 0).float().mean() >= 0.9  # detours (and standing still at 0) do not
+    assert stats["kept"] + stats["dropped"] == 20 and kept.batch_size[0] == stats["kept"]
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="expectile"):
+        IQL(_policy(), OfflineConfig(expectile=1.0), 1, 1, 1)
+    spec = PolicySpec(state_dim=1, action_dim=1, action_low=[-1.0], action_high=[1.0])
+    with pytest.raises(ValueError, match="squash"):
+        IQL(MLPPolicy(MLPPolicyConfig(chunk_size=1), spec), OfflineConfig(), 1, 1, 1)
