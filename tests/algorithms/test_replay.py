@@ -77,3 +77,7 @@ def test_replay_survives_save_and_load(tmp_path):
     assert torch.equal(stored["state"], replay.online.buffer.storage[:]["state"])
     again.online.extend(trajectory_transitions(_traj())[:1])  # the write cursor continues where it was
     assert torch.equal(again.online.buffer.storage[:]["state"][2], torch.arange(3, dtype=torch.float32))
+    big = MixedReplay(capacity=100_000, demo_ratio=0.0)
+    big.online.extend(trajectory_transitions(_traj()))
+    torch.save(big.state_dict(), tmp_path / "big.pt")
+    assert (tmp_path / "big.pt").stat().st_size < 20_000  # the 6 filled rows are saved, not the capacity

@@ -49,10 +49,19 @@ class ChunkReplay:
         return self.buffer.sample(batch_size=n)
 
     def state_dict(self) -> dict[str, Any]:
-        return self.buffer.state_dict()
+        """The filled rows (in storage order) and the write cursor; not the preallocated capacity."""
+        n = len(self)
+        rows = self.buffer.storage[:n].clone().to_dict() if n else None  # clone: a view would save the capacity
+        return {"rows": rows, "writer": self.buffer._writer.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.buffer.load_state_dict(state)
+        from tensordict import TensorDict
+
+        self.__init__(self.capacity)
+        if state["rows"] is not None:
+            rows = TensorDict(state["rows"], batch_size=[next(iter(state["rows"].values())).shape[0]])
+            self.buffer.extend(rows)  # rows land at the indices they had
+        self.buffer._writer.load_state_dict(state["writer"])  # the ring continues where it was
 
 
 class MixedReplay:
