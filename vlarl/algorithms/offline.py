@@ -92,13 +92,17 @@ class ValueNet(torch.nn.Module):
         return self.net(state, state.new_zeros(state.shape[0], 0, 0))[0, :, 0]
 
 
-def squashed_logprob(policy: Any, state: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """log pi(a | s) summed over the chunk for a tanh-squashed policy (``policy.squash``) and dataset chunks
-    a [B, T, A] in env units (kept just inside the box so atanh stays finite) -> [B]."""
+def squashed_logprob(policy: Any, state: torch.Tensor, actions: torch.Tensor,
+                     step_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """log pi(a | s) summed over the executed actions of the chunk (``step_mask`` [B, T]; padding past an episode's
+    end is not imitated) for a tanh-squashed policy (``policy.squash``) and dataset chunks a [B, T, A] in env units
+    (kept just inside the box so atanh stays finite) -> [B]."""
     low, high = policy.action_low, policy.action_high
     x = (2 * (actions - low) / (high - low) - 1).clamp(-1 + 1e-4, 1 - 1e-4)
     obs = {"state": state, "images": {}, "instruction": []}
     logprob, _, _ = policy.evaluate(obs, {"actions": actions, "pre_tanh": torch.atanh(x)})
+    if step_mask is not None:
+        logprob = logprob * step_mask.to(logprob.dtype).unsqueeze(-1)
     return logprob.sum((-2, -1))
 
 
@@ -150,7 +154,7 @@ class IQL:
         with torch.no_grad():
             adv = q_t - self.v(s)
         w = advantage_weights(adv, cfg.beta, cfg.max_weight)
-        actor_loss = -(w * squashed_logprob(self.policy, s, a)).mean()
+        actor_loss = -(w * squashed_logprob(self.policy, s, a, batch["step_mask"])).mean()
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_opt.step()

@@ -1,0 +1,146 @@
+"""Offline then online (CO-RFT) on ManiSkill PushCube-v1, with the GR-RL demonstration filter, in one command:
+
+    nice -n 10 python scripts/offline_then_online.py --out outputs/offline_pushcube --demos 30
+
+1. record ``--demos`` scripted expert demonstrations (``scripts/pushcube_expert.py``) unless ``--demo-file`` exists,
+2. imitation: behaviour cloning of the squashed MLP actor of ``experiment=pushcube_mlp_rlpd`` on their chunks
+   (IQL's actor step with ``beta = 0``), saved and evaluated held-out (``vlarl-eval``, seeds 1,000,000+),
+3. offline chunked IQL (``vlarl.algorithms.offline``) on the demonstration transitions: fit V and Q, score every
+   transition's progress, drop those that do not advance (GR-RL filter), fit again on the rest with advantage
+   weights, saved and evaluated,
+4. online: ``vlarl-train experiment=pushcube_mlp_rlpd init_from=<offline policy>`` (RLPD, the same demonstrations
+   mixed in), evaluated on the same seeds (``--online-env-steps 0`` skips it),
+5. print the table and write ``result.json``. Extra ``key=value`` arguments after ``--`` go to ``vlarl-train``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from scripts.sft_then_rl import BIN, _run, evaluate, log  # noqa: E402  (after the sys.path line above)
+
+EXPERIMENT = "pushcube_mlp_rlpd"
+
+
+def build(demos: Path, seed: int):
+    """The experiment's policy, its env config and spec (as ``vlarl-train`` builds them)."""
+    from policies.registry import make_policy
+    from simulators.registry import make_env
+    from vlarl.config import load_train_config
+    from vlarl.runner import policy_spec_from_env
+
+    cfg = load_train_config([f"experiment={EXPERIMENT}", f"algorithm.demos={demos}"])
+    probe = make_env(cfg.env, num_envs=1)
+    spec = policy_spec_from_env(probe.spec)
+    probe.close()
+    torch.manual_seed(seed)
+    return make_policy(cfg.policy, spec), cfg, spec
+
+
+def save(policy, cfg, out: Path) -> Path:
+    from vlarl.checkpoint import ENV_CONFIG_NAME
+
+    policy.save_pretrained(out)
+    (out / ENV_CONFIG_NAME).write_text(json.dumps(asdict(cfg.env), indent=2))  # vlarl-eval reads the env from it
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True)
+    p.add_argument("--demos", type=int, default=30)
+    p.add_argument("--demo-file", default="", help="a ManiSkill .h5 of demonstrations; default <out>/demos.h5")
+    p.add_argument("--bc-steps", type=int, default=2000)
+    p.add_argument("--offline-steps", type=int, default=4000)
+    p.add_argument("--beta", type=float, default=3.0)
+    p.add_argument("--expectile", type=float, default=0.7)
+    p.add_argument("--min-progress", type=float, default=0.0)
+    p.add_argument("--online-env-steps", type=int, default=10000, help="0 = no online phase")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-episodes", type=int, default=50)
+    p.add_argument("--eval-seed", type=int, default=1_000_000)
+    p.add_argument("--eval-envs", type=int, default=8)
+    args = p.parse_args(argv)
+    from policies.vlm.demonstrations import read_maniskill_h5
+    from policies.vlm.sft import fit_state_normalization
+    from scripts.pushcube_expert import EVAL_SEED_START, record_demos
+    from vlarl import system_env
+    from vlarl.algorithms.offline import IQL, OfflineConfig, filter_transitions, fit_offline
+    from vlarl.algorithms.replay import demo_transitions
+
+    if args.eval_seed < EVAL_SEED_START:
+        raise SystemExit(f"--eval-seed={args.eval_seed} would overlap demonstration seeds; use >= {EVAL_SEED_START}")
+    system_env.apply()
+    torch.set_num_threads(1)
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    res: dict = {"command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "overrides": overrides}
+    demos = Path(args.demo_file) if args.demo_file else out / "demos.h5"
+    if not demos.is_file():
+        log(f"recording {args.demos} expert demonstrations into {demos}")
+        record_demos(demos, args.demos, 0, log=log)
+    episodes = read_maniskill_h5(demos, args.demos)
+    g = torch.Generator().manual_seed(args.seed)
+
+    log("1/4 imitation (behaviour cloning: IQL's actor step with beta = 0)")
+    bc, cfg, spec = build(demos, args.seed)
+    fit_state_normalization(bc, episodes)
+    data = demo_transitions(episodes, bc.chunk_size)
+    iql_cfg = OfflineConfig(gamma=cfg.algorithm.gamma, beta=0.0, expectile=args.expectile,
+                            min_progress=args.min_progress, critic_hidden_sizes=list(cfg.algorithm.critic_hidden_sizes))
+    t0 = time.time()
+    fit_offline(IQL(bc, iql_cfg, spec.state_dim, bc.chunk_size, spec.action_dim), data, args.bc_steps,
+                train_critic=False, generator=g)
+    res["bc"] = {"transitions": int(data.batch_size[0]), "steps": args.bc_steps, "wall_s": time.time() - t0}
+    res["bc_eval"] = evaluate(save(bc, cfg, out / "bc"), out / "eval_bc", args, "vlarl-eval (imitation)")
+
+    log("2/4 offline chunked IQL with the GR-RL filter")
+    policy, _, _ = build(demos, args.seed)
+    fit_state_normalization(policy, episodes)
+    iql = IQL(policy, OfflineConfig(**{**asdict(iql_cfg), "beta": args.beta}), spec.state_dim, policy.chunk_size,
+              spec.action_dim)
+    t0 = time.time()
+    fit_offline(iql, data, args.offline_steps // 2, generator=g)  # V and Q (and the actor) on every transition
+    kept, stats = filter_transitions(iql, data)
+    log(f"    GR-RL filter kept {stats['kept']} of {stats['kept'] + stats['dropped']} transitions")
+    history = fit_offline(iql, kept, args.offline_steps - args.offline_steps // 2, generator=g)
+    res["offline"] = {**stats, "steps": args.offline_steps, "beta": args.beta, "expectile": args.expectile,
+                      "last": history[-1], "wall_s": time.time() - t0}
+    res["offline_eval"] = evaluate(save(policy, cfg, out / "offline"), out / "eval_offline", args,
+                                   "vlarl-eval (offline)")
+    if args.online_env_steps > 0:
+        log("3/4 online RLPD from the offline policy")
+        run_dir = out / "online"
+        _run([str(BIN / "vlarl-train"), f"experiment={EXPERIMENT}", f"algorithm.demos={demos}",
+              f"algorithm.num_demos={args.demos}", f"init_from={out / 'offline'}", f"run_dir={run_dir}",
+              f"seed={args.seed}", f"total_env_steps={args.online_env_steps}", "eval.video_episodes=0",
+              "eval.every_iterations=0", *overrides], "vlarl-train (online)")
+        log("4/4 evaluating the online policy on the same held-out seeds")
+        res["online_eval"] = evaluate(run_dir / "checkpoints" / "latest", run_dir / "eval_heldout", args,
+                                      "vlarl-eval (online)")
+    (out / "result.json").write_text(json.dumps(res, indent=2))
+    print("| stage | success_once [95% CI] |\n|---|---|")
+    for stage in ("bc", "offline", "online"):
+        if f"{stage}_eval" in res:
+            ev = res[f"{stage}_eval"]
+            lo, hi = ev["success_once_ci95"]
+            print(f"| {stage} | {ev['success_once']:.2f} [{lo:.2f}, {hi:.2f}] |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
