@@ -73,9 +73,10 @@ def save_checkpoint(
         if env_cfg is not None:
             data = asdict(env_cfg) if is_dataclass(env_cfg) else dict(env_cfg)
             (tmp / ENV_CONFIG_NAME).write_text(json.dumps(data, indent=2))
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
+        for f in tmp.rglob("*"):  # policies may save sub-directories (noise steering keeps its frozen base/)
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
         _fsync_dir(tmp)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
