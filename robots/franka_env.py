@@ -29,7 +29,7 @@ import torch
 from robots.cameras import CameraConfig, make_camera
 from robots.franky_driver import FrankyConfig, FrankyDriver, RobotLinkError, RobotReading
 from robots.safety import ACTION_MODES, Clamp, OperatorStop, SafetyConfig, SafetyLayer, Target, Watchdog
-from simulators.base import BatchedEnv, ChunkStepResult, EnvError, EnvSpec, Obs
+from simulators.base import EPISODE_METRICS, BatchedEnv, ChunkStepResult, EnvError, EnvSpec, Obs
 from simulators.registry import EnvConfig, register_env
 
 log = logging.getLogger(__name__)
@@ -244,7 +244,8 @@ class FrankaEnv(BatchedEnv):
         done = bool(term.any() or trunc.any())
         self._return = 0.0 if done else self._return + float(rewards.sum())
         self.watchdog.kick()  # the deadline for the next chunk starts now
-        final_obs, episode = None, {}
+        final_obs = None
+        episode = {k: torch.full((1,), float("nan")) for k in EPISODE_METRICS}  # NaN: no episode ended here
         if done:
             final_obs = self._obs
             episode = {"success_once": torch.tensor([float(success.any())]),
