@@ -245,3 +245,24 @@ def test_learning_loop_records_every_episode_and_resumes_after_a_kill(franky_sim
         assert (out / "policy").is_dir()  # the latest weights, loadable by vlarl-deploy
     finally:
         env.close()
+
+
+@pytest.mark.slow
+def test_learner_as_a_ray_actor_pushes_versioned_weights(franky_sim, tmp_path):
+    """The asynchronous path: the learner's thread updates in a Ray actor while the arm moves; the actor pulls
+    (version, weights) between episodes without waiting, so later episodes run newer policy versions."""
+    hil = HILConfig(episodes=6, eval_every=0, use_ray=True, checkpoint_every=3,
+                    learner=LearnerConfig(batch_size=8, min_buffer=2, hidden=[32], updates_per_chunk=4.0),
+                    interventions=InterventionConfig(device="scripted", protocol="graded", graded_episodes=[2, 0]))
+    env = FrankaReachEnv(_cfg())
+    try:
+        rows = run(hil, env, _policy_dir(tmp_path), tmp_path / "run", lambda p: LeRobotDatasetWriter(p, fps=20),
+                   read_episode)
+    finally:
+        env.close()
+        import ray
+
+        ray.shutdown()
+    versions = [r["policy_version"] for r in rows]
+    assert versions == sorted(versions) and versions[-1] > 0 and rows[-1]["learner/updates"] > 0
+    assert len(recorded_episodes(tmp_path / "run" / "episodes")) == 6
