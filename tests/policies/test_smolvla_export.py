@@ -69,3 +69,33 @@ def test_onnx_matches_eager(graph_and_io, tmp_path):
         out = session.run(None, {k: v.numpy() for k, v in zip(names, args, strict=True)})[0]
         with torch.no_grad():
             assert (torch.from_numpy(out) - graph(*args)).abs().max().item() <= 1e-4
+
+
+def test_exact_policy_exports_through_vlarl_export(tmp_path):
+    """``policy=smolvla`` (RL policy: state normalization, the camera transform, 4 Euler steps, action
+    scaling, LoRA) saved as a vlarl checkpoint and exported by ``vlarl-export`` to ONNX, torch.export and
+    the HF layout (LoRA merged), each within 1e-4 of eager ``act()`` at batch 1 and 8."""
+    import json
+
+    from policies import make_policy
+    from policies.base import PolicySpec
+    from vlarl.config import load_train_config
+    from vlarl.export.cli import main
+
+    torch.set_num_threads(1)
+    spec = PolicySpec(state_dim=5, action_dim=3, action_low=[-1.0, -2.0, 0.0], action_high=[1.0, 2.0, 1.0],
+                      image_keys=["base"], image_size=[40, 40], instruction="push the cube to the goal")
+    torch.manual_seed(0)
+    policy = make_policy(load_train_config(["policy=smolvla", "policy.lora.rank=2"]).policy, spec)
+    with torch.no_grad():  # LoRA B starts at zero: give the adapters something to merge
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5, generator=torch.Generator().manual_seed(len(name)))
+    policy.update_normalization({"state": torch.randn(64, 5, generator=torch.Generator().manual_seed(1)) * 3})
+    ckpt = policy.save_pretrained(tmp_path / "ckpt")
+    assert main([f"checkpoint={ckpt}", f"output={tmp_path / 'out'}", "formats=[onnx,torch_export,hf]"]) == 0
+    manifest = json.loads((tmp_path / "out" / "export.json").read_text())
+    assert set(manifest["formats"]) == {"onnx", "torch_export", "hf"}
+    assert manifest["formats"]["hf"]["lora_layers_merged"] > 0
+    for rep in manifest["formats"].values():
+        assert set(rep["max_abs_err"]) == {"1", "8"} and max(rep["max_abs_err"].values()) <= 1e-4
