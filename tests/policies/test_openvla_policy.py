@@ -151,3 +151,34 @@ def test_exports_match_eager(architecture, head, tmp_path):
     manifest = export_checkpoint(tmp_path / "ckpt", tmp_path / "export", instruction="push the cube", atol=1e-4)
     for fmt in ("onnx", "torch_export", "hf"):
         assert max(manifest["formats"][fmt]["max_abs_err"].values()) <= 1e-4
+
+
+@pytest.mark.slow
+@pytest.mark.sim
+def test_openvla_oft_trains_through_the_runner_and_reloads(tmp_path):
+    """vlarl-train (Ray workers, ManiSkill PushCube with a camera, PPO) with policy=openvla_oft, then vlarl-eval
+    reloads the checkpoint and reproduces the in-training evaluation."""
+    import os
+    import subprocess
+    import sys
+
+    bin_dir = Path(sys.executable).parent
+    run_dir = tmp_path / "run"
+
+    def run(cmd: list[str]) -> None:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, stdin=subprocess.DEVNULL,
+                           env={**os.environ, "RAY_DEDUP_LOGS": "0"})
+        assert p.returncode == 0, f"{cmd} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+
+    run([str(bin_dir / "vlarl-train"), "env=maniskill_pushcube_rgb", "env.image_size=32", "policy=openvla_oft",
+         f"run_dir={run_dir}", "policy.chunk_size=2", "env.num_envs=4", "algorithm.num_steps=8",
+         "algorithm.num_minibatches=2", "total_env_steps=64", "eval.episodes=4", "eval.num_envs=4",
+         "eval.video_episodes=0", "time_limit_minutes=0", "logger.progress_bar=false"])
+    ckpt = run_dir / "checkpoints" / "latest"
+    for f in ("model.safetensors", "tokenizer_config.json", "backbone_config.json", "processor_config.json"):
+        assert (ckpt / f).is_file(), f
+    trained = json.loads((run_dir / "eval" / "eval.json").read_text())
+    run([str(bin_dir / "vlarl-eval"), f"checkpoint={ckpt}", "episodes=4", "num_envs=4", "video_episodes=0",
+         f"output={tmp_path / 'eval'}"])
+    again = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    assert again["episodes"] == 4 and again["return"] == pytest.approx(trained["return"], abs=1e-4)
