@@ -36,19 +36,18 @@ def test_advantage_weights_by_hand():
 
 
 def test_chunk_progress_and_the_filter_by_hand():
-    gamma = 0.9
-    rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
-    mask = torch.tensor([[True, True], [True, False], [True, True]])
-    terminated = torch.tensor([True, False, False])
-    value = torch.tensor([0.5, 0.5, 0.2])
-    next_value = torch.tensor([9.0, 0.5, 0.5])
-    p = chunk_progress(rewards, mask, terminated, value, next_value, gamma)
-    # 1: 0 + 0.9 * 1 (reward on the second step; terminated, so V(s') = 9 is ignored) - 0.5 = 0.4
-    # 2: one executed step, 0.9^1 * 0.5 - 0.5 = -0.05 (the value fell: no progress)
-    # 3: two steps, 0.9^2 * 0.5 - 0.2 = 0.205
-    assert torch.allclose(p, torch.tensor([0.4, -0.05, 0.205]))
-    assert progress_mask(p).tolist() == [True, False, True]
-    assert progress_mask(p, min_progress=0.3).tolist() == [True, False, False]
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    mask = torch.tensor([[True, True], [True, False], [True, True], [True, True]])
+    terminated = torch.tensor([True, False, False, False])
+    value = torch.tensor([0.5, 0.5, 0.2, 0.6])
+    next_value = torch.tensor([9.0, 0.5, 0.5, 0.4])
+    p = chunk_progress(rewards, mask, terminated, value, next_value)
+    # 1: reward 1 (terminated, so V(s') = 9 is ignored) - 0.5 = 0.5
+    # 2: 0.5 - 0.5 = 0 (the value stood still: no progress; the masked step changes nothing)
+    # 3: 0.5 - 0.2 = 0.3;  4: 0.4 - 0.6 = -0.2 (the value fell: a detour)
+    assert torch.allclose(p, torch.tensor([0.5, 0.0, 0.3, -0.2]))
+    assert progress_mask(p).tolist() == [True, False, True, False]
+    assert progress_mask(p, min_progress=0.4).tolist() == [True, False, False, False]
 
 
 def chain_demos(n_states: int = 10, step: float = 0.1) -> tuple[TensorDict, torch.Tensor]:

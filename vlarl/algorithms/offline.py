@@ -15,9 +15,11 @@ transitions (``vlarl.algorithms.replay`` layout; ``k`` executed steps, per-step 
 ``beta = 0`` makes the actor step plain behaviour cloning (the imitation phase).
 
 **GR-RL filter**: a demonstration step that does not move the task forward should not be imitated. With the
-learned value, the progress of a chunk transition is its one-step advantage
-``p = sum_{i<k} gamma^i r_i + gamma^k (1 - terminated) V(s') - V(s)``; transitions with ``p <= min_progress`` are
-dropped (pauses, back-and-forth, detours whose value falls).
+learned value, the progress of a chunk transition is how much the predicted value rose over it,
+``p = sum_{i<k} r_i + (1 - terminated) V(s') - V(s)``, undiscounted: along a successful demonstration a discounted
+sparse-reward value grows towards the goal (``V(s) ~ gamma^n`` with ``n`` steps left), so forward chunks have
+``p > 0``, while the discounted TD advantage of the same chunks is ~0 and its sign is noise. Transitions with
+``p <= min_progress`` are dropped (pauses, back-and-forth, detours whose value falls).
 """
 
 from __future__ import annotations
@@ -71,9 +73,10 @@ def advantage_weights(advantage: torch.Tensor, beta: float, max_weight: float) -
 
 
 def chunk_progress(step_rewards: torch.Tensor, step_mask: torch.Tensor, terminated: torch.Tensor,
-                   value: torch.Tensor, next_value: torch.Tensor, gamma: float) -> torch.Tensor:
-    """GR-RL progress of each chunk transition: its TD advantage ``y - V(s)``. [M, T], [M, T], [M], [M], [M] -> [M]."""
-    return chunk_td_target(step_rewards, step_mask, terminated, next_value, gamma) - value
+                   value: torch.Tensor, next_value: torch.Tensor) -> torch.Tensor:
+    """GR-RL progress of each chunk transition: the rise of the predicted value, ``sum r + (1 - term) V(s') - V(s)``
+    (undiscounted). [M, T], [M, T], [M], [M], [M] -> [M]."""
+    return chunk_td_target(step_rewards, step_mask, terminated, next_value, 1.0) - value
 
 
 def progress_mask(progress: torch.Tensor, min_progress: float = 0.0) -> torch.Tensor:
@@ -165,7 +168,7 @@ class IQL:
     def progress(self, transitions: Any) -> torch.Tensor:
         """GR-RL progress of every transition under the learned V: [M]."""
         return chunk_progress(transitions["step_rewards"], transitions["step_mask"], transitions["terminated"],
-                              self.v(transitions["state"]), self.v(transitions["next_state"]), self.cfg.gamma)
+                              self.v(transitions["state"]), self.v(transitions["next_state"]))
 
 
 def fit_offline(iql: IQL, transitions: Any, steps: int, train_critic: bool = True,
