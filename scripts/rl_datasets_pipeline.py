@@ -9,7 +9,8 @@ For each seed and each data source (``--sources``: ``gaussian_rl``, ``diffusion_
    experiment=pushcube_mlp_ppo policy=mlp|diffusion``, end-effector delta control, the same env-step budget;
    the diffusion policy gets a state-MLP critic, ``RL_OVERRIDES``); its own held-out success is kept;
 2. collect ``--episodes`` successful episodes (``vlarl-collect ... success_only=true``; episodes end at the first
-   success, like the expert's) from the RL policy, or record them with the scripted expert
+   success, like the expert's) from the RL policy (its deterministic ``act()``; ``--sample-actions``: its sampled
+   actions, as in RL rollouts), or record them with the scripted expert
    (``scripts/pushcube_expert.py``): LeRobot v3.0 datasets with per-episode quality statistics, seeds far
    below the evaluation seeds;
 3. SFT the same tiny flow-matching VLA (the policy of ``configs/experiment/pushcube_flow_sft_rl.yaml``, state
@@ -118,7 +119,8 @@ def collect(source: str, seed: int, args, d: Path, ckpt: str | None) -> dict:
         max_attempts = args.max_attempts or 4 * args.episodes
         p = _run([str(BIN / "vlarl-collect"), f"checkpoint={ckpt}", f"output={out}", f"episodes={args.episodes}",
                   f"seed={first}", "success_only=true", f"max_attempts={max_attempts}", "num_envs=8",
-                  "env.ignore_terminations=false", f"max_length={args.max_length}", "overwrite=true"],
+                  "env.ignore_terminations=false", f"max_length={args.max_length}", "overwrite=true",
+                  f"deterministic={str(not args.sample_actions).lower()}"],
                  f"collect {source}", capture=True)
         summary = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
         if p.returncode == 1 and not summary:  # no episode passed the filters: nothing written
@@ -290,6 +292,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--episodes", type=int, default=50, help="successful episodes per data source")
     p.add_argument("--max-attempts", type=int, default=0, help="vlarl-collect max_attempts (0 = 4 x episodes)")
     p.add_argument("--max-length", type=int, default=0, help="vlarl-collect max_length (0 = any)")
+    p.add_argument("--sample-actions", action="store_true",
+                   help="collect from the RL policies' sampled actions (sample(), as in RL rollouts), not act()")
     p.add_argument("--sft-samples", type=int, default=200_000, help="SFT training samples per dataset")
     p.add_argument("--sft-lr", type=float, default=1e-3)
     p.add_argument("--batch-size", type=int, default=64)
