@@ -264,3 +264,5 @@ class ExactFlowPolicy(FlowVLAPolicy):
         (d / PROCESSOR_NAME).write_text(json.dumps(proc, indent=2))
         return d
 
+
+FlowVLAPolicy.exact_class = ExactFlowPolicy

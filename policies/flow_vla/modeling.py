@@ -228,12 +228,13 @@ class FlowVLAPolicy(FlowChain, ChainVLAPolicy):
     expert over ``policy.backbone``), any other name builds ``ExactFlowPolicy`` (a subclass)."""
 
     time_scale = 1000.0
+    exact_class: type | None = None  # ExactFlowPolicy, set when policies.flow_vla.exact is imported (the package does)
 
     def __new__(cls, config: FlowVLAConfig | None = None, spec: PolicySpec | None = None):
         if cls is FlowVLAPolicy and getattr(config, "architecture", LOOKALIKE) != LOOKALIKE:
-            from policies.flow_vla.exact import ExactFlowPolicy
-
-            cls = ExactFlowPolicy
+            if FlowVLAPolicy.exact_class is None:
+                raise RuntimeError("import policies.flow_vla (not only its modeling module) to build exact architectures")
+            cls = FlowVLAPolicy.exact_class
         return super().__new__(cls)
 
     def __init__(self, config: FlowVLAConfig, spec: PolicySpec):
