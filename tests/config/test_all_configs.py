@@ -20,6 +20,7 @@ TRAIN_GROUPS = ("env", "policy", "algorithm", "placement", "reward", "experiment
 COMPANIONS = {
     "env/libero_": ["~experiment"],
     "env/robosuite_": ["~experiment"],
+    "env/franka": ["~experiment", "algorithm.num_minibatches=2"],  # one arm: 50 chunk steps per iteration
     "policy/cnn": ["env=maniskill_pushcube_rgb"],
     "placement/disaggregated": ["env.num_workers=1"],
     "placement/hybrid": ["env.num_workers=1"],
