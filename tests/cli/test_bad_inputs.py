@@ -83,6 +83,7 @@ CASES: dict[str, tuple[Callable[..., int], str]] = {
     "train-negative-entropy": (_train("algorithm.ent_coef=-1"), "algorithm.ent_coef=-1.0 is out of range"),
     "train-policy-activation": (_train("policy.activation=swish"), "policy.activation='swish' is unknown"),
     "train-cnn-on-state-env": (_train("policy=cnn"), "needs camera images"),
+    "train-sac-unsquashed-actor": (_train("algorithm=sac"), "use policy=mlp policy.squash=true"),
     "train-reward-no-critic": (_train("reward=vlm_critic"), "reward.critic_path is empty"),
     "train-reward-missing-critic": (_train("reward=vlm_critic", "reward.critic_path={w}/nowhere"), "does not exist"),
     "train-placement-mode": (_train("placement.mode=magic"), "placement.mode='magic' is unknown"),

@@ -35,14 +35,22 @@ from vlarl.data.trajectory import Trajectory
 CRITIC_INPUTS = ("noise", "action")
 
 
+def steering_problem(policy: Any, cfg: Any) -> str | None:
+    """DSRL steers a frozen model through its initial noise: the policy must decode a chosen noise."""
+    if not callable(getattr(policy, "decode", None)) or getattr(policy, "noise_spec", None) is None:
+        return (f"algorithm={cfg.name} steers the noise of a frozen diffusion policy: use "
+                f"policy=noise_steering policy.base_path=<diffusion policy dir>")
+    return None
+
+
 class DSRLState:
     """``noise``: SAC's state over the noise box (``Q^W``, temperature, replay). With ``critic_input=action``
     also ``action``: the critics ``Q^A`` over the env's action box (its replay and temperature are unused)."""
 
     def __init__(self, policy: Any, cfg: Any, spec: Any):
-        if not callable(getattr(policy, "decode", None)) or getattr(policy, "noise_spec", None) is None:
-            raise ValueError(f"algorithm={cfg.name} steers the noise of a frozen diffusion policy: use "
-                             f"policy=noise_steering policy.base_path=<diffusion policy dir>")
+        problem = steering_problem(policy, cfg)
+        if problem:
+            raise ValueError(problem)
         self.noise = SACState(policy, cfg, policy.noise_spec)
         self.action: SACState | None = None
         if cfg.critic_input == "action":
@@ -183,4 +191,5 @@ def validate_dsrl(alg: Any, num_envs: int) -> str | None:
 
 
 register_algorithm(AlgorithmSpec(name="dsrl", update=dsrl_update, validate=validate_dsrl,
-                                 discount=lambda alg: alg.gamma, make_state=make_dsrl_state))
+                                 discount=lambda alg: alg.gamma, make_state=make_dsrl_state,
+                                 check_policy=steering_problem))

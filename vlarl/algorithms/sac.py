@@ -76,13 +76,21 @@ class QEnsemble(nn.Module):
         return self.out(x)
 
 
+def actor_problem(policy: Any, cfg: Any) -> str | None:
+    """SAC's actor must be tanh-squashed with a reparameterized sample (``Policy.rsample``)."""
+    if not callable(getattr(policy, "rsample", None)) or not getattr(policy, "squash", False):
+        return (f"algorithm={cfg.name} needs a tanh-squashed actor with a reparameterized sample: "
+                f"use policy=mlp policy.squash=true")
+    return None
+
+
 class SACState:
     """What SAC keeps across updates: critics, target critics, temperature, their optimizers, the replay."""
 
     def __init__(self, policy: Any, cfg: Any, spec: Any):
-        if not callable(getattr(policy, "rsample", None)) or not getattr(policy, "squash", False):
-            raise ValueError(f"algorithm={cfg.name} needs a tanh-squashed actor with a reparameterized sample: "
-                             f"use policy=mlp policy.squash=true")
+        problem = actor_problem(policy, cfg)
+        if problem:
+            raise ValueError(problem)
         T, A, D = policy.chunk_size, spec.action_dim, spec.state_dim
         device = next(policy.parameters()).device
         self.support = (HLGaussSupport(cfg.hl_gauss_v_min, cfg.hl_gauss_v_max, cfg.hl_gauss_bins,
@@ -268,4 +276,5 @@ def validate_sac(alg: Any, num_envs: int) -> str | None:
 
 for _name in ("sac", "rlpd"):
     register_algorithm(AlgorithmSpec(name=_name, update=sac_update, validate=validate_sac,
-                                     discount=lambda alg: alg.gamma, make_state=make_sac_state))
+                                     discount=lambda alg: alg.gamma, make_state=make_sac_state,
+                                     check_policy=actor_problem))

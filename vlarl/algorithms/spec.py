@@ -21,7 +21,10 @@ The spec says
 * ``make_state(policy, alg_cfg, policy_spec) -> AlgorithmState`` (optional): what an algorithm keeps in the
   actor across updates (an off-policy replay buffer, Q networks, their optimizers). The actor worker builds
   it once, passes it to every ``update`` as ``state=``, and saves / loads it beside the checkpoint, so a
-  resumed run keeps its replay data.
+  resumed run keeps its replay data;
+* ``check_policy(policy, alg_cfg) -> one line or None`` (optional): a policy this algorithm cannot train (SAC
+  needs a squashed, reparameterized actor), asked at config load of the policy built on the meta device, so
+  the refusal is one line before anything is written rather than an error inside the actor worker.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ class AlgorithmSpec:
     discount: Callable[[Any], float]
     collect: Callable[[Collector, list[dict[str, Any]]], tuple[Any, list[dict[str, Any]], int]] = collect_steps
     fresh_episodes: bool = False
+    check_policy: Callable[[Any, Any], str | None] | None = None
     make_state: Callable[[Any, Any, Any], AlgorithmState] | None = None
 
 

@@ -28,13 +28,14 @@ def probe_spec(env_cfg: Any) -> PolicySpec:
                       task=str(getattr(env_cfg, "task", "")), instruction="probe")
 
 
-def check_policy(policy_cfg: Any, env_cfg: Any) -> str | None:
-    """Build ``policy_cfg`` on the meta device; the family's own refusal (ValueError/KeyError) or None."""
+def check_policy(policy_cfg: Any, env_cfg: Any, alg: Any = None) -> str | None:
+    """Build ``policy_cfg`` on the meta device; the family's own refusal (ValueError/KeyError), then the
+    algorithm's (``AlgorithmSpec.check_policy``: a policy it cannot train), or None."""
     from policies.registry import make_policy
 
     try:
         with torch.device("meta"):
-            make_policy(policy_cfg, probe_spec(env_cfg))
+            policy = make_policy(policy_cfg, probe_spec(env_cfg))
     except (ValueError, KeyError) as e:
         msg = str(e.args[0] if isinstance(e, KeyError) and e.args else e).strip().splitlines()
         return f"policy={policy_cfg.name} refused its config: {msg[0] if msg else type(e).__name__}"
@@ -42,6 +43,12 @@ def check_policy(policy_cfg: Any, env_cfg: Any) -> str | None:
         return f"policy={policy_cfg.name} cannot read a file it needs: {e}; fix the path in policy.*"
     except (RuntimeError, NotImplementedError, TypeError):
         return None  # a family that cannot be built shape-only; its worker still validates it
+    if alg is not None:
+        from vlarl.algorithms.registry import algorithm_spec
+
+        spec = algorithm_spec(alg.name)
+        if spec.check_policy is not None:
+            return spec.check_policy(policy, alg)
     return None
 
 
@@ -109,7 +116,7 @@ def validate_by_construction(cfg: Any) -> str | None:
     for problem in (check_algorithm_ranges(cfg.algorithm), check_optimizer(cfg.algorithm), check_reward(cfg.reward)):
         if problem:
             return problem
-    return check_policy(cfg.policy, cfg.env)
+    return check_policy(cfg.policy, cfg.env, cfg.algorithm)
 
 
 __all__ = ["check_algorithm_ranges", "check_optimizer", "check_policy", "check_reward", "probe_spec",
