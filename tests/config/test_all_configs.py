@@ -22,10 +22,14 @@ COMPANIONS = {
     "env/robosuite_": ["~experiment"],
     "env/franka": ["~experiment", "algorithm.num_minibatches=2"],  # one arm: 50 chunk steps per iteration
     "policy/cnn": ["env=maniskill_pushcube_rgb"],
+    "policy/openvla": ["env=maniskill_pushcube_rgb"],  # OpenVLA and OFT read one camera image by default
     "placement/disaggregated": ["env.num_workers=1"],
     "placement/hybrid": ["env.num_workers=1"],
     "reward/vlm_critic": ["reward.critic_path={tmp}"],
-    "algorithm/rlpd": ["algorithm.demos={tmp}"],  # RLPD mixes demonstrations into every batch
+    # SAC's actor is a squashed, reparameterized MLP; RLPD also mixes demonstrations into every batch
+    "algorithm/sac": ["policy.squash=true"],
+    "algorithm/rlpd": ["algorithm.demos={tmp}", "policy.squash=true"],
+    "algorithm/dsrl": ["policy=noise_steering", "policy.base_path={diffusion}"],
     "experiment/pushcube_mlp_rlpd": ["algorithm.demos={tmp}"],
     # noise steering (DSRL) wraps a saved diffusion policy: {diffusion} is a tiny one written for the test
     "policy/noise_steering": ["policy.base_path={diffusion}"],

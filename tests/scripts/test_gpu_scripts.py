@@ -172,7 +172,7 @@ def test_vla_memory_drives_a_module_through_its_bench_hooks(tmp_path, monkeypatc
     monkeypatch.syspath_prepend(str(tmp_path))
     bench = _script("bench_vla_memory")
     args = bench.argparse.Namespace(tiny=True, time=True, update=True, dtype="float32", device="cpu", batch=3,
-                                    lora_rank=2, grad_ckpt=False, max_gib=1.0)
+                                    lora_rank=2, grad_ckpt=False, max_gib=1.0, skip_chunk=False)
     lora, full = bench.measure(bench.Row("tiny_ar", "tiny_ar_vla", "tiny_ar", "ar"), args)
     assert lora["params"] == 11 * 6 + (6 * 6 + 6) + (6 * 11 + 11) == full["update_trainable"]
     assert lora["mode"] == "lora" and lora["update_trainable"] == 2 * 6 + 6 * 2  # A and B of q_proj's adapter
