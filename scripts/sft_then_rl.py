@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 BIN = Path(sys.executable).parent
-EXPERIMENTS = {"flow_vla": "pushcube_flow_sft_rl", "ar_vla": "pushcube_ar_sft_rl"}
+EXPERIMENTS = {"flow_vla": "pushcube_flow_sft_rl", "ar_vla": "pushcube_ar_sft_rl", "openvla_oft": "pushcube_oft_sft_rl"}
 
 
 def log(msg: str) -> None:
@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-envs", type=int, default=8)
     p.add_argument("--reuse-sft", action="store_true", help="keep the SFT policy + evaluation already in --out")
     p.add_argument("--rl-tag", default="", help="name of this RL run (rl_<tag>/, result_<tag>.json) beside others")
+    p.add_argument("--sft-only", action="store_true", help="stop after the SFT policy and its evaluation "
+                   "(then run RL seeds with --reuse-sft --seed N --rl-tag seedN)")
     args = p.parse_args(argv)
     from scripts.pushcube_expert import EVAL_SEED_START, record_demos
     from vlarl import system_env
@@ -158,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         res["sft_eval"] = evaluate(out / "sft", out / "eval_sft", args, "vlarl-eval (SFT)")
         previous.write_text(json.dumps({k: res[k] for k in ("demos", "sft", "sft_eval")}, indent=2))
     log(f"    SFT success_once = {res['sft_eval']['success_once']:.2f}")
+    if args.sft_only:
+        return 0
     log("4/5 PPO fine-tuning from the SFT policy")
     run_dir = out / (f"rl_{args.rl_tag}" if args.rl_tag else "rl")
     train = [str(BIN / "vlarl-train"), f"experiment={EXPERIMENTS[args.family]}", f"init_from={out / 'sft'}",

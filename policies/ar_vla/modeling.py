@@ -52,6 +52,9 @@ class ARVLAConfig:
     pretrained_path: str | None = None  # exact architectures: an OpenVLA / OpenVLA-OFT folder (HF layout)
     unnorm_key: str | None = None  # dataset statistics entry that un-normalizes the checkpoint's actions
     num_images: int = 0  # exact architectures: cameras fed (0 = OpenVLA 1 / OFT 2 from a checkpoint, else the env's)
+    # exact architectures on an env without cameras: feed this many constant black frames (OpenVLA has no
+    # image mask); OFT then sees the state only through its proprio token
+    empty_cameras: int = 0
     action_head: str = "tokens"  # exact: "tokens" (categorical over the 256 bins) | "l1" (OFT, Gaussian around L1)
     log_std_init: float = -1.0  # action_head=l1: initial log std of the Gaussian (learned per action dim)
     arch: dict = field(default_factory=dict)  # exact: the built architecture (written at build; restores a save)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -69,28 +69,34 @@ class OpenVLAPolicy(ARVLAPolicy):
                              "('tokens'; 'l1' for openvla_oft)")
         stats = proprio = None
         self.tokenizer = None
-        if config.arch:  # restoring a saved policy: the architecture it was built with
-            cfg = OpenVLAConfig(**config.arch)
-            model = (OpenVLAOFT if cfg.parallel else OpenVLA)(cfg)
-        elif config.pretrained_path:
+        restoring = bool(config.arch) and _RESTORE_DIR.get() is not None
+        if config.pretrained_path and not restoring:
+            if config.arch:
+                raise ValueError(f"policy.arch.* ({sorted(config.arch)}) shapes a model built here; a pretrained_path "
+                                 "checkpoint brings its own architecture: drop the policy.arch overrides")
             ckpt = load_openvla(config.pretrained_path, config.unnorm_key, variant=arch,
                                 num_images=config.num_images or None, chunk_size=config.chunk_size)
             model, cfg, stats, proprio = ckpt.model, ckpt.config, ckpt.stats, ckpt.proprio_stats
-        else:
+        else:  # built here (tiny / published size, random weights), or restored from its saved ``arch``
             cfg = (tiny_config if config.size == "tiny" else published_config)(arch)
             cfg.action_dim, cfg.chunk_size = spec.action_dim, config.chunk_size
             cfg.num_images = config.num_images or max(1, len(spec.image_keys))
             cfg.proprio_dim = spec.state_dim if arch == "openvla_oft" and config.use_state else 0
             cfg.action_head = config.action_head
-            model = (OpenVLAOFT if arch == "openvla_oft" else OpenVLA)(cfg)
+            cfg = _with_overrides(cfg, dict(config.arch))
+            model = (OpenVLAOFT if cfg.parallel else OpenVLA)(cfg)
         self.tokenizer = _llama_tokenizer(config.pretrained_path)
         config.arch = asdict(cfg)
         if cfg.action_dim != spec.action_dim or cfg.chunk_size != config.chunk_size and arch == "openvla_oft":
             raise ValueError(f"the {arch} model acts with action_dim={cfg.action_dim}, chunk {cfg.chunk_size}; the env "
                              f"needs action_dim={spec.action_dim}, policy.chunk_size={config.chunk_size}")
-        if len(spec.image_keys) < cfg.num_images:
+        self.blank_cameras = not spec.image_keys and config.empty_cameras > 0
+        if self.blank_cameras and config.empty_cameras != cfg.num_images:
+            raise ValueError(f"policy.empty_cameras={config.empty_cameras} but the {arch} model takes {cfg.num_images} "
+                             f"image(s): set policy.num_images={config.empty_cameras}")
+        if len(spec.image_keys) < cfg.num_images and not self.blank_cameras:
             raise ValueError(f"{arch} takes {cfg.num_images} camera image(s); the env has {list(spec.image_keys)} "
-                             f"(set policy.num_images or env cameras)")
+                             f"(set policy.num_images or env cameras; a state-only env: policy.empty_cameras=1)")
         self.model, self.cfg = model, cfg
         self.n_tokens = cfg.chunk_size * cfg.action_dim
         self.byte_tokenizer = build_byte_tokenizer() if self.tokenizer is None else None
@@ -168,11 +174,15 @@ class OpenVLAPolicy(ARVLAPolicy):
         return ids.to(self.device), mask.to(self.device)
 
     def _inputs(self, obs: dict[str, Any]):
-        keys = list(self.spec.image_keys)[: self.cfg.num_images]
-        missing = [k for k in keys if k not in obs.get("images", {})]
-        if missing:
-            raise KeyError(f"obs['images'] lacks cameras {missing}; the policy was built for image_keys={keys}")
-        ims = [torch.as_tensor(obs["images"][k], device=self.device) for k in keys]
+        if self.blank_cameras:  # a state-only env: constant black frames, the state enters as the proprio token
+            size, batch = self.cfg.image_sizes[0], len(as_float_tensor(obs["state"], self.device))
+            ims = [torch.zeros(batch, size, size, 3, dtype=torch.uint8, device=self.device)] * self.cfg.num_images
+        else:
+            keys = list(self.spec.image_keys)[: self.cfg.num_images]
+            missing = [k for k in keys if k not in obs.get("images", {})]
+            if missing:
+                raise KeyError(f"obs['images'] lacks cameras {missing}; the policy was built for image_keys={keys}")
+            ims = [torch.as_tensor(obs["images"][k], device=self.device) for k in keys]
         pv = torch.cat([pixel_values(im, self.cfg.timm_model_ids, self.cfg.image_sizes[0]) for im in ims], 1)
         ids, mask = self._text(list(obs.get("instruction", [])), pv.shape[0])
         proprio = None
@@ -320,6 +330,18 @@ class OpenVLAPolicy(ARVLAPolicy):
         (d / BACKBONE_CONFIG_NAME).write_text(json.dumps({"architecture": self.config.architecture,
                                                           "openvla": self.config.arch}, indent=2))
         return d
+
+
+def _with_overrides(cfg: OpenVLAConfig, overrides: dict[str, Any]) -> OpenVLAConfig:
+    """``policy.arch`` over a base architecture: top-level fields replaced, ``text_config`` merged key by key
+    (``policy.arch.text_config.hidden_size=64`` widens the tiny Llama); a restored save sets every field."""
+    known = {f.name for f in fields(OpenVLAConfig)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"policy.arch has keys {unknown} that OpenVLAConfig does not know; known: {sorted(known)}")
+    merged = {**asdict(cfg), **overrides}
+    merged["text_config"] = {**cfg.text_config, **dict(overrides.get("text_config", {}))}
+    return OpenVLAConfig(**merged)
 
 
 def _llama_tokenizer(pretrained_path: str | None):

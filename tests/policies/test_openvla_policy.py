@@ -182,3 +182,32 @@ def test_openvla_oft_trains_through_the_runner_and_reloads(tmp_path):
          f"output={tmp_path / 'eval'}"])
     again = json.loads((tmp_path / "eval" / "eval.json").read_text())
     assert again["episodes"] == 4 and again["return"] == pytest.approx(trained["return"], abs=1e-4)
+
+
+def test_state_only_env_feeds_black_frames_and_arch_widens_the_llama(tmp_path):
+    """``empty_cameras=1`` on an env without cameras: the towers see one black frame, the state reaches the
+    model through the proprio token (actions depend on it); ``arch.text_config`` widens the tiny Llama only
+    where set, and the saved policy restores with the same architecture and actions."""
+    spec = PolicySpec(state_dim=6, action_dim=3, action_low=[-1.0] * 3, action_high=[1.0] * 3, instruction="push")
+    pol = _policy(spec, empty_cameras=1, arch={"text_config": {"hidden_size": 16, "intermediate_size": 32}})
+    assert pol.cfg.llm_dim == 16 and pol.cfg.text_config["num_hidden_layers"] == 2  # the rest stays tiny
+    g = torch.Generator().manual_seed(0)
+    obs = {"state": torch.randn(3, 6, generator=g), "images": {}, "instruction": ["push"] * 3}
+    pol.update_normalization(obs)
+    a = pol.act(obs)
+    moved = pol.act({**obs, "state": obs["state"] + 1.0})
+    assert a.shape == (3, 2, 3) and not torch.allclose(a, moved)
+    pol.save_pretrained(tmp_path / "ckpt")
+    back = Policy.from_pretrained(tmp_path / "ckpt")
+    assert back.cfg.llm_dim == 16 and torch.equal(back.act(obs), a)
+
+
+def test_state_only_refusals_name_the_fix():
+    spec = PolicySpec(state_dim=6, action_dim=3, action_low=[-1.0] * 3, action_high=[1.0] * 3)
+    with pytest.raises(ValueError, match="policy.empty_cameras=1"):
+        _policy(spec)
+    with pytest.raises(ValueError, match="does not know"):
+        _policy(spec, empty_cameras=1, arch={"hidden": 3})
+    with pytest.raises(ValueError, match="drop the policy.arch overrides"):
+        _policy(spec, empty_cameras=1, arch={"num_images": 1},
+                pretrained_path=str(FIXTURES / "openvla_oft" / "checkpoint"))
