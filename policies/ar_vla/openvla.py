@@ -54,6 +54,13 @@ class OpenVLAConfig:
     action_dim: int = 7
     proprio_dim: int = 0  # OFT: proprio projector input (LIBERO 8, ALOHA 14); 0 = none
     action_head: str = "tokens"  # "tokens" (LM head on the action ids) | "l1" (OFT's L1-regression MLP)
+    # OFT+: FiLM in every vision block, conditioned on the average language embedding (OpenVLA-OFT only)
+    use_film: bool = False
+
+    def __post_init__(self) -> None:
+        if self.use_film and not self.parallel:
+            raise ValueError("use_film=True (FiLM, OFT+) exists only in OpenVLA-OFT: set parallel=True "
+                             "(architecture openvla_oft) or use_film=False")
 
     @property
     def llm_dim(self) -> int:
@@ -146,7 +153,8 @@ class OpenVLA(nn.Module):
     def __init__(self, config: OpenVLAConfig):
         super().__init__()
         self.config = config
-        self.vision_backbone = PrismaticVisionBackbone(config.timm_model_ids, config.image_sizes, config.num_images)
+        self.vision_backbone = PrismaticVisionBackbone(config.timm_model_ids, config.image_sizes, config.num_images,
+                                                       film_dim=config.llm_dim if config.use_film else 0)
         self.projector = PrismaticProjector(self.vision_backbone.fused, self.vision_backbone.embed_dim, config.llm_dim)
         self.language_model = LlamaForCausalLM(llama_config(config.text_config))
         self.bins = ActionBins(config.base_vocab, config.n_action_bins)
@@ -158,7 +166,7 @@ class OpenVLA(nn.Module):
         ``extra`` [B, k, H] follows the patches (OFT's proprio token). ``attention_mask`` [B, L] (1 = real
         token) marks padding of the prompt; the returned mask covers the whole sequence (None: no padding)."""
         text = self.language_model.get_input_embeddings()(input_ids)
-        patches = self.projector(self.vision_backbone(pixel_values.to(text.dtype)))
+        patches = self.vision_features(pixel_values, text, attention_mask)
         mid = [patches] + ([extra.to(text.dtype)] if extra is not None else [])
         emb = torch.cat([text[:, :1], *mid, text[:, 1:]], 1)
         if attention_mask is None:
@@ -166,6 +174,12 @@ class OpenVLA(nn.Module):
         m = attention_mask.bool()
         ones = m.new_ones(m.shape[0], emb.shape[1] - m.shape[1])
         return emb, torch.cat([m[:, :1], ones, m[:, 1:]], 1)
+
+    def vision_features(self, pixel_values: torch.Tensor, text: torch.Tensor,
+                        attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """Projected patches [B, num_images * N, H]. ``text`` [B, L, H] (the prompt's input embeddings) and its
+        mask condition the towers only under FiLM (``OpenVLAOFT`` overrides this)."""
+        return self.projector(self.vision_backbone(pixel_values.to(text.dtype)))
 
     def logits(self, input_ids: torch.Tensor, pixel_values: torch.Tensor,
                attention_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -12,6 +12,14 @@ adds ``action_head--<step>_checkpoint.pt`` (L1 head) and ``proprio_projector--<s
 (``module.`` prefixes of DDP training are stripped). A folder with an action head loads as OFT (parallel,
 L1); ``variant="openvla_oft"`` without one gives OFT's discrete-token variant. What the files do not record
 (OFT's chunk size and number of images: constants of its training run) comes from the arguments.
+
+OFT+ (FiLM) folders add ``vision_backbone--<step>_checkpoint.pt``: the whole FiLM-wrapped vision backbone as OFT's
+``finetune.py`` saves it (the merged shards' ``vision_backbone.*`` do not hold it), keys
+``vision_backbone.<tower>.blocks.<i>.block.<...>`` plus per-block ``scale`` / ``shift``; when the run used LoRA its
+LoRA'd layers (peft's "all-linear" targets every layer named like a linear one, so also the patch-embedding conv
+``proj``) are ``base_layer`` + ``lora_A/B.default`` and are merged here with OFT's scaling
+``min(r, 16) / r`` (its ``LoraConfig(lora_alpha=min(lora_rank, 16))``). This file replaces the shards' vision
+tensors, as OFT's loader does (``_apply_film_to_vla``).
 """
 
 from __future__ import annotations
@@ -30,7 +38,9 @@ from policies.base import CheckpointError
 from policies.vlm.checkpoint_mapping import read_safetensors_dir
 
 ARCHITECTURE = "OpenVLAForActionPrediction"
-COMPONENTS = {"action_head": "action_head", "proprio_projector": "proprio_projector"}
+COMPONENTS = {"action_head": "action_head", "proprio_projector": "proprio_projector",
+              "vision_backbone": "vision_backbone"}
+FILM_KEY = re.compile(r"\.blocks\.\d+\.(scale|shift)\.")
 
 
 @dataclass
@@ -91,6 +101,37 @@ def _component(path: Path, name: str) -> tuple[Path | None, dict[str, torch.Tens
     return f, {k.removeprefix("module."): v for k, v in state.items()}
 
 
+def _lora_scaling(rank: int) -> float:
+    """OFT trains and deploys LoRA with ``lora_alpha=min(rank, 16)``; peft scales B @ A by alpha / rank."""
+    return min(rank, 16) / rank
+
+
+def _film_vision_backbone(path: Path, file: Path, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """OFT's FiLM-wrapped vision backbone state -> our ``vision_backbone.*`` names, LoRA merged (fp32).
+
+    ``vision_backbone.featurizer.blocks.0.block.attn.qkv.base_layer.weight`` (+ ``lora_A/B.<adapter>.weight``)
+    -> ``vision_backbone.featurizer.blocks.0.attn.qkv.weight``; ``...blocks.0.scale.weight`` keeps its name."""
+    out: dict[str, torch.Tensor] = {}
+    lora: dict[str, dict[str, torch.Tensor]] = {}
+    for key, value in state.items():
+        if not key.startswith("vision_backbone."):
+            raise _fail(path, f"{file.name} has '{key}' outside the FiLM wrapper's 'vision_backbone.'; it is not "
+                              "the vision backbone that OFT's finetune.py saves with use_film")
+        key = re.sub(r"(blocks\.\d+)\.block\.", r"\1.", key)
+        m = re.fullmatch(r"(.+)\.lora_([AB])\.[^.]+\.weight", key)
+        if m:
+            lora.setdefault(m.group(1), {})[m.group(2)] = value.float()
+            continue
+        out[key.replace(".base_layer.", ".")] = value
+    for layer, ab in lora.items():
+        if set(ab) != {"A", "B"} or f"{layer}.weight" not in out:
+            raise _fail(path, f"{file.name}: LoRA layer '{layer}' lacks its base_layer weight or one of lora_A/lora_B")
+        # B [out, r] (a 1x1 conv [out, r, 1, 1] for peft's Conv2d LoRA) times A [r, in] or [r, in, kh, kw]
+        delta = torch.einsum("or,r...->o...", ab["B"].flatten(1), ab["A"])
+        out[f"{layer}.weight"] = out[f"{layer}.weight"].float() + _lora_scaling(ab["A"].shape[0]) * delta
+    return out
+
+
 def _statistics(path: Path, hf: dict, unnorm_key: str | None) -> tuple[str, dict]:
     f = path / "dataset_statistics.json"
     stats = json.loads(f.read_text()) if f.is_file() else hf.get("norm_stats") or {}
@@ -111,12 +152,14 @@ def _statistics(path: Path, hf: dict, unnorm_key: str | None) -> tuple[str, dict
 
 def load_openvla(path: str | Path, unnorm_key: str | None = None, variant: str | None = None,
                  num_images: int | None = None, chunk_size: int = 8, normalization: str = "bounds_q99",
-                 strict: bool = True) -> OpenVLACheckpoint:
+                 strict: bool = True, use_film: bool | None = None) -> OpenVLACheckpoint:
     """An OpenVLA / OpenVLA-OFT folder -> model (fp32, eval) with its statistics; every tensor accounted for.
 
     ``variant``: ``"openvla"`` (autoregressive) | ``"openvla_oft"`` (parallel); default: OFT when the folder
     has an action head. ``num_images`` default 1 (OpenVLA) / 2 (OFT: third-person + wrist). ``chunk_size``
-    (OFT only) is 8 for LIBERO, 25 for ALOHA; ``normalization`` "bounds_q99" (LIBERO, OpenVLA) or "bounds"."""
+    (OFT only) is 8 for LIBERO, 25 for ALOHA; ``normalization`` "bounds_q99" (LIBERO, OpenVLA) or "bounds".
+    ``use_film`` (OFT+): default what the folder holds (FiLM tensors in ``vision_backbone--*_checkpoint.pt``);
+    True or False against what it holds fails in one line."""
     path = Path(path)
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
@@ -128,10 +171,22 @@ def load_openvla(path: str | Path, unnorm_key: str | None = None, variant: str |
                           f"'{ARCHITECTURE}'; load it with its own policy")
     head_file, head_state = _component(path, COMPONENTS["action_head"])
     proprio_file, proprio_state = _component(path, COMPONENTS["proprio_projector"])
-    variant = variant or ("openvla_oft" if head_file or proprio_file else "openvla")
+    vision_file, vision_state = _component(path, COMPONENTS["vision_backbone"])
+    vision_state = _film_vision_backbone(path, vision_file, vision_state) if vision_file else {}
+    has_film = any(FILM_KEY.search(k) for k in vision_state)
+    if use_film is True and not has_film:
+        raise _fail(path, "has no FiLM tensors (no vision_backbone--*_checkpoint.pt with per-block scale/shift): it "
+                          "is not an OFT+ checkpoint; load it with use_film=False")
+    if use_film is False and has_film:
+        raise _fail(path, f"{vision_file.name} holds FiLM (OFT+) tensors (per-block scale/shift); load it with "
+                          "use_film=True (or leave use_film unset: the folder decides)")
+    variant = variant or ("openvla_oft" if head_file or proprio_file or has_film else "openvla")
     if variant not in ("openvla", "openvla_oft"):
         raise _fail(path, f"variant '{variant}' is unknown; choose 'openvla' or 'openvla_oft'")
     oft = variant == "openvla_oft"
+    if has_film and not oft:
+        raise _fail(path, f"{vision_file.name} holds FiLM (OFT+) tensors, which only OpenVLA-OFT reads; load it "
+                          "with variant='openvla_oft'")
     unnorm_key, entry = _statistics(path, hf, unnorm_key)
     action_dim = len(entry["action"]["q01" if "q01" in entry["action"] else "min"])
     config = OpenVLAConfig(
@@ -141,6 +196,7 @@ def load_openvla(path: str | Path, unnorm_key: str | None = None, variant: str |
         num_images=num_images or (2 if oft else 1), parallel=oft, chunk_size=chunk_size if oft else 1,
         action_dim=action_dim, action_head="l1" if oft and head_file else "tokens",
         proprio_dim=int(proprio_state["fc1.weight"].shape[1]) if oft and proprio_state else 0,
+        use_film=has_film,
     )
     if (len(config.timm_model_ids) == 2) != bool(hf.get("use_fused_vision_backbone", True)):
         raise _fail(path, "use_fused_vision_backbone disagrees with the number of timm_model_ids")
@@ -155,6 +211,9 @@ def load_openvla(path: str | Path, unnorm_key: str | None = None, variant: str |
     if oft:
         weights.update({f"action_head.{k}": v for k, v in head_state.items()})
         weights.update({f"proprio_projector.{k}": v for k, v in proprio_state.items()})
+    if vision_state:  # the FiLM run's whole vision backbone replaces the shards' (OFT's loader does the same)
+        weights = {k: v for k, v in weights.items() if not k.startswith("vision_backbone.")}
+        weights.update(vision_state)
     own = model.state_dict()
     report = LoadReport(missing=sorted(set(own) - set(weights)), unused=sorted(set(weights) - set(own)))
     if strict and (report.missing or report.unused):

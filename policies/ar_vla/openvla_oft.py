@@ -14,6 +14,11 @@ non-causal; only padded keys are masked). The hidden state of position ``i - 1``
   an MLP-ResNet (LayerNorm, fc, ReLU, 2 pre-LN residual blocks, LayerNorm, fc) -> [B, T, A] in [-1, 1] units;
 * ``tokens``: the LM head at those positions -> logits over the vocabulary, decoded with OpenVLA's bins.
 
+OFT+ (``use_film``): the vision towers are FiLM-conditioned on the average of the language part of the input
+embeddings - every input position that is not an action position, i.e. the prompt (<s> ... 29871) and the stop
+token, as OFT's ``input_embeddings[~all_actions_mask]`` selects them. The model computes it from ``input_ids``
+itself; padded prompt tokens (``attention_mask`` 0) are left out of the average.
+
 Checked against OFT's own code: ``tests/policies/test_openvla_parity.py``.
 """
 
@@ -101,6 +106,24 @@ class OpenVLAOFT(OpenVLA):
         self.proprio_projector = ProprioProjector(H, config.proprio_dim) if config.proprio_dim else None
         self.action_head = (L1RegressionActionHead(H, config.action_dim, config.chunk_size)
                             if config.action_head == "l1" else None)
+
+    def vision_features(self, pixel_values: torch.Tensor, text: torch.Tensor,
+                        attention_mask: torch.Tensor | None) -> torch.Tensor:
+        if not self.config.use_film:
+            return super().vision_features(pixel_values, text, attention_mask)
+        language = self.film_language(text, attention_mask)
+        return self.projector(self.vision_backbone(pixel_values.to(text.dtype), language))
+
+    def film_language(self, text: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """Prompt embeddings [B, L, H] (+ key mask [B, L]) -> FiLM's language average [B, H] over the prompt and
+        the stop token (the positions OFT counts as language)."""
+        B = text.shape[0]
+        stop = self.language_model.get_input_embeddings()(torch.full((B, 1), STOP_TOKEN, device=text.device))
+        language = torch.cat([text, stop.to(text.dtype)], 1)
+        if attention_mask is None:
+            return language.mean(1)
+        keep = torch.cat([attention_mask.bool(), attention_mask.new_ones(B, 1).bool()], 1)[..., None]
+        return (language * keep).sum(1) / keep.sum(1)
 
     def action_hidden(self, input_ids: torch.Tensor, pixel_values: torch.Tensor, proprio: torch.Tensor | None = None,
                       attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,6 +8,13 @@ attention-pool head are in the checkpoint but not in the computation (kept, so l
 
     pixel_values [B, 6 * num_images, S, S] (per image: DINOv2-normalized RGB, then SigLIP-normalized RGB)
       -> patches [B, num_images * N, D_dino + D_siglip] -> projector -> [B, num_images * N, llm_dim]
+
+FiLM (OpenVLA-OFT+, ``film_dim`` > 0): every block of both towers gets ``scale`` / ``shift`` projections of the
+average language embedding [B, film_dim] and modulates the residual stream between attention and MLP,
+``x <- (1 + scale(lang)) * x + shift(lang)`` (the same gamma / beta for every token: spatially global, as in
+OFT's ``FiLMedVisionTransformerBlock``). The names are OFT's without its wrapper levels:
+``vision_backbone.featurizer.blocks.0.block.attn.qkv`` / ``...blocks.0.scale`` load as
+``featurizer.blocks.0.attn.qkv`` / ``featurizer.blocks.0.scale``.
 """
 
 from __future__ import annotations
@@ -94,16 +101,23 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, spec: ViTSpec):
+    """A pre-norm ViT block; with ``film_dim`` > 0 also OFT's FiLM between its attention and MLP halves."""
+
+    def __init__(self, spec: ViTSpec, film_dim: int = 0):
         super().__init__()
         d = spec.width
         self.norm1, self.norm2 = nn.LayerNorm(d, eps=1e-6), nn.LayerNorm(d, eps=1e-6)
         self.attn, self.mlp = Attention(d, spec.heads), Mlp(d, spec.mlp_hidden)
         self.ls1 = LayerScale(d) if spec.layer_scale else nn.Identity()
         self.ls2 = LayerScale(d) if spec.layer_scale else nn.Identity()
+        # FiLM's gamma and beta from the language average: [B, film_dim] -> [B, width]
+        self.scale = nn.Linear(film_dim, d) if film_dim else None
+        self.shift = nn.Linear(film_dim, d) if film_dim else None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, language: torch.Tensor | None = None) -> torch.Tensor:
         x = x + self.ls1(self.attn(self.norm1(x)))
+        if self.scale is not None:  # "1 +": zero-initialised projections start as the identity
+            x = x * (1 + self.scale(language)[:, None]) + self.shift(language)[:, None]
         return x + self.ls2(self.mlp(self.norm2(x)))
 
 
@@ -130,7 +144,7 @@ class AttentionPool(nn.Module):
 class TimmViT(nn.Module):
     """A timm ``VisionTransformer`` with OpenVLA's feature rule: [B, 3, S, S] -> [B, (S / patch)^2, width]."""
 
-    def __init__(self, spec: ViTSpec, image_size: int):
+    def __init__(self, spec: ViTSpec, image_size: int, film_dim: int = 0):
         super().__init__()
         self.spec = spec
         n = (image_size // spec.patch) ** 2
@@ -140,11 +154,12 @@ class TimmViT(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, spec.width)) if spec.class_token else None
         self.reg_token = nn.Parameter(torch.zeros(1, spec.reg_tokens, spec.width)) if spec.reg_tokens else None
         self.pos_embed = nn.Parameter(torch.zeros(1, n if spec.no_embed_class else n + self.num_prefix, spec.width))
-        self.blocks = nn.ModuleList(Block(spec) for _ in range(spec.depth))
+        self.blocks = nn.ModuleList(Block(spec, film_dim) for _ in range(spec.depth))
         self.norm = nn.LayerNorm(spec.width, eps=1e-6)
         self.attn_pool = AttentionPool(spec) if spec.attn_pool else None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, language: torch.Tensor | None = None) -> torch.Tensor:
+        """``language`` [B, film_dim]: the average language embedding (FiLM towers only)."""
         x = self.patch_embed(x)
         B = x.shape[0]
         prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.reg_token) if t is not None]
@@ -153,20 +168,22 @@ class TimmViT(nn.Module):
         else:
             x = torch.cat([*prefix, x], 1) + self.pos_embed
         for block in self.blocks[: len(self.blocks) - 1]:  # through block depth - 2
-            x = block(x)
+            x = block(x, language)
         return x[:, self.num_prefix :]
 
 
 class PrismaticVisionBackbone(nn.Module):
     """``featurizer`` (DINOv2) and, when fused, ``fused_featurizer`` (SigLIP), concatenated per patch.
 
-    ``num_images`` images are stacked along channels (6 each when fused) and along patches in the output."""
+    ``num_images`` images are stacked along channels (6 each when fused) and along patches in the output.
+    ``film_dim`` > 0 (the LLM width) gives both towers FiLM blocks; ``forward`` then needs the language average."""
 
-    def __init__(self, timm_ids: list[str], image_sizes: list[int], num_images: int = 1):
+    def __init__(self, timm_ids: list[str], image_sizes: list[int], num_images: int = 1, film_dim: int = 0):
         super().__init__()
         self.fused = len(timm_ids) == 2
-        self.featurizer = TimmViT(vit_spec(timm_ids[0]), image_sizes[0])
-        self.fused_featurizer = TimmViT(vit_spec(timm_ids[1]), image_sizes[1]) if self.fused else None
+        self.film = film_dim > 0
+        self.featurizer = TimmViT(vit_spec(timm_ids[0]), image_sizes[0], film_dim)
+        self.fused_featurizer = TimmViT(vit_spec(timm_ids[1]), image_sizes[1], film_dim) if self.fused else None
         self.embed_dim = sum(t.spec.width for t in (self.featurizer, self.fused_featurizer) if t is not None)
         self.num_images = num_images
         self.channels = 6 if self.fused else 3
@@ -176,17 +193,22 @@ class PrismaticVisionBackbone(nn.Module):
         """Patch tokens of all images together."""
         return self.featurizer.num_patches * self.num_images
 
-    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+    def forward(self, pixel_values: torch.Tensor, language: torch.Tensor | None = None) -> torch.Tensor:
+        """``language`` [B, film_dim]: the average language embedding, given exactly when the towers have FiLM."""
+        if self.film != (language is not None):
+            raise ValueError("the vision backbone "
+                             + ("has FiLM and needs the average language embedding" if self.film else
+                                "has no FiLM; pass no language embedding (or build it with use_film=True)"))
         if pixel_values.shape[1] != self.channels * self.num_images:
             raise ValueError(f"pixel_values has {pixel_values.shape[1]} channels; {self.num_images} image(s) of "
                              f"{self.channels} channels each were expected")
         out = []
         for img in pixel_values.split(self.channels, dim=1):
             if not self.fused:
-                out.append(self.featurizer(img))
+                out.append(self.featurizer(img, language))
                 continue
             a, b = img.split(3, dim=1)
-            out.append(torch.cat([self.featurizer(a), self.fused_featurizer(b)], 2))
+            out.append(torch.cat([self.featurizer(a, language), self.fused_featurizer(b, language)], 2))
         return torch.cat(out, 1)
 
 
