@@ -7,9 +7,15 @@
     operator (robots.interventions) may take over                               never waited for
     episode -> <output>/episodes/episode_<n>/  (one LeRobot v3 dataset per episode, moved into place whole)
 
-A killed actor or learner loses no recorded episode: each episode is a dataset of its own, written to a hidden
-partial folder and renamed when complete. ``resume`` reloads every recorded episode into the learner's buffers
-(``read_episode``), the learner's last checkpoint (``learner.pt``, atomic) and the episode counter, and goes on.
+A kill loses no recorded episode. Each episode is a dataset of its own, published whole and fsynced as it ends
+(``robots.recorder.EpisodeFolderRecorder``); ``learner.pt`` (weights, optimizers, counters, RNG) and the
+``policy/`` export are replaced atomically; ``metrics.jsonl`` is appended and fsynced per episode.
+* Kill the actor (this process): the episode in flight is lost (its arm motion stops with the libfranka link),
+  nothing else. ``resume=true`` publishes episodes a kill left staged, sweeps partial ones, reloads every recorded
+  episode into the learner's buffers (those its checkpoint counted refill the buffers only), rebuilds the metrics
+  rows a kill cut off from the episodes themselves, and goes on at the next episode number, seed and stage.
+* Kill the learner (its Ray actor): the actor sees it at its next pull, starts a new learner from ``learner.pt``
+  and the recorded episodes (``LearnerLink``), and the arm goes on; the updates since the last checkpoint are lost.
 
 Robots may import nothing of vlarl or of ``policies`` but ``policies.base``: the dataset writer and reader are
 handed in by the caller (``scripts/train_hil.py`` passes LeRobot v3's), as ``robots.recorder`` does.
@@ -31,10 +37,10 @@ import torch
 
 from robots.franka_env import StepRecord
 from robots.franky_driver import RobotLinkError
-from robots.interventions import InterventionConfig, make_operator
+from robots.interventions import InterventionConfig, ProtocolOperator, make_operator
 from robots.learner import LearnerConfig, make_learner
 from robots.reach_task import HELD_OUT_SEED
-from robots.recorder import LeRobotEpisodeRecorder
+from robots.recorder import EpisodeFolderRecorder, atomic_save, recorded_episodes, sweep_partial_episodes
 from robots.rewards import RewardSourceConfig, make_reward_fn
 
 log = logging.getLogger(__name__)
@@ -58,45 +64,6 @@ class HILConfig:
     reward: RewardSourceConfig = field(default_factory=RewardSourceConfig)
 
 
-class EpisodeFolderRecorder:
-    """One LeRobot v3 dataset per episode under ``<root>/episode_<n>``: ``writer_factory(path)`` makes its writer.
-
-    Keeps the finished episode's steps (``last_steps``, ``last_meta``) for the learner."""
-
-    def __init__(self, root: str | Path, writer_factory: Callable[[Path], Any], first_index: int = 0,
-                 instruction: str = "", final_state: Callable[[], np.ndarray] | None = None):
-        self.root, self.factory, self.index, self.instruction = Path(root), writer_factory, first_index, instruction
-        self.final_state = final_state  # the state after the last step (kept for bootstrapping on resume)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._steps: list[StepRecord] = []
-        self.last_steps: list[StepRecord] = []
-        self.last_meta: dict[str, Any] = {}
-
-    def add_step(self, rec: StepRecord) -> None:
-        self._steps.append(rec)
-
-    def end_episode(self, meta: dict[str, Any]) -> None:
-        steps, self._steps = self._steps, []
-        self.last_steps, self.last_meta = steps, meta
-        if not steps:
-            return
-        rec = LeRobotEpisodeRecorder(self.factory(self.root / f"episode_{self.index:06d}"), self.instruction)
-        rec._steps = steps
-        extra = {} if self.final_state is None else {"final_state": json.dumps(np.asarray(self.final_state()).tolist())}
-        rec.end_episode({**meta, **extra})
-        rec.close()  # the episode's dataset is complete and in place, or absent
-        self.index += 1
-
-    def close(self) -> None:
-        self._steps = []
-
-
-def recorded_episodes(root: str | Path) -> list[Path]:
-    """The complete episode datasets under ``root`` (partial folders of a killed run are skipped)."""
-    root = Path(root)
-    return sorted(p for p in root.glob("episode_*") if p.is_dir()) if root.is_dir() else []
-
-
 def episode_arrays(steps: list[StepRecord], final_state: np.ndarray, terminated: bool) -> dict[str, np.ndarray]:
     """The learner's view of one episode (see ``robots.learner.chunk_transitions``)."""
     return {"state": np.concatenate([s.obs["state"] for s in steps]).astype(np.float32),
@@ -104,6 +71,10 @@ def episode_arrays(steps: list[StepRecord], final_state: np.ndarray, terminated:
             "reward": np.array([s.reward for s in steps], np.float32),
             "intervention": np.array([s.intervened for s in steps], bool),
             "final_state": np.asarray(final_state, np.float32).reshape(-1), "terminated": bool(terminated)}
+
+
+CHECKPOINT = "learner.pt"
+PROCESSES = "processes.json"  # the actor's and the learner's pids, for an operator (or a test) to watch
 
 
 class LearnerHost:
@@ -133,12 +104,16 @@ class LearnerHost:
             else:
                 self._stop.wait(0.05)
 
-    def add_episode(self, episode: dict[str, np.ndarray], train: bool = True) -> int:
+    def pid(self) -> int:
+        return os.getpid()
+
+    def episodes_seen(self) -> int:
+        """Episodes the loaded checkpoint has counted (resume replays those with ``seen=True``)."""
+        return self.learner.episodes
+
+    def add_episode(self, episode: dict[str, np.ndarray], seen: bool = False) -> int:
         with self._lock:
-            n = self.learner.add_episode(episode)
-            if not train:  # replaying recorded episodes on resume: their updates were already made
-                self.learner._credit = 0.0
-            return n
+            return self.learner.add_episode(episode, seen=seen)
 
     def update(self) -> dict[str, float]:
         """Run the owed updates now (in-process mode)."""
@@ -155,11 +130,10 @@ class LearnerHost:
         return v, w, {**self.metrics, "learner/updates": float(self.learner.updates)}
 
     def save(self, path: str) -> None:
+        """The learner's state (weights, optimizers, counters, RNG) as one file, replaced atomically and durably."""
         with self._lock:
             sd = self.learner.state_dict()
-        tmp = f"{path}.tmp-{os.getpid()}"
-        torch.save(sd, tmp)
-        os.replace(tmp, path)
+        atomic_save(lambda tmp: torch.save(sd, tmp), path)
 
     def close(self) -> None:
         self._stop.set()
@@ -198,6 +172,103 @@ def _ready(x: Any) -> bool:
     return True
 
 
+def _actor_died(exc: BaseException) -> bool:
+    try:
+        from ray.exceptions import RayActorError
+    except ImportError:
+        return False
+    return isinstance(exc, RayActorError)
+
+
+class LearnerLink:
+    """The robot-side actor's link to its learner. A learner that dies (its Ray actor killed, its machine lost) is
+    started again from its last checkpoint and the recorded episodes, and the robot goes on: a dead learner costs
+    the updates made since its last checkpoint, never an episode.
+
+    ``history``: the recorded episodes (``read_episode`` of each); the first ``episodes_seen`` of them are already
+    counted in the checkpoint and only refill the buffers."""
+
+    def __init__(self, cfg: HILConfig, policy_dir: str | Path, out: Path,
+                 read_episode: Callable[[Path], dict[str, Any]] | None, history: list[dict[str, Any]]):
+        self.cfg, self.policy_dir, self.out, self.read_episode = cfg, str(policy_dir), out, read_episode
+        self.restarts = 0
+        self._pending: Any = None
+        self._fresh = True  # the next weights pull takes whatever the (new) learner has
+        self.handle = self._start(history)
+
+    def _start(self, history: list[dict[str, Any]]) -> Any:
+        ckpt = self.out / CHECKPOINT
+        args = (self.policy_dir, self.cfg.learner, str(ckpt) if ckpt.is_file() else "")
+        if self.cfg.use_ray:
+            import ray
+
+            if not ray.is_initialized():
+                ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            handle = ray.remote(num_cpus=1, max_restarts=0)(LearnerHost).remote(*args, background=True)
+        else:
+            handle = _Local(LearnerHost(*args, background=False))
+        seen = int(_get(handle.episodes_seen.remote()))
+        for i, ep in enumerate(history):
+            handle.add_episode.remote(ep, i < seen)
+        self.learner_pid = int(_get(handle.pid.remote()))
+        info = {"actor_pid": os.getpid(), "learner_pid": self.learner_pid, "learner_restarts": self.restarts}
+        atomic_save(lambda tmp: tmp.write_text(json.dumps(info)), self.out / PROCESSES)
+        log.info("learner up (pid %d, %d recorded episodes, %d counted in its checkpoint)", self.learner_pid,
+                 len(history), seen)
+        return handle
+
+    def _restart(self, exc: BaseException) -> None:
+        log.error("the learner died (%s); starting it again from %s and the recorded episodes",
+                  str(exc).splitlines()[0] if str(exc) else type(exc).__name__, CHECKPOINT)
+        try:
+            import ray
+
+            ray.kill(self.handle, no_restart=True)
+        except Exception:  # already gone
+            pass
+        history = [self.read_episode(p) for p in recorded_episodes(self.out / "episodes")] if self.read_episode else []
+        self.restarts += 1
+        self.handle, self._pending, self._fresh = self._start(history), None, True
+
+    def call(self, name: str, *args: Any) -> Any:
+        """Call the learner and wait for the answer (restarting it once if it has died)."""
+        try:
+            return _get(getattr(self.handle, name).remote(*args))
+        except Exception as exc:
+            if not _actor_died(exc):
+                raise
+            self._restart(exc)
+            return _get(getattr(self.handle, name).remote(*args))
+
+    def add_episode(self, episode: dict[str, np.ndarray]) -> None:
+        """Hand over a finished (already recorded) episode; not waited for."""
+        self.handle.add_episode.remote(episode)
+
+    def poll_weights(self, version: int) -> tuple[int, dict[str, torch.Tensor] | None, dict[str, float]] | None:
+        """The learner's newest weights if a pull has come back (never waits); None while it is in flight."""
+        if self._pending is None:
+            self._pending = self.handle.weights.remote(-1 if self._fresh else version)
+            self._fresh = False
+        if not _ready(self._pending):
+            return None
+        try:
+            got = _get(self._pending)
+        except Exception as exc:
+            if not _actor_died(exc):
+                raise
+            self._restart(exc)
+            return None
+        self._pending = None
+        return got
+
+    def close(self) -> None:
+        try:
+            _get(self.handle.close.remote())
+        except Exception as exc:
+            if not _actor_died(exc):
+                raise
+
+
 def run_episode(env: Any, policy: Any, seed: int, deterministic: bool) -> tuple[Any, bool]:
     """One episode on the arm: (last ChunkStepResult, terminated)."""
     obs = env.reset(seed=seed)
@@ -210,61 +281,124 @@ def run_episode(env: Any, policy: Any, seed: int, deterministic: bool) -> tuple[
         obs = res.obs
 
 
-def run(cfg: HILConfig, env: Any, policy_dir: str | Path, output: str | Path,
-        writer_factory: Callable[[Path], Any], read_episode: Callable[[Path], dict[str, np.ndarray]] | None = None,
-        resume: bool = False, on_episode: Callable[[dict[str, Any]], None] | None = None,
-        critic: Callable[..., Any] | None = None) -> list[dict[str, Any]]:
-    """Train on ``env`` (a Franka env, ``auto_reset`` off) from the policy at ``policy_dir``; returns the metrics rows.
+def _operator_stopped(env: Any) -> bool:
+    return getattr(env, "last_fault", None) == "operator stop"
 
-    Writes ``<output>/episodes/``, ``<output>/learner.pt``, ``<output>/policy/`` (latest weights) and
-    ``<output>/metrics.jsonl`` (one row per episode: success, return, intervention rate, takeovers, clamps,
-    robot time, policy version; held-out evaluations as rows with ``eval/success``)."""
+
+_ROW_KEYS = ("stage", "policy_version", "success", "episode_len", "intervention_steps", "takeovers", "clamps",
+             "goal_reached", "fault")
+
+
+def episode_row(k: int, meta: dict[str, Any], rewards: np.ndarray, robot_s: float) -> dict[str, Any]:
+    """The metrics row of training episode ``k`` from what its recording holds (``meta``: its episode-table
+    columns; ``rewards [L]``), so a row lost with a killed process is rebuilt from the episode on resume."""
+    row: dict[str, Any] = {"episode": k, **{key: meta[key] for key in _ROW_KEYS if key in meta}}
+    row["success"] = float(row.get("success", 0.0))
+    row["return"] = float(np.sum(rewards))
+    row["intervention_rate"] = float(row.get("intervention_steps", 0)) / max(1, len(rewards))
+    row["robot_minutes"] = robot_s / 60.0
+    return row
+
+
+def _logged_rows(path: Path) -> list[dict[str, Any]]:
+    """The complete rows of ``metrics.jsonl``; a torn last line (a kill mid-write) is cut off the file."""
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if end < len(data):
+        log.warning("%s ends in a torn row (%d bytes); cutting it", path, len(data) - end)
+        with open(path, "r+b") as f:
+            f.truncate(end)
+    return [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+
+
+def _append_row(f: Any, row: dict[str, Any]) -> None:
+    f.write(json.dumps(row) + "\n")
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def check_output(output: str | Path, resume: bool) -> None:
+    """A fresh run must not write into an earlier one (FileExistsError, one line)."""
+    out = Path(output)
+    n = len(recorded_episodes(out / "episodes"))
+    if not resume and (n or (out / CHECKPOINT).exists()):
+        raise FileExistsError(f"output '{out}' already holds a run ({n} episodes); pass resume=true or a new output")
+
+
+def run(cfg: HILConfig, env: Any, policy_dir: str | Path, output: str | Path,
+        writer_factory: Callable[[Path], Any], read_episode: Callable[[Path], dict[str, Any]] | None = None,
+        resume: bool = False, on_episode: Callable[[dict[str, Any]], None] | None = None,
+        critic: Callable[..., Any] | None = None, operator: Any = None) -> list[dict[str, Any]]:
+    """Train on ``env`` (a Franka env, ``auto_reset`` off) from the policy at ``policy_dir``; returns this
+    segment's metrics rows.
+
+    Writes ``<output>/episodes/``, ``<output>/learner.pt``, ``<output>/policy/`` (latest weights, for
+    ``vlarl-deploy``), ``<output>/processes.json`` and ``<output>/metrics.jsonl`` (one row per episode: success,
+    return, intervention rate, takeovers, clamps, robot time, policy version, learner restarts; held-out
+    evaluations as ``eval/success``). ``operator`` replaces the one ``hil.interventions`` describes (a device of
+    your own). An operator stop ends the motion and the run (the episode is recorded, the learner checkpointed);
+    ``resume=True`` goes on."""
     from policies.base import Policy
 
     out = Path(output)
+    check_output(out, resume)
     out.mkdir(parents=True, exist_ok=True)
-    ep_root, ckpt = out / "episodes", out / "learner.pt"
-    done_eps = recorded_episodes(ep_root)
-    if done_eps and not resume:
-        raise FileExistsError(f"'{out}' already holds {len(done_eps)} episodes; pass resume=true or a new output")
-    policy = Policy.from_pretrained(str(out / "policy") if resume and (out / "policy").is_dir() else policy_dir)
-    policy.eval()
-    host_args = (str(policy_dir), cfg.learner, str(ckpt) if resume else "")
-    if cfg.use_ray:
-        import ray
-
-        if not ray.is_initialized():
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-        learner: Any = ray.remote(num_cpus=1)(LearnerHost).remote(*host_args, background=True)
-    else:
-        learner = _Local(LearnerHost(*host_args, background=False))
+    ep_root, ckpt = out / "episodes", out / CHECKPOINT
     if resume:
-        if done_eps and read_episode is None:
-            raise ValueError("resume needs read_episode to reload the recorded episodes into the replay buffers")
-        for p in done_eps:
-            _get(learner.add_episode.remote(read_episode(p), False))
-    rows: list[dict[str, Any]] = []
+        published, swept = sweep_partial_episodes(ep_root)
+        if published or swept:
+            log.warning("resume: %d staged episode(s) published, %d partial one(s) removed", published, swept)
+    done_eps = recorded_episodes(ep_root)
+    if done_eps and read_episode is None:
+        raise ValueError("resume needs read_episode to reload the recorded episodes into the replay buffers")
+    history = [read_episode(p) for p in done_eps] if done_eps else []
     first = len(done_eps)
-    operator = make_operator(cfg.interventions, first_episode=first)
+    robot_s = sum(len(ep["reward"]) for ep in history) / env.cfg.policy_hz
+    metrics_path = out / "metrics.jsonl"
+    logged = {r["episode"] for r in _logged_rows(metrics_path) if "episode" in r}
+    with open(metrics_path, "a") as f:  # rows a killed process did not write, from the episodes themselves
+        acc = 0.0
+        for i, ep in enumerate(history):
+            acc += len(ep["reward"]) / env.cfg.policy_hz
+            if i not in logged:
+                _append_row(f, {**episode_row(i, ep.get("meta", {}), ep["reward"], acc), "rebuilt": True})
+
+    policy = Policy.from_pretrained(str(policy_dir))
+    if ckpt.is_file():  # the learner's last weights (policy/ is an export of the same, for deployment)
+        policy.load_state_dict(torch.load(ckpt, weights_only=False)["policy"])
+    policy.eval()
+    link = LearnerLink(cfg, policy_dir, out, read_episode, history)
+    del history
+    if operator is None:
+        operator = make_operator(cfg.interventions, first_episode=first)
     reward_fn = make_reward_fn(cfg.reward, env, critic)
+    version, seed = -1, 0
+
+    def episode_meta() -> dict[str, Any]:  # stored with each recorded episode (read when its row is rebuilt)
+        return {"stage": getattr(operator, "stage", "none"), "policy_version": version, "seed": seed,
+                "clamps": len(env.safety.clamps), "goal_reached": float(getattr(env, "goal_reached", np.nan))}
+
     recorder = EpisodeFolderRecorder(ep_root, writer_factory, first_index=first, instruction=env.cfg.instruction,
-                                     final_state=lambda: env._obs["state"][0])
+                                     final_state=lambda: env._obs["state"][0], episode_meta=episode_meta)
     env.operator, env.reward_fn, env.recorder = operator, reward_fn, recorder
     env.cfg.auto_reset = False
-    version, pending = -1, learner.weights.remote(-1)
-    robot_s, faults = 0.0, 0
-    metrics_file = open(out / "metrics.jsonl", "a")  # noqa: SIM115 - closed in finally
+    rows: list[dict[str, Any]] = []
+    faults, k = 0, first
+    metrics_file = open(metrics_path, "a")  # noqa: SIM115 - closed in finally
     try:
-        for k in range(first, cfg.episodes):
-            if _ready(pending):  # newest weights, if the learner has published some; never waits
-                v, w, lm = _get(pending)
-                if w is not None:
-                    policy.load_state_dict(w)
-                    version = v
-                pending = learner.weights.remote(version)
+        while k < cfg.episodes:
+            got = link.poll_weights(version)  # the newest weights, if the learner has published some; never waits
+            if got is not None and got[1] is not None:
+                policy.load_state_dict(got[1])
+                version = got[0]
+            seed = cfg.seed * 10_000 + k
+            if isinstance(operator, ProtocolOperator):
+                operator.episode = k - 1  # the stage is a function of the episode number, faults and resumes alike
             try:
-                res, terminated = run_episode(env, policy, cfg.seed * 10_000 + k, deterministic=False)
-            except RobotLinkError as exc:  # e.g. a reflex during the start motion: recover, count, go on
+                res, terminated = run_episode(env, policy, seed, deterministic=False)
+            except RobotLinkError as exc:  # e.g. a reflex during the start motion: recover, count, try k again
                 log.error("episode %d lost to a robot fault (%s); recovering", k, exc)
                 env.recover()
                 faults += 1
@@ -272,50 +406,62 @@ def run(cfg: HILConfig, env: Any, policy_dir: str | Path, output: str | Path,
                     raise
                 continue
             steps = recorder.last_steps
+            stopped = _operator_stopped(env)
+            if not steps:  # nothing executed, nothing recorded
+                if stopped:
+                    break
+                faults += 1
+                if faults > cfg.max_faults:
+                    raise RobotLinkError(f"{faults} episodes ended before their first step")
+                continue
             robot_s += len(steps) / env.cfg.policy_hz
-            ep = episode_arrays(steps, res.final_obs["state"][0], terminated) if steps else None
-            if ep is not None:
-                learner.add_episode.remote(ep)
-                if not cfg.use_ray:
-                    _get(learner.update.remote())
-            row = {"episode": k, "stage": operator.stage if operator else "none", "policy_version": version,
-                   "success": float(res.episode["success_once"][0]), "return": float(res.episode["return"][0]),
-                   "episode_len": len(steps), "intervention_steps": env.intervention_steps,
-                   "takeovers": env.takeovers, "intervention_rate": env.intervention_steps / max(1, len(steps)),
-                   "clamps": len(env.safety.clamps), "goal_reached": float(getattr(env, "goal_reached", np.nan)),
-                   "robot_minutes": robot_s / 60.0, "fault": env.last_fault or ""}
-            if (k + 1) % max(1, cfg.checkpoint_every) == 0 or k + 1 == cfg.episodes:
-                _get(learner.save.remote(str(ckpt)))
-                v, w, lm = _get(learner.weights.remote(-1))
+            link.add_episode(episode_arrays(steps, res.final_obs["state"][0], terminated))
+            if not cfg.use_ray:
+                link.call("update")
+            row = episode_row(k, recorder.last_meta, np.array([s.reward for s in steps]), robot_s)
+            if (k + 1) % max(1, cfg.checkpoint_every) == 0 or k + 1 == cfg.episodes or stopped:
+                link.call("save", str(ckpt))
+                v, w, lm = link.call("weights", -1)
                 if w is not None:
                     policy.load_state_dict(w)
                     version = v
-                    policy.save_pretrained(out / "policy")
+                    atomic_save(policy.save_pretrained, out / "policy")
                 row.update(lm)
-            if cfg.eval_every and ((k + 1) % cfg.eval_every == 0 or k + 1 == cfg.episodes):
+            if not stopped and cfg.eval_every and ((k + 1) % cfg.eval_every == 0 or k + 1 == cfg.episodes):
                 row["eval/success"] = evaluate(env, policy, cfg)
+                stopped = _operator_stopped(env)
+            row["learner_restarts"] = link.restarts
             rows.append(row)
-            metrics_file.write(json.dumps(row) + "\n")
-            metrics_file.flush()
+            _append_row(metrics_file, row)
+            log.info("episode %d: %s", k, row)
+            k += 1
             if on_episode is not None:
                 on_episode(row)
-            log.info("episode %d: %s", k, row)
+            if stopped:
+                log.warning("operator stop: the arm is stopped and the run ends after episode %d; resume=true goes on",
+                            row["episode"])
+                break
             if cfg.robot_minutes and robot_s / 60.0 >= cfg.robot_minutes:
                 break
     finally:
         metrics_file.close()
         env.operator, env.recorder = None, None
-        _get(learner.close.remote())
+        link.close()
     return rows
 
 
 def evaluate(env: Any, policy: Any, cfg: HILConfig) -> float:
-    """Success rate on held-out starts (seeds from ``eval_seed``), operator off, deterministic actions, not recorded."""
+    """Success rate on held-out starts (seeds from ``eval_seed``), operator off, deterministic actions, not recorded.
+    An operator stop ends it (the rate is over the episodes that ran)."""
     saved = env.operator, env.recorder
     env.operator, env.recorder = None, None
+    wins: list[float] = []
     try:
-        wins = [float(run_episode(env, policy, cfg.eval_seed + i, deterministic=True)[0].episode["success_once"][0])
-                for i in range(cfg.eval_episodes)]
+        for i in range(cfg.eval_episodes):
+            res, _ = run_episode(env, policy, cfg.eval_seed + i, deterministic=True)
+            if _operator_stopped(env):
+                break
+            wins.append(float(res.episode["success_once"][0]))
     finally:
         env.operator, env.recorder = saved
     return float(np.mean(wins)) if wins else float("nan")

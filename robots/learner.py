@@ -129,14 +129,20 @@ class AWACLearner:
         self._credit = 0.0  # updates owed by the update-to-data ratio
 
     # -- data ----------------------------------------------------------------------------------------
-    def add_episode(self, episode: dict[str, np.ndarray]) -> int:
-        """Store one episode's chunk transitions; returns how many."""
+    def add_episode(self, episode: dict[str, np.ndarray], seen: bool = False) -> int:
+        """Store one episode's chunk transitions; returns how many.
+
+        ``seen``: the episode is already counted in the loaded checkpoint (resume rebuilds the buffers from the
+        recorded episodes): only the buffers are filled; the normalization statistics, the episode count and the
+        updates owed were saved with the checkpoint and are not counted twice."""
         trans = chunk_transitions(episode, self.chunk, self.cfg.gamma)
         for t in trans:
             args = (t["state"], t["actions"], t["reward"], t["discount"], t["next_state"])
             self.online.add(*args)
             if t["intervened"]:
                 self.demo.add(*args)
+        if seen:
+            return len(trans)
         self.policy.update_normalization({"state": torch.as_tensor(episode["state"])})
         self._credit += self.cfg.updates_per_chunk * len(trans)
         self.episodes += 1
@@ -214,9 +220,12 @@ class AWACLearner:
         return self.version, {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
 
     def state_dict(self) -> dict[str, Any]:
+        """Everything but the buffers, which resume rebuilds from the recorded episodes (``episodes`` says how many
+        of them this state has seen)."""
         return {"policy": self.policy.state_dict(), "q": self.q.state_dict(), "q_target": self.q_target.state_dict(),
                 "q_opt": self.q_opt.state_dict(), "pi_opt": self.pi_opt.state_dict(), "version": self.version,
-                "updates": self.updates, "episodes": self.episodes}
+                "updates": self.updates, "episodes": self.episodes, "credit": self._credit,
+                "rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state()}
 
     def load_state_dict(self, sd: dict[str, Any]) -> None:
         self.policy.load_state_dict(sd["policy"])
@@ -225,6 +234,11 @@ class AWACLearner:
         self.q_opt.load_state_dict(sd["q_opt"])
         self.pi_opt.load_state_dict(sd["pi_opt"])
         self.version, self.updates = int(sd["version"]), int(sd["updates"])
+        self.episodes, self._credit = int(sd.get("episodes", 0)), float(sd.get("credit", 0.0))
+        if "rng" in sd:
+            self.rng.bit_generator.state = sd["rng"]
+        if "torch_rng" in sd:
+            torch.set_rng_state(sd["torch_rng"])
 
 
 LEARNERS = {"awac": AWACLearner}

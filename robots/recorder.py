@@ -9,6 +9,12 @@ policy asked for, ``num_clamps``, ``intervention`` (1 where an operator's action
 and the cameras; per episode ``success``, ``fault``, ``episode_len`` and any other numbers the env reports
 (``intervention_steps``, ``takeovers``).
 
+``EpisodeFolderRecorder`` (the robot learning loop's) writes one LeRobot dataset per episode and publishes it
+durably: the writer finishes it under a hidden staging name, every file and folder in it is fsynced, then one
+``rename`` makes it ``episode_<n>`` and the parent folder is fsynced. So a SIGKILL or a power cut leaves each
+episode either complete under its final name or absent (hidden leftovers are swept by ``sweep_partial_episodes``),
+never half written: a crashed run resumes from exactly the episodes that were published.
+
 HDF5 layout (one file per deployment run)::
 
 Layout (one file per deployment run)::
@@ -27,11 +33,17 @@ Layout (one file per deployment run)::
 from __future__ import annotations
 
 import json
+import logging
+import os
+import shutil
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 
 class HDF5EpisodeRecorder:
@@ -140,6 +152,134 @@ class LeRobotEpisodeRecorder:
         if self._steps:  # an interrupted episode is still worth keeping
             self.end_episode({"fault": "interrupted"})
         if self.episodes:
-            self.writer.close()
+            fsync_tree(self.writer.close())  # durable once close() returns
         else:
             getattr(self.writer, "abort", lambda: None)()
+
+
+# -- durable files and folders ----------------------------------------------------------------------------
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: str | Path) -> None:
+    """fsync every file and folder under ``root`` (and ``root`` itself): its bytes are on disk, not in page cache."""
+    root = Path(root)
+    for d, _, files in os.walk(root):
+        for f in files:
+            _fsync_path(Path(d) / f)
+        _fsync_path(Path(d))
+
+
+def publish(staged: str | Path, final: str | Path) -> Path:
+    """Make the complete ``staged`` file or folder appear as ``final`` in one step, durably (fsync, rename, fsync
+    the parent). A reader sees the old state or the whole new one; after a crash ``final`` is whole or absent (a
+    folder that replaces an older one is absent for the instant between its two renames)."""
+    staged, final = Path(staged), Path(final)
+    if staged.is_dir():
+        fsync_tree(staged)
+    else:
+        _fsync_path(staged)
+    old = None
+    if final.is_dir():  # rename() cannot replace a non-empty folder: move the old one aside first
+        old = final.parent / f".{final.name}.old-{os.getpid()}"
+        os.replace(final, old)
+    os.replace(staged, final)
+    _fsync_path(final.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def atomic_save(write: Callable[[Path], Any], path: str | Path) -> Path:
+    """``write(tmp)`` then ``publish(tmp, path)``: a checkpoint is the previous one or the new one, never a torn
+    file, even when the process is killed mid-write. ``tmp`` is a hidden sibling named after this process."""
+    path = Path(path)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    if tmp.is_dir():
+        shutil.rmtree(tmp)
+    write(tmp)
+    return publish(tmp, path)
+
+
+# -- one dataset per episode (the robot learning loop) ------------------------------------------------------
+EPISODE_GLOB = "episode_*"
+_STAGED = ".staged"
+
+
+def episode_dir(root: str | Path, index: int) -> Path:
+    return Path(root) / f"episode_{index:06d}"
+
+
+def recorded_episodes(root: str | Path) -> list[Path]:
+    """The published episode datasets under ``root``, in order (hidden staging or partial folders are skipped)."""
+    root = Path(root)
+    return sorted(p for p in root.glob(EPISODE_GLOB) if p.is_dir()) if root.is_dir() else []
+
+
+def sweep_partial_episodes(root: str | Path) -> tuple[int, int]:
+    """After a crash: publish episodes that were complete but not yet renamed (staged), delete the partial ones a
+    killed writer left. Returns (published, deleted)."""
+    root = Path(root)
+    published = deleted = 0
+    if not root.is_dir():
+        return 0, 0
+    for p in sorted(root.glob(".*")):
+        name = p.name[1:]
+        if p.is_dir() and name.endswith(_STAGED) and (p / "meta" / "info.json").is_file():
+            final = root / name[: -len(_STAGED)]
+            if not final.exists():
+                publish(p, final)
+                published += 1
+                log.warning("published the complete episode %s that a killed run had staged", final.name)
+                continue
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        deleted += 1
+    return published, deleted
+
+
+class EpisodeFolderRecorder:
+    """One LeRobot v3 dataset per episode under ``<root>/episode_<n>``, published durably (module docstring).
+
+    ``writer_factory(path)`` makes each episode's writer; ``final_state()`` is stored with it (bootstrapping on
+    resume); ``episode_meta()`` adds episode-table columns (the loop's stage, policy version, seed). Keeps the
+    finished episode's steps (``last_steps``, ``last_meta``) for the learner; ``last_path`` is where it went."""
+
+    def __init__(self, root: str | Path, writer_factory: Callable[[Path], Any], first_index: int = 0,
+                 instruction: str = "", final_state: Callable[[], np.ndarray] | None = None,
+                 episode_meta: Callable[[], dict[str, Any]] | None = None):
+        self.root, self.factory, self.index, self.instruction = Path(root), writer_factory, first_index, instruction
+        self.final_state, self.episode_meta = final_state, episode_meta
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._steps: list[Any] = []
+        self.last_steps: list[Any] = []
+        self.last_meta: dict[str, Any] = {}
+        self.last_path: Path | None = None
+
+    def add_step(self, rec: Any) -> None:
+        self._steps.append(rec)
+
+    def end_episode(self, meta: dict[str, Any]) -> None:
+        steps, self._steps = self._steps, []
+        self.last_steps, self.last_meta, self.last_path = steps, meta, None
+        if not steps:
+            return
+        final = episode_dir(self.root, self.index)
+        staged = final.parent / f".{final.name}{_STAGED}"
+        rec = LeRobotEpisodeRecorder(self.factory(staged), self.instruction)
+        rec._steps = steps
+        extra = {} if self.final_state is None else {"final_state": json.dumps(np.asarray(self.final_state()).tolist())}
+        if self.episode_meta is not None:
+            extra.update(self.episode_meta())
+        self.last_meta = {**meta, **extra}
+        rec.end_episode(self.last_meta)
+        rec.writer.close()  # complete under the staging name (the writer moves it there from its partial folder)
+        self.last_path = publish(staged, final)
+        self.index += 1
+
+    def close(self) -> None:
+        self._steps = []

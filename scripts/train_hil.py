@@ -2,12 +2,17 @@
 it may not import itself (the LeRobot v3 writer and reader, the MLP policy family, the VLM critic).
 
     python scripts/train_hil.py output=outputs/hil_reach hil.episodes=200 hil.interventions.device=scripted
-    python scripts/train_hil.py output=outputs/hil_reach resume=true          # after a kill: goes on
+    python scripts/train_hil.py output=outputs/hil_reach resume=true          # after a kill or a stop: goes on
     python scripts/train_hil.py env.franky.ip=<FCI address> env.franky.realtime=enforce \
         hil.interventions.device=keyboard hil.reward.source=operator_key     # a real arm, a human operator
 
 Keys: ``env.*`` = robots.reach_task.FrankaReachConfig, ``hil.*`` = robots.hil.HILConfig; ``policy_dir`` starts
 from a saved policy (else a fresh MLP with ``chunk_size`` / ``init_log_std``). Bad input: one line, exit 2.
+
+Operator stop (``operator_stop=true``): a line ``s``, ``q`` or an empty line on stdin (with the keyboard device:
+its ``x`` key) stops the arm at once and ends the run after recording the episode; ``resume=true`` goes on. Set
+``operator_stop=false`` for a run without a terminal of its own (an interactive shell's background job that reads
+stdin is stopped by the terminal).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ class TrainHILConfig:
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     output: str = "outputs/hil"
     resume: bool = False
+    operator_stop: bool = True  # stdin (or the keyboard device's x) stops the arm and ends the run
     video_codec: str = "h264"
 
 
@@ -89,7 +95,7 @@ def read_episode(path: Path) -> dict[str, np.ndarray]:
     return {"state": ep.state, "action": ep.actions, "reward": col["next.reward"].reshape(-1),
             "intervention": col["intervention"].reshape(-1) > 0.5,
             "final_state": np.asarray(json.loads(ep.meta["final_state"]), np.float32),
-            "terminated": bool(ep.meta.get("success", False))}
+            "terminated": bool(ep.meta.get("success", False)), "meta": dict(ep.meta)}
 
 
 def load_critic(path: str):
@@ -99,10 +105,22 @@ def load_critic(path: str):
     return critic.score
 
 
+def operator_stop(cfg: TrainHILConfig):
+    """The env's operator stop: stdin lines, or (keyboard device, which owns stdin) only its ``x`` key."""
+    import io
+
+    from robots.safety import OperatorStop
+
+    if not cfg.operator_stop:
+        return None
+    return OperatorStop(io.StringIO() if cfg.hil.interventions.device == "keyboard" else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
 
     from robots.franky_driver import RobotLinkError
+    from robots.hil import check_output
     from robots.reach_task import FrankaReachEnv
 
     torch.set_num_threads(1)
@@ -110,8 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("robots.safety").setLevel(logging.ERROR)  # clamps are counted per episode instead
     try:
         cfg = load_config(list(sys.argv[1:] if argv is None else argv))
+        check_output(cfg.output, cfg.resume)
         critic = load_critic(cfg.hil.reward.critic_path) if cfg.hil.reward.source == "critic" else None
-        env = FrankaReachEnv(cfg.env)
+        env = FrankaReachEnv(cfg.env, operator_stop=operator_stop(cfg))
     except (ValueError, OSError, RobotLinkError, ImportError) as exc:
         print(f"train_hil: error: {str(exc).strip().splitlines()[0]}", file=sys.stderr)
         return 2
@@ -125,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     print("episode  robot_min  heldout_success")
     for e, m, s in evals:
         print(f"{e:7d}  {m:9.2f}  {s:15.2f}")
+    if rows and rows[-1].get("fault") == "operator stop":
+        print(f"stopped by the operator after episode {rows[-1]['episode']}; resume=true goes on")
     return 0
 
 

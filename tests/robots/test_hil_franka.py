@@ -4,6 +4,7 @@ are recorded and flagged, the reward sources, and a killed run resumes without l
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -200,6 +201,66 @@ def test_reward_sources_operator_key_classifier_and_critic(franky_sim, tmp_path)
         prog, _ = critic.score(torch.from_numpy(np.concatenate(frames[:2])), torch.from_numpy(np.concatenate(frames[1:3])),
                                [cfg.instruction] * 2)
         np.testing.assert_allclose(res.rewards[0, :2].numpy(), prog.numpy(), atol=1e-5)
+    finally:
+        env.close()
+
+
+class StopInEpisode(ProtocolOperator):
+    """The scripted operator under the graded protocol, plus an operator-stop press at control step ``k`` of
+    training episode ``episode`` (an event in the loop, no clock); counts what had reached the arm by then."""
+
+    def __init__(self, cfg, episode, k):
+        super().__init__(cfg, make_operator(cfg).device)
+        self.stop_episode, self.k, self.calls, self.sent_at_press = episode, k, 0, None
+
+    def act(self, reading, policy_action):
+        if self.episode == self.stop_episode:
+            if self.calls == self.k:
+                self.env.operator_stop.trigger()
+                self.sent_at_press = len(self.env.driver.sent)
+            self.calls += 1
+        return super().act(reading, policy_action)
+
+    def on_reset(self, env):
+        self.env = env
+        super().on_reset(env)
+
+
+def test_training_loop_sends_only_safety_filtered_commands_and_an_operator_stop_ends_it(franky_sim, tmp_path):
+    """Through ``robots.hil.run`` (the training loop, not a hand-written episode loop): every command that reached
+    the arm came out of the safety layer (count and identity), for start motions, operator takeovers and policy
+    actions alike; an operator stop in episode 2 sends no further control step, stops the tracker, leaves the arm
+    at rest within the watchdog period, ends the run with the episode recorded and checkpointed; resume goes on."""
+    cfg = _cfg()
+    cfg.safety.watchdog_timeout = 0.5
+    hil = HILConfig(episodes=5, eval_every=0, use_ray=False, checkpoint_every=10,
+                    learner=LearnerConfig(batch_size=8, min_buffer=2, hidden=[32], updates_per_chunk=1.0),
+                    interventions=InterventionConfig(device="scripted", protocol="graded", graded_episodes=[1, 1]))
+    env = FrankaReachEnv(cfg, driver=SpyDriver(FrankyDriver(cfg.franky)), operator_stop=OperatorStop(io.StringIO()))
+    produced = _spy_safety(env)
+    out, pol = tmp_path / "run", _policy_dir(tmp_path)
+    writer = lambda p: LeRobotDatasetWriter(p, fps=20)  # noqa: E731
+    op = StopInEpisode(hil.interventions, episode=2, k=5)
+    try:
+        rows = run(hil, env, pol, out, writer, read_episode, operator=op)
+        # filtered vs sent: one command per safety-layer output, the same objects, nothing else
+        assert len(env.driver.sent) == len(produced) > 0
+        assert all(a is b for a, b in zip(env.driver.sent, produced, strict=True))
+        assert len(produced) == env.start_commands + sum(r["episode_len"] for r in rows)
+        assert rows[0]["intervention_steps"] == rows[0]["episode_len"] and rows[1]["intervention_steps"] > 0
+        # the stop: the step in progress at the press went out, no step after it, the run ended there
+        assert [r["episode"] for r in rows] == [0, 1, 2] and rows[-1]["fault"] == "operator stop"
+        after = len(env.driver.sent) - op.sent_at_press
+        assert after == 1 and rows[-1]["episode_len"] == op.k + 1
+        assert not env.driver.tracking and not env.driver.robot.is_in_control
+        time.sleep(cfg.safety.watchdog_timeout)  # one watchdog period for the stop's ramp (not a timing assertion)
+        assert np.abs(env.driver.read().dq).max() < 0.05
+        eps = recorded_episodes(out / "episodes")
+        assert len(eps) == 3 and read_episode(eps[2])["meta"]["fault"] == "operator stop"
+        assert torch.load(out / "learner.pt", weights_only=False)["episodes"] == 3  # checkpointed at the stop
+        rows2 = run(hil, env, pol, out, writer, read_episode, resume=True)
+        assert [r["episode"] for r in rows2] == [3, 4] and rows2[0]["stage"] == "guided_exploration"
+        assert len(env.driver.sent) == len(produced)  # resumed episodes went through the safety layer too
     finally:
         env.close()
 
