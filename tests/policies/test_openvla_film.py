@@ -204,3 +204,17 @@ def test_film_file_with_a_missing_tensor_or_half_a_lora_pair_is_named(copy_film)
     del state["vision_backbone.featurizer.blocks.0.block.mlp.fc2.lora_B.default.weight"]
     torch.save(state, f)
     _one_line(copy_film, "LoRA layer 'vision_backbone.featurizer.blocks.0.mlp.fc2'")
+
+
+@pytest.mark.slow
+def test_film_policy_exports_match_eager(tmp_path):
+    """vlarl-export's three formats carry the in-graph language average and FiLM (within 1e-4 of eager)."""
+    from vlarl.export import export_checkpoint
+
+    spec = PolicySpec(state_dim=5, action_dim=3, action_low=[-1.0] * 3, action_high=[1.0] * 3, image_keys=["base"],
+                      image_size=[32, 32], instruction="push the cube")
+    make_policy(ARVLAConfig(architecture="openvla_oft", action_head="l1", chunk_size=2, arch={"use_film": True}),
+                spec).save_pretrained(tmp_path / "ckpt")
+    manifest = export_checkpoint(tmp_path / "ckpt", tmp_path / "export", instruction="push the cube", atol=1e-4)
+    for fmt in ("onnx", "torch_export", "hf"):
+        assert max(manifest["formats"][fmt]["max_abs_err"].values()) <= 1e-4
