@@ -1,8 +1,9 @@
 """ManiSkill3 behind the batched chunk-aware env interface.
 
 CPU backend (``sim_backend="cpu"``): ManiSkill simulates one scene per process-local env, so one
-``ManiSkillEnv`` holds ``num_envs`` single-scene envs and steps them in turn; vectorization across
-cores comes from running several env workers. Everything returned is a CPU torch tensor.
+``ManiSkillEnv`` holds ``num_envs`` single-scene envs and steps them in turn on the shared chunk loop of
+``simulators.serial``; vectorization across cores comes from running several env workers. Everything
+returned is a CPU torch tensor.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 
 from simulators.assets import load_json
-from simulators.base import BatchedEnv, ChunkStepResult, EnvError, EnvSpec, Obs
+from simulators.base import EnvError, EnvSpec
 from simulators.maniskill_tasks import (  # noqa: F401  (INSTRUCTIONS, check_task: re-exported)
     INSTRUCTIONS,
     _asset_paths,
@@ -31,7 +32,7 @@ from simulators.maniskill_tasks import (  # noqa: F401  (INSTRUCTIONS, check_tas
     missing_assets,
 )
 from simulators.registry import EnvConfig, register_env, register_suites
-from simulators.serial import SimulatorCrash
+from simulators.serial import SceneObs, SceneStep, SerialBatchedEnv
 
 
 @dataclass
@@ -62,7 +63,15 @@ register_suites("maniskill", load_json("tasks/maniskill_suites.json"))
 
 
 @register_env("maniskill", ManiSkillConfig)
-class ManiSkillEnv(BatchedEnv):
+class ManiSkillEnv(SerialBatchedEnv):
+    """ManiSkill's CPU backend on the shared chunk loop (``simulators.serial``): this class says how to
+    reset, step and observe one scene; the loop, auto-reset, metrics and action checks are serial's."""
+
+    #: auto-resets pass no seed, as this adapter always did: ManiSkill then draws the episode from torch's
+    #: global RNG (not reproducible across processes), while stride seeds s + 1_000_003 k could reach the
+    #: held-out evaluation seeds (1_000_000 and up)
+    seed_auto_resets = False
+
     @staticmethod
     def validate_config(cfg: ManiSkillConfig) -> None:
         """Start-up checks (before a run directory is made): task id, observation mode, backend."""
@@ -82,6 +91,8 @@ class ManiSkillEnv(BatchedEnv):
         self.num_envs = num_envs
         self.worker_index = worker_index
         self.instruction = instruction_for(cfg.task)
+        self.instructions = [self.instruction] * num_envs
+        self.ignore_terminations = cfg.ignore_terminations
         kwargs = make_kwargs(cfg, sim_backend="cpu", num_envs=1, render=render)
         self._render = render
         self.envs = []
@@ -108,179 +119,70 @@ class ManiSkillEnv(BatchedEnv):
             raise EnvError(f"env.critic_camera='{cfg.critic_camera}' is not a camera of ManiSkill task '{cfg.task}'; "
                            f"its cameras are {list(e0.unwrapped.scene.sensors)}")
         self.spec = EnvSpec(
-            state_dim=int(first["state"].shape[-1]),
+            state_dim=int(first.state.shape[-1]),
             action_dim=int(low.shape[0]),
             action_low=low,
             action_high=high,
-            image_keys=tuple(first["images"].keys()),
+            image_keys=tuple(first.images.keys()),
             image_size=(cfg.image_size, cfg.image_size) if cfg.obs_mode == "rgb" else None,
             max_episode_steps=self.max_episode_steps,
             task=cfg.task,
             instruction=self.instruction,
         )
-        self._low = torch.from_numpy(low)
-        self._high = torch.from_numpy(high)
-        self._reset_state_ids: list[int] | None = None
-        self._seeds: list[int | None] = [None] * num_envs
-        self._obs: list[dict[str, torch.Tensor]] = []
-        self._ret = torch.zeros(num_envs)
-        self._len = torch.zeros(num_envs, dtype=torch.long)
-        self._succ_once = torch.zeros(num_envs, dtype=torch.bool)
+        self._init_batch()
 
-    # -- observation conversion -------------------------------------------------------------
-    def _convert(self, obs: Any) -> dict[str, Any]:
-        """ManiSkill obs of one env (batch 1) -> {"state": [1, D], "images": {name: [1,H,W,3]}}."""
+    # -- one scene --------------------------------------------------------------------------------
+    def _convert(self, obs: Any) -> SceneObs:
+        """ManiSkill obs of one env (batch 1, CPU tensors) -> ``SceneObs`` (numpy views, no copy)."""
         if isinstance(obs, dict) and self._camera_slices is not None:
-            state = obs["state"].float().reshape(1, -1)
+            state = obs["state"].float().reshape(-1)
             hw = obs["rgb"].shape[-3:-1]
-            images = {k: obs["rgb"][..., sl].to(torch.uint8).reshape(1, *hw, 3) for k, sl in self._camera_slices.items()}
+            images = {k: obs["rgb"][..., sl].to(torch.uint8).reshape(*hw, 3).numpy()
+                      for k, sl in self._camera_slices.items()}
         elif isinstance(obs, dict):
-            state = obs["state"].float().reshape(1, -1)
-            images = {"base_camera": obs["rgb"][..., :3].to(torch.uint8).reshape(1, *obs["rgb"].shape[-3:-1], 3)}
+            state = obs["state"].float().reshape(-1)
+            images = {"base_camera": obs["rgb"][..., :3].to(torch.uint8).reshape(*obs["rgb"].shape[-3:-1], 3).numpy()}
         else:
-            state = obs.float().reshape(1, -1)
+            state = obs.float().reshape(-1)
             images = {}
-        return {"state": state, "images": images}
+        return SceneObs(state=state.numpy(), images=images)
 
-    def _stack(self, per_env: list[dict[str, Any]]) -> Obs:
-        images = {}
-        if per_env and per_env[0]["images"]:
-            for k in per_env[0]["images"]:
-                images[k] = torch.cat([o["images"][k] for o in per_env]).contiguous()
-        return {
-            "state": torch.cat([o["state"] for o in per_env]).contiguous(),
-            "images": images,
-            "instruction": [self.instruction] * len(per_env),
-        }
+    def reset_scene(self, i: int, seed: int | None, state_id: int | None) -> SceneObs:
+        """A pinned reset-state id is the seed of that state; without one, ``seed`` (None: ManiSkill's RNG)."""
+        if state_id is not None:
+            self._seeds[i] = state_id  # the seed ManiSkill got, named in crash reports
+        obs, _ = self.envs[i].reset(seed=state_id if state_id is not None else seed)
+        return self._critic_frame(i, self._convert(obs))
 
-    def _sim(self, what: str, i: int, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """A ManiSkill call for env ``i``; a failure is re-raised naming the env, task, seed and state id,
-        so a crashed env worker's report (Ray forwards the message) says which episode broke."""
-        try:
-            return fn(*args, **kwargs)
-        except Exception as e:
-            sid = None if self._reset_state_ids is None else self._reset_state_ids[i]
-            raise SimulatorCrash(
-                f"ManiSkillEnv env {i} (worker {self.worker_index}, task '{self.cfg.task}', seed {self._seeds[i]}, "
-                f"reset_state_id {sid}) crashed in {what}: {type(e).__name__}: {e}"
-            ) from e
+    def step_scene(self, i: int, action: np.ndarray) -> SceneStep:
+        """One ManiSkill step; its raw observation is converted once per chunk (``scene_obs``): per-step
+        conversion costs more than a PushCube physics step (scripts/bench_envs.py: vlarl / plain)."""
+        raw, r, term, trunc, info = self.envs[i].step(torch.from_numpy(action[None]))
+        success = bool(info["success"].reshape(-1)[0]) if "success" in info else False
+        return SceneStep(obs=raw, reward=float(r.reshape(-1)[0]), terminated=bool(term.reshape(-1)[0]),
+                         success=success, truncated=bool(trunc.reshape(-1)[0]))
 
-    # -- interface ------------------------------------------------------------------------------
-    def reset(self, seed: int | list[int] | None = None, reset_state_ids: list[int] | None = None) -> Obs:
-        if reset_state_ids is not None and len(reset_state_ids) != self.num_envs:
-            raise EnvError(f"reset_state_ids has {len(reset_state_ids)} ids for {self.num_envs} envs")
-        self._reset_state_ids = list(reset_state_ids) if reset_state_ids is not None else None
-        if isinstance(seed, int):
-            seeds: list[int | None] = [seed + i for i in range(self.num_envs)]
-        elif seed is None:
-            seeds = [None] * self.num_envs
-        else:
-            if len(seed) != self.num_envs:
-                raise EnvError(f"got {len(seed)} seeds for {self.num_envs} envs")
-            seeds = list(seed)
-        self._seeds = list(seeds)
-        self._obs = []
-        for i, env in enumerate(self.envs):
-            s = self._reset_state_ids[i] if self._reset_state_ids is not None else seeds[i]
-            self._seeds[i] = s  # the seed ManiSkill got (a reset-state id is the seed of that state)
-            obs, _ = self._sim("reset", i, env.reset, seed=s)
-            self._obs.append(self._critic_frame(env, self._convert(obs)))
-        self._ret.zero_()
-        self._len.zero_()
-        self._succ_once.zero_()
-        return self._stack(self._obs)
+    def scene_obs(self, i: int, raw: Any) -> SceneObs:
+        return self._critic_frame(i, self._convert(raw))
 
-    def chunk_step(self, actions: torch.Tensor | np.ndarray) -> ChunkStepResult:
-        actions = torch.as_tensor(actions, dtype=torch.float32)
-        if actions.ndim != 3 or actions.shape[0] != self.num_envs or actions.shape[2] != self.spec.action_dim:
-            raise EnvError(
-                f"chunk_step expects actions [B={self.num_envs}, chunk, action_dim={self.spec.action_dim}], "
-                f"got {tuple(actions.shape)}"
-            )
-        if not bool(torch.isfinite(actions).all()):
-            bad = (~torch.isfinite(actions)).nonzero()[0].tolist()
-            raise EnvError(
-                f"chunk_step got a non-finite action (NaN/inf) at [env, step, dim]={bad}; check the policy's "
-                "output and its action normalization stats"
-            )
-        actions = torch.maximum(torch.minimum(actions, self._high), self._low)
-        B, T, _ = actions.shape
-        rewards = torch.zeros(B, T)
-        terminated = torch.zeros(B, T, dtype=torch.bool)
-        truncated = torch.zeros(B, T, dtype=torch.bool)
-        step_mask = torch.zeros(B, T, dtype=torch.bool)
-        success = torch.zeros(B, T, dtype=torch.bool)
-        done = torch.zeros(B, dtype=torch.bool)
-        nan = torch.full((B,), float("nan"))
-        episode = {k: nan.clone() for k in ("success_once", "success_at_end", "return", "episode_len")}
-        final_obs: list[dict[str, Any]] = list(self._obs)
-        for i, env in enumerate(self.envs):
-            # Python scalars inside the step loop, tensors once per chunk: per-step tensor indexing and
-            # observation conversion cost more than a PushCube physics step (bench_envs: vlarl / plain)
-            ret, length, succ_once = float(self._ret[i]), int(self._len[i]), bool(self._succ_once[i])
-            rs, ss, raw = [], [], None
-            for t in range(T):
-                raw, r, term, trunc, info = self._sim("step", i, env.step, actions[i : i + 1, t])
-                r_f = float(r.reshape(-1)[0])
-                s = bool(info["success"].reshape(-1)[0]) if "success" in info else False
-                rs.append(r_f)
-                ss.append(s)
-                ret += r_f
-                length += 1
-                succ_once |= s
-                term_b = bool(term.reshape(-1)[0]) and not self.cfg.ignore_terminations
-                trunc_b = bool(trunc.reshape(-1)[0]) or (self.max_episode_steps > 0 and length >= self.max_episode_steps)
-                if term_b or trunc_b:
-                    terminated[i, t] = term_b
-                    truncated[i, t] = trunc_b and not term_b
-                    done[i] = True
-                    episode["success_once"][i] = float(succ_once)
-                    episode["success_at_end"][i] = float(s)
-                    episode["return"][i] = ret
-                    episode["episode_len"][i] = float(length)
-                    break
-            n = len(rs)
-            step_mask[i, :n] = True
-            rewards[i, :n] = torch.tensor(rs)
-            success[i, :n] = torch.tensor(ss)
-            self._ret[i], self._len[i], self._succ_once[i] = ret, length, succ_once
-            if raw is not None:
-                self._obs[i] = self._convert(raw)
-            final_obs[i] = self._obs[i] = self._critic_frame(env, self._obs[i])
-            if done[i]:
-                seed = self._reset_state_ids[i] if self._reset_state_ids is not None else None
-                obs, _ = self._sim("auto-reset", i, env.reset, seed=seed)
-                self._obs[i] = self._critic_frame(env, self._convert(obs))
-                self._ret[i] = 0.0
-                self._len[i] = 0
-                self._succ_once[i] = False
-        return ChunkStepResult(
-            obs=self._stack(self._obs),
-            rewards=rewards,
-            terminated=terminated,
-            truncated=truncated,
-            step_mask=step_mask,
-            final_obs=self._stack(final_obs) if bool(done.any()) else None,
-            done=done,
-            episode=episode,
-            success=success,
-        )
-
-    def _critic_frame(self, env: Any, obs: dict[str, Any]) -> dict[str, Any]:
-        """Add ``cfg.critic_camera``'s RGB frame (uint8 [1, H, W, 3]) to one env's obs (see ManiSkillConfig)."""
+    def _critic_frame(self, i: int, obs: SceneObs) -> SceneObs:
+        """Add ``cfg.critic_camera``'s RGB frame (uint8 [H, W, 3]) to scene ``i``'s obs (see ManiSkillConfig)."""
         cam = self.cfg.critic_camera
-        if not cam or cam in obs["images"]:
+        if not cam or cam in obs.images:
             return obs
-        u = env.unwrapped
+        u = self.envs[i].unwrapped
         for actor in u._hidden_objects:  # as ManiSkill's own sensor observations do
             actor.hide_visual()
         u.scene.update_render(update_sensors=True, update_human_render_cameras=False)
         sensor = u.scene.sensors[cam]
         sensor.capture()
         rgb = sensor.get_obs(rgb=True, depth=False, position=False, segmentation=False)["rgb"]
-        return {**obs, "images": {**obs["images"], cam: rgb[..., :3].to(torch.uint8).reshape(1, *rgb.shape[-3:-1], 3)}}
+        frame = rgb[..., :3].to(torch.uint8).reshape(*rgb.shape[-3:-1], 3).numpy()
+        return SceneObs(state=obs.state, images={**obs.images, cam: frame})
 
     def render(self) -> np.ndarray | None:
+        """One human-camera frame per env (videos get a frame per chunk: a ManiSkill render costs more
+        than the chunk's steps)."""
         if not self._render:
             return None
         frames = []

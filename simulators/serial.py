@@ -1,4 +1,4 @@
-"""Shared chunk machinery for simulators that step one scene at a time (LIBERO, robosuite, ...).
+"""The one chunk loop of the simulators that step one scene at a time (CPU ManiSkill, LIBERO, robosuite).
 
 A simulator adapter only says how to build, reset and step *one* scene (``SceneStep``); this module
 does everything the batched interface promises, once: action checks (shape, NaN), clipping, the
@@ -34,12 +34,14 @@ class SceneObs:
 
 @dataclass
 class SceneStep:
-    """What one scene's ``step_scene`` returns."""
+    """What one scene's ``step_scene`` returns. ``obs`` is a ``SceneObs``, or the simulator's raw
+    observation when it overrides ``scene_obs`` (converted once per chunk, see there)."""
 
-    obs: SceneObs
+    obs: Any
     reward: float
     terminated: bool  # the task ended (success, or a failure the task defines)
     success: bool
+    truncated: bool = False  # the simulator's own time limit ended the episode (besides max_episode_steps)
 
 
 def check_actions(actions: torch.Tensor | np.ndarray, num_envs: int, action_dim: int) -> torch.Tensor:
@@ -87,6 +89,10 @@ class SerialBatchedEnv(BatchedEnv):
     max_episode_steps: int
     instructions: list[str]
     ignore_terminations: bool = False
+    #: True: an auto-reset of a seeded env passes seed + AUTO_RESET_SEED_STRIDE * episode (reproducible).
+    #: False: it passes no seed and the simulator draws the next episode itself. A pinned reset-state id
+    #: is passed again either way.
+    seed_auto_resets: bool = True
     # Called as ``step_callback(env_index, chunk_step_index)`` after every control step (video
     # recording uses it to grab per-step frames through ``render_scene``).
     step_callback: Any = None
@@ -99,6 +105,12 @@ class SerialBatchedEnv(BatchedEnv):
     @abc.abstractmethod
     def step_scene(self, i: int, action: np.ndarray) -> SceneStep:
         """Apply ``action: float32 [action_dim]`` (already clipped to the action box) to scene ``i``."""
+
+    def scene_obs(self, i: int, raw: Any) -> SceneObs:
+        """Scene ``i``'s ``SceneObs`` from the ``obs`` of its last ``step_scene`` in a chunk. Called once per
+        chunk, not per step: a simulator whose conversion costs more than a physics step returns its raw
+        observation from ``step_scene`` and converts here. Default: ``raw`` already is a ``SceneObs``."""
+        return raw
 
     def render_scene(self, i: int, camera: str | None = None) -> np.ndarray | None:
         """uint8 [H, W, 3] frame of scene ``i`` now: the video camera when built with ``render=True``,
@@ -121,10 +133,10 @@ class SerialBatchedEnv(BatchedEnv):
         except Exception as e:
             sid = None if self._state_ids is None else self._state_ids[i]
             raise SimulatorCrash(
-                f"{type(self).__name__} env {i} (worker {getattr(self, 'worker_index', 0)}, task "
-                f"'{self.spec.task if hasattr(self, 'spec') else '?'}', instruction '{self.instructions[i]}', "
-                f"seed {self._seeds[i]}, reset_state_id {sid}, episode {self._episode_count[i]}) crashed in "
-                f"{what}: {type(e).__name__}: {e}"
+                f"{type(self).__name__} env {i} (worker {getattr(self, 'worker_index', 0)}, instruction "
+                f"'{self.instructions[i]}', episode {self._episode_count[i]}, task "
+                f"'{self.spec.task if hasattr(self, 'spec') else '?'}', seed {self._seeds[i]}, reset_state_id "
+                f"{sid}) crashed in {what}: {type(e).__name__}: {e}"
             ) from e
 
     def _init_batch(self) -> None:
@@ -152,9 +164,11 @@ class SerialBatchedEnv(BatchedEnv):
 
     def _auto_reset_args(self, i: int) -> tuple[int | None, int | None]:
         """Seed and state id for an auto-reset: a pinned state id repeats; a seeded env moves on
-        deterministically (seed + AUTO_RESET_SEED_STRIDE * episode), so runs are reproducible under a seed."""
+        deterministically (seed + AUTO_RESET_SEED_STRIDE * episode) unless ``seed_auto_resets`` is off."""
         if self._state_ids is not None:
             return None, self._state_ids[i]
+        if not self.seed_auto_resets:
+            return None, None
         s = self._seeds[i]
         return (None if s is None else s + AUTO_RESET_SEED_STRIDE * self._episode_count[i]), None
 
@@ -194,19 +208,19 @@ class SerialBatchedEnv(BatchedEnv):
         episode = {k: np.full(B, np.nan, dtype=np.float32) for k in EPISODE_METRICS}
         final_obs = list(self._obs)
         for i in range(B):
+            last = None
             for t in range(T):
-                r = self._scene_call("step", i, self.step_scene, a[i, t])
+                last = r = self._scene_call("step", i, self.step_scene, a[i, t])
                 step_mask[i, t] = True
                 rewards[i, t] = r.reward
                 success[i, t] = r.success
                 self._ret[i] += r.reward
                 self._len[i] += 1
                 self._succ_once[i] |= r.success
-                self._obs[i] = r.obs
                 if self.step_callback is not None:
                     self.step_callback(i, t)
                 term = r.terminated and not self.ignore_terminations
-                trunc = self.max_episode_steps > 0 and self._len[i] >= self.max_episode_steps
+                trunc = r.truncated or (self.max_episode_steps > 0 and self._len[i] >= self.max_episode_steps)
                 if term or trunc:
                     terminated[i, t] = term
                     truncated[i, t] = trunc and not term
@@ -216,6 +230,8 @@ class SerialBatchedEnv(BatchedEnv):
                     episode["return"][i] = float(self._ret[i])
                     episode["episode_len"][i] = float(self._len[i])
                     break
+            if last is not None:
+                self._obs[i] = self._scene_call("observe", i, self.scene_obs, last.obs)
             final_obs[i] = self._obs[i]
             if done[i]:
                 self._episode_count[i] += 1
