@@ -58,9 +58,9 @@ def _launch(args: list[str], log: Path, ray_tmp: str | None = None) -> subproces
     env.pop("RAY_ADDRESS", None)  # never join another cluster on this machine
     if ray_tmp:
         env["RAY_TMPDIR"] = ray_tmp
-    return subprocess.Popen([sys.executable, str(ROOT / "scripts" / "train_hil.py"), *args], cwd=ROOT,
-                            stdout=open(log, "w"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,  # noqa: SIM115
-                            start_new_session=True)
+    with open(log, "w") as f:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen([sys.executable, str(ROOT / "scripts" / "train_hil.py"), *args], cwd=ROOT, stdout=f,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
 
 
 def _wait_for(proc: subprocess.Popen, log: Path, ready) -> None:
