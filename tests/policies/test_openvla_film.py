@@ -218,3 +218,13 @@ def test_film_policy_exports_match_eager(tmp_path):
     manifest = export_checkpoint(tmp_path / "ckpt", tmp_path / "export", instruction="push the cube", atol=1e-4)
     for fmt in ("onnx", "torch_export", "hf"):
         assert max(manifest["formats"][fmt]["max_abs_err"].values()) <= 1e-4
+
+
+def test_freeze_vision_keeps_film_maps_trainable(vla_spec):
+    """OFT+ trains FiLM with the towers frozen: ``freeze_vision`` freezes the towers' own weights only."""
+    pol = make_policy(ARVLAConfig(architecture="openvla_oft", action_head="l1", chunk_size=2, freeze_vision=True,
+                                  arch={"use_film": True}), vla_spec)
+    trainable = {n for n, p in pol.named_parameters() if p.requires_grad}
+    assert "model.vision_backbone.featurizer.blocks.0.scale.weight" in trainable
+    assert "model.vision_backbone.fused_featurizer.blocks.1.shift.bias" in trainable
+    assert not any(n.startswith("model.vision_backbone.") and ".attn." in n for n in trainable)
