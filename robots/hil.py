@@ -40,7 +40,13 @@ from robots.franky_driver import RobotLinkError
 from robots.interventions import InterventionConfig, ProtocolOperator, make_operator
 from robots.learner import LearnerConfig, make_learner
 from robots.reach_task import HELD_OUT_SEED
-from robots.recorder import EpisodeFolderRecorder, atomic_save, recorded_episodes, sweep_partial_episodes
+from robots.recorder import (
+    EpisodeFolderRecorder,
+    atomic_save,
+    recorded_episodes,
+    sweep_partial_episodes,
+    sweep_temporaries,
+)
 from robots.rewards import RewardSourceConfig, make_reward_fn
 
 log = logging.getLogger(__name__)
@@ -347,6 +353,7 @@ def run(cfg: HILConfig, env: Any, policy_dir: str | Path, output: str | Path,
     out.mkdir(parents=True, exist_ok=True)
     ep_root, ckpt = out / "episodes", out / CHECKPOINT
     if resume:
+        sweep_temporaries(out)
         published, swept = sweep_partial_episodes(ep_root)
         if published or swept:
             log.warning("resume: %d staged episode(s) published, %d partial one(s) removed", published, swept)
@@ -389,6 +396,8 @@ def run(cfg: HILConfig, env: Any, policy_dir: str | Path, output: str | Path,
     metrics_file = open(metrics_path, "a")  # noqa: SIM115 - closed in finally
     try:
         while k < cfg.episodes:
+            if cfg.robot_minutes and robot_s / 60.0 >= cfg.robot_minutes:  # resumed runs count earlier segments
+                break
             got = link.poll_weights(version)  # the newest weights, if the learner has published some; never waits
             if got is not None and got[1] is not None:
                 policy.load_state_dict(got[1])
@@ -440,8 +449,6 @@ def run(cfg: HILConfig, env: Any, policy_dir: str | Path, output: str | Path,
             if stopped:
                 log.warning("operator stop: the arm is stopped and the run ends after episode %d; resume=true goes on",
                             row["episode"])
-                break
-            if cfg.robot_minutes and robot_s / 60.0 >= cfg.robot_minutes:
                 break
     finally:
         metrics_file.close()

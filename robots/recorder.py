@@ -206,6 +206,17 @@ def atomic_save(write: Callable[[Path], Any], path: str | Path) -> Path:
     return publish(tmp, path)
 
 
+def sweep_temporaries(folder: str | Path) -> int:
+    """Delete what a kill left of ``atomic_save`` / ``publish`` in ``folder`` (hidden ``.tmp-`` and ``.old-``
+    entries); the files they were to replace are whole. Returns how many."""
+    n = 0
+    for p in Path(folder).glob(".*"):
+        if ".tmp-" in p.name or ".old-" in p.name:
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+            n += 1
+    return n
+
+
 # -- one dataset per episode (the robot learning loop) ------------------------------------------------------
 EPISODE_GLOB = "episode_*"
 _STAGED = ".staged"

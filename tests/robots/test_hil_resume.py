@@ -32,7 +32,12 @@ from robots import recorder as recorder_module
 from robots.franka_env import StepRecord
 from robots.hil import CHECKPOINT, PROCESSES
 from robots.learner import AWACLearner, LearnerConfig
-from robots.recorder import EpisodeFolderRecorder, recorded_episodes, sweep_partial_episodes
+from robots.recorder import (
+    EpisodeFolderRecorder,
+    recorded_episodes,
+    sweep_partial_episodes,
+    sweep_temporaries,
+)
 from scripts.train_hil import read_episode
 
 torch.set_num_threads(1)
@@ -227,7 +232,7 @@ def test_each_episode_is_fsynced_before_it_is_published(tmp_path, monkeypatch):
     assert back["intervention"].tolist() == [False, False, True, False] and back["meta"]["stage"] == "demo_replay"
 
 
-def test_sweep_publishes_staged_episodes_and_removes_partial_ones(tmp_path):
+def test_sweep_publishes_staged_episodes_and_removes_partial_files(tmp_path):
     root = tmp_path / "episodes"
     for i in range(2):  # two complete episodes
         with LeRobotDatasetWriter(root / f"episode_{i:06d}", fps=10) as w:
@@ -243,6 +248,11 @@ def test_sweep_publishes_staged_episodes_and_removes_partial_ones(tmp_path):
     assert [p.name for p in eps] == ["episode_000000", "episode_000001", "episode_000002"]
     assert read_lerobot_dataset(eps[2], cameras=[])[0].state.sum() == 3 * 15
     assert not [p for p in root.iterdir() if p.name.startswith(".")]
+    (tmp_path / ".learner.pt.tmp-123").write_bytes(b"torn")  # a checkpoint write the kill cut short
+    (tmp_path / ".policy.old-123").mkdir()  # the policy export swapped out just before the kill
+    (tmp_path / "learner.pt").write_bytes(b"whole")
+    assert sweep_temporaries(tmp_path) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["episodes", "learner.pt"]
 
 
 def _episode(rng, L=6):
