@@ -38,7 +38,7 @@ import torch
 from robots.franka_env import StepRecord
 from robots.franky_driver import RobotLinkError
 from robots.interventions import InterventionConfig, ProtocolOperator, make_operator
-from robots.learner import LearnerConfig, make_learner
+from robots.learner import LearnerConfig, LearnerFactory, learner_factory
 from robots.reach_task import HELD_OUT_SEED
 from robots.recorder import (
     EpisodeFolderRecorder,
@@ -84,13 +84,17 @@ PROCESSES = "processes.json"  # the actor's and the learner's pids, for an opera
 
 
 class LearnerHost:
-    """Holds the learner; with ``background`` a thread runs the owed updates while the robot moves."""
+    """Holds the learner; with ``background`` a thread runs the owed updates while the robot moves. ``factory``
+    builds it (``robots.learner.learner_factory(cfg.name)``, resolved by the caller: a Ray learner's process has
+    only what it was handed, not the registrations of the composition root)."""
 
-    def __init__(self, policy_dir: str, cfg: LearnerConfig, checkpoint: str = "", background: bool = True):
+    def __init__(self, policy_dir: str, cfg: LearnerConfig, checkpoint: str = "", background: bool = True,
+                 factory: LearnerFactory | None = None):
         from policies.base import Policy
 
         torch.set_num_threads(1)
-        self.learner = make_learner(Policy.from_pretrained(policy_dir), cfg)
+        factory = factory or learner_factory(cfg.name)
+        self.learner = factory(Policy.from_pretrained(policy_dir), cfg)
         if checkpoint and Path(checkpoint).is_file():
             self.learner.load_state_dict(torch.load(checkpoint, weights_only=False))
         self._lock = threading.Lock()
@@ -205,14 +209,15 @@ class LearnerLink:
     def _start(self, history: list[dict[str, Any]]) -> Any:
         ckpt = self.out / CHECKPOINT
         args = (self.policy_dir, self.cfg.learner, str(ckpt) if ckpt.is_file() else "")
+        factory = learner_factory(self.cfg.learner.name)
         if self.cfg.use_ray:
             import ray
 
             if not ray.is_initialized():
                 ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-            handle = ray.remote(num_cpus=1, max_restarts=0)(LearnerHost).remote(*args, background=True)
+            handle = ray.remote(num_cpus=1, max_restarts=0)(LearnerHost).remote(*args, background=True, factory=factory)
         else:
-            handle = _Local(LearnerHost(*args, background=False))
+            handle = _Local(LearnerHost(*args, background=False, factory=factory))
         seen = int(_get(handle.episodes_seen.remote()))
         for i, ep in enumerate(history):
             handle.add_episode.remote(ep, i < seen)

@@ -4,12 +4,15 @@ Why AWAC (Nair et al. 2020, "Accelerating online RL with offline datasets"): it 
 made for learning from demonstrations and then online, and its actor step needs only the policy's
 log-likelihood of a stored action, so it trains any ``policies.base.Policy`` whose ``replay`` is its sampled
 actions (the MLP and CNN Gaussian families) through ``evaluate(obs, {"actions": a})``, with no change to the
-policy. Issue 18's RLPD, when it lands, replaces this class behind the same ``Learner`` methods
-(``add_episode``, ``update``, ``weights``, ``state_dict``) by config (``hil.learner``).
+policy. vlarl's chunked SAC/RLPD (``robots.rlpd_learner``) sits behind the same methods (``add_episode``,
+``update``, ``weights``, ``state_dict``, ``load_state_dict``), chosen by ``hil.learner.name``; robots may import
+nothing of vlarl, so the composition root registers it (``register_learner``, ``scripts/train_hil.py``).
 
 Data, per chunk step (B = 1 on the robot): ``state [D]``, executed ``actions [T, A]`` (after interventions and
 the safety layer; zero-padded past an episode end), ``reward`` = sum_k gamma^k r_k over the executed steps,
-``discount`` = gamma^n (0 when the episode terminated; kept when it was truncated, as GAE does), ``next_state``.
+``discount`` = gamma^n (0 when the episode terminated; kept when it was truncated, as GAE does), ``next_state``;
+and the per-step labels chunked SAC's TD target takes itself: ``step_rewards [T]``, ``step_mask [T]`` (executed),
+``terminated``, ``truncated``.
 Chunks with an operator intervention go to the demonstration buffer too; every batch mixes ``demo_ratio``
 of demonstration chunks (RLPD's symmetric sampling) with online chunks.
 
@@ -21,6 +24,7 @@ Critic: an ensemble of ``num_q`` MLPs with layer norm on (state, action chunk / 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,22 +35,27 @@ from torch import nn
 
 @dataclass
 class LearnerConfig:
-    name: str = "awac"  # the learner; "rlpd" once vlarl's algorithm lands (docs/real_world_rl.md)
+    name: str = "awac"  # "awac" (this module) | "sac" | "rlpd" (vlarl.algorithms.sac, robots.rlpd_learner)
     gamma: float = 0.9  # per control step
     lr: float = 3e-4
     batch_size: int = 128
     demo_ratio: float = 0.5  # share of each batch drawn from intervention/demonstration chunks (when any)
     capacity: int = 100_000  # chunk transitions per buffer
-    num_q: int = 2
+    num_q: int = 2  # AWAC's ensemble (sac/rlpd: algorithm.num_critics, 2 / 10)
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     tau: float = 0.01  # Polyak factor of the target critics
-    temperature: float = 1.0  # AWAC's lambda on advantages scaled to mean |A| = 1: lower = greedier
-    max_weight: float = 20.0
-    bc_weight: float = 0.0  # > 0: add HG-DAgger's imitation of the intervention chunks to the actor loss
-    action_scale: float = 0.025  # the critic sees actions / action_scale (~ the safety layer's step limit)
+    temperature: float = 1.0  # AWAC only: lambda on advantages scaled to mean |A| = 1: lower = greedier
+    max_weight: float = 20.0  # AWAC only
+    bc_weight: float = 0.0  # AWAC only; > 0: add HG-DAgger's imitation of the intervention chunks to the actor loss
+    action_scale: float = 0.025  # AWAC only: the critic sees actions / action_scale (~ the safety layer's step limit)
     updates_per_chunk: float = 4.0  # update-to-data ratio (learner updates per recorded chunk step)
     min_buffer: int = 64  # chunk transitions before the first update
     seed: int = 0
+    # sac / rlpd only: keys of vlarl's SACConfig / RLPDConfig (vlarl/config/schema.py) beyond the shared ones above,
+    # e.g. hil.learner.algorithm.num_critics=4. The defaults suit the reach task's action box (+-0.1 m per step):
+    # SAC's entropy target is in action units (a [-1, 1] box's -0.5 per dim is above what a +-0.1 box can reach),
+    # and the entropy bonus of a 5 x 7 chunk must stay below rewards of ~0.1 per step.
+    algorithm: dict[str, Any] = field(default_factory=lambda: {"target_entropy_per_dim": -2.0, "init_alpha": 0.001})
 
 
 class ReplayBuffer:
@@ -88,8 +97,13 @@ def chunk_transitions(episode: dict[str, np.ndarray], chunk: int, gamma: float) 
         last = e == L
         nxt = episode["final_state"] if last else episode["state"][e]
         discount = 0.0 if (last and episode["terminated"]) else gamma ** (e - s)
+        step_rewards = np.zeros(chunk, np.float32)
+        step_rewards[: e - s] = episode["reward"][s:e]
+        terminated = last and bool(episode["terminated"])
         out.append({"state": episode["state"][s], "actions": acts, "reward": reward, "discount": discount,
-                    "next_state": nxt, "intervened": bool(np.any(episode["intervention"][s:e]))})
+                    "next_state": nxt, "intervened": bool(np.any(episode["intervention"][s:e])),
+                    "step_rewards": step_rewards, "step_mask": np.arange(chunk) < e - s, "terminated": terminated,
+                    "truncated": last and not terminated})
     return out
 
 
@@ -241,10 +255,23 @@ class AWACLearner:
             torch.set_rng_state(sd["torch_rng"])
 
 
-LEARNERS = {"awac": AWACLearner}
+LearnerFactory = Callable[[Any, LearnerConfig], Any]
+LEARNERS: dict[str, LearnerFactory] = {"awac": AWACLearner}
 
 
-def make_learner(policy: Any, cfg: LearnerConfig) -> AWACLearner:
-    if cfg.name not in LEARNERS:
-        raise ValueError(f"hil.learner.name='{cfg.name}' is unknown; choose one of {sorted(LEARNERS)}")
-    return LEARNERS[cfg.name](policy, cfg)
+def register_learner(name: str, factory: LearnerFactory) -> None:
+    """Add a learner under ``hil.learner.name=<name>``: ``factory(policy, cfg)`` returns an object with
+    ``AWACLearner``'s methods and counters. The factory travels to a Ray learner by pickle, so it must be importable
+    there (a module-level class or function, or a ``functools.partial`` of one)."""
+    LEARNERS[name] = factory
+
+
+def learner_factory(name: str) -> LearnerFactory:
+    if name not in LEARNERS:
+        raise ValueError(f"hil.learner.name='{name}' is unknown; choose one of {sorted(LEARNERS)} (scripts/train_hil.py "
+                         "registers sac and rlpd)")
+    return LEARNERS[name]
+
+
+def make_learner(policy: Any, cfg: LearnerConfig) -> Any:
+    return learner_factory(cfg.name)(policy, cfg)

@@ -3,11 +3,16 @@ it may not import itself (the LeRobot v3 writer and reader, the MLP policy famil
 
     python scripts/train_hil.py output=outputs/hil_reach hil.episodes=200 hil.interventions.device=scripted
     python scripts/train_hil.py output=outputs/hil_reach resume=true          # after a kill or a stop: goes on
+    python scripts/train_hil.py output=outputs/hil_rlpd hil.learner.name=rlpd  # vlarl's chunked RLPD as learner
     python scripts/train_hil.py env.franky.ip=<FCI address> env.franky.realtime=enforce \
         hil.interventions.device=keyboard hil.reward.source=operator_key     # a real arm, a human operator
 
 Keys: ``env.*`` = robots.reach_task.FrankaReachConfig, ``hil.*`` = robots.hil.HILConfig; ``policy_dir`` starts
-from a saved policy (else a fresh MLP with ``chunk_size`` / ``init_log_std``). Bad input: one line, exit 2.
+from a saved policy (else a fresh MLP with ``chunk_size`` / ``init_log_std``, tanh-squashed for ``sac`` / ``rlpd``).
+Bad input: one line, exit 2.
+
+Learners (``hil.learner.name``): ``awac`` (robots.learner) and ``sac`` / ``rlpd`` (vlarl.algorithms.sac on the
+robot's episodes, robots.rlpd_learner), which this script registers: robots may not import vlarl.
 
 Operator stop (``operator_stop=true``): a line ``s``, ``q`` or an empty line on stdin (with the keyboard device:
 its ``x`` key) stops the arm at once and ends the run after recording the episode; ``resume=true`` goes on. Set
@@ -18,6 +23,7 @@ stdin is stopped by the terminal).
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +34,31 @@ import numpy as np
 from robots.hil import HILConfig, run
 from robots.reach_task import FrankaReachConfig
 
+SQUASHED_LEARNERS = ("sac", "rlpd")  # their actor is tanh-squashed (SAC's log-prob of a bounded action)
+
+
+def sac_algorithms() -> dict[str, Any]:
+    """vlarl's chunked SAC with ``SACConfig`` / ``RLPDConfig`` defaults, as ``robots.rlpd_learner.ChunkedSAC``."""
+    from robots.rlpd_learner import ChunkedSAC
+    from vlarl.algorithms.replay import TRANSITION_KEYS
+    from vlarl.algorithms.sac import make_sac_state, sac_steps, validate_sac
+    from vlarl.config.schema import RLPDConfig, SACConfig
+
+    return {name: ChunkedSAC(schema=schema, validate=validate_sac, make_state=make_sac_state, steps=sac_steps,
+                             transition_keys=TRANSITION_KEYS) for name, schema in (("sac", SACConfig), ("rlpd", RLPDConfig))}
+
+
+def register_sac_learners() -> None:
+    """``hil.learner.name=sac`` / ``rlpd`` as robot learners. Module-level pieces only, so the factory pickles by
+    reference to a Ray learner."""
+    from functools import partial
+
+    from robots.learner import register_learner
+    from robots.rlpd_learner import SACLearner
+
+    for name, algorithm in sac_algorithms().items():
+        register_learner(name, partial(SACLearner, algorithm=algorithm))
+
 
 @dataclass
 class TrainHILConfig:
@@ -35,7 +66,7 @@ class TrainHILConfig:
     hil: HILConfig = field(default_factory=HILConfig)
     policy_dir: str = ""  # a save_pretrained directory to start from; "" = a fresh MLP
     chunk_size: int = 5
-    init_log_std: float = -3.5  # std ~0.03 m: about the safety layer's per-step limit
+    init_log_std: float = -3.5  # std ~0.03 m: about the safety layer's per-step limit (in action units, squashed too)
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     output: str = "outputs/hil"
     resume: bool = False
@@ -56,6 +87,13 @@ def load_config(argv: list[str]) -> TrainHILConfig:
     except Exception as exc:
         raise ValueError(f"invalid configuration: {str(exc).splitlines()[0]}") from exc
     cfg.hil.interventions.validate()
+    register_sac_learners()
+    from robots.learner import learner_factory
+    from robots.rlpd_learner import algorithm_config
+
+    learner_factory(cfg.hil.learner.name)  # an unknown name: one line
+    if cfg.hil.learner.name in SQUASHED_LEARNERS:  # hil.learner.algorithm.* checked before anything is written
+        algorithm_config(sac_algorithms()[cfg.hil.learner.name], cfg.hil.learner)
     return cfg
 
 
@@ -66,11 +104,14 @@ def initial_policy(cfg: TrainHILConfig, env: Any) -> str:
     from policies.base import PolicySpec
     from policies.mlp import MLPPolicy, MLPPolicyConfig
 
-    a = env.spec.action_dim
-    spec = PolicySpec(state_dim=env.spec.state_dim, action_dim=a, action_low=[-0.1] * a, action_high=[0.1] * a,
+    a, half = env.spec.action_dim, 0.1
+    spec = PolicySpec(state_dim=env.spec.state_dim, action_dim=a, action_low=[-half] * a, action_high=[half] * a,
                       max_episode_steps=env.spec.max_episode_steps, task=env.spec.task, instruction=env.spec.instruction)
+    squash = cfg.hil.learner.name in SQUASHED_LEARNERS
+    # a squashed Gaussian lives before tanh(u) * half: the same std in metres is a log std larger by -log(half)
+    log_std = cfg.init_log_std - math.log(half) if squash else cfg.init_log_std
     policy = MLPPolicy(MLPPolicyConfig(hidden_sizes=list(cfg.hidden), activation="relu", chunk_size=cfg.chunk_size,
-                                       init_log_std=cfg.init_log_std), spec)
+                                       init_log_std=log_std, squash=squash), spec)
     out = Path(cfg.output) / "initial_policy"
     if not out.is_dir():
         policy.save_pretrained(out)
@@ -129,6 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(list(sys.argv[1:] if argv is None else argv))
         check_output(cfg.output, cfg.resume)
+        if cfg.policy_dir:  # a learner that cannot train it (e.g. sac/rlpd and an unsquashed policy): one line
+            from policies.base import Policy
+            from robots.learner import make_learner
+
+            make_learner(Policy.from_pretrained(cfg.policy_dir), cfg.hil.learner)
         critic = load_critic(cfg.hil.reward.critic_path) if cfg.hil.reward.source == "critic" else None
         env = FrankaReachEnv(cfg.env, operator_stop=operator_stop(cfg))
     except (ValueError, OSError, RobotLinkError, ImportError) as exc:

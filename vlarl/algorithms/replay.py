@@ -79,6 +79,13 @@ class MixedReplay:
         self.demos = ChunkReplay(max(1, transitions.batch_size[0]))
         self.demos.extend(transitions)
 
+    def extend_demos(self, transitions: TensorDict) -> None:
+        """Add demonstrations to those held, in a ring of the online buffer's capacity (the robot loop's operator
+        interventions arrive episode by episode; ``add_demos`` holds one fixed set)."""
+        if self.demos is None:
+            self.demos = ChunkReplay(self.online.capacity)
+        self.demos.extend(transitions)
+
     def __len__(self) -> int:
         return len(self.online)
 

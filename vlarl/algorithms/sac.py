@@ -120,11 +120,14 @@ class SACState:
         out = net(state, scaled)
         return bins_to_value(out, self.support) if self.support else out.squeeze(-1)
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"q": self.q.state_dict(), "q_target": self.q_target.state_dict(), "log_alpha": self.log_alpha.detach(),
-                "q_opt": self.q_opt.state_dict(), "alpha_opt": self.alpha_opt.state_dict(),
-                "replay": self.replay.state_dict(), "update_credit": self.update_credit,
-                "critic_steps": self.critic_steps}
+    def state_dict(self, with_replay: bool = True) -> dict[str, Any]:
+        """``with_replay=False``: leave the replay out (the robot loop rebuilds it from its recorded episodes)."""
+        out = {"q": self.q.state_dict(), "q_target": self.q_target.state_dict(), "log_alpha": self.log_alpha.detach(),
+               "q_opt": self.q_opt.state_dict(), "alpha_opt": self.alpha_opt.state_dict(),
+               "update_credit": self.update_credit, "critic_steps": self.critic_steps}
+        if with_replay:
+            out["replay"] = self.replay.state_dict()
+        return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.q.load_state_dict(state["q"])
@@ -133,7 +136,8 @@ class SACState:
             self.log_alpha.copy_(state["log_alpha"])
         self.q_opt.load_state_dict(state["q_opt"])
         self.alpha_opt.load_state_dict(state["alpha_opt"])
-        self.replay.load_state_dict(state["replay"])
+        if "replay" in state:
+            self.replay.load_state_dict(state["replay"])
         self.update_credit = float(state["update_credit"])
         self.critic_steps = int(state["critic_steps"])
 
@@ -227,6 +231,15 @@ def sac_update(
     state.update_credit += cfg.utd_ratio * new.batch_size[0]
     steps = int(state.update_credit)
     state.update_credit -= steps
+    out.update(sac_steps(policy, optimizer, state, cfg, steps, generator))
+    return out
+
+
+def sac_steps(policy: Any, optimizer: torch.optim.Optimizer, state: SACState, cfg: Any, steps: int,
+              generator: torch.Generator | None = None) -> dict[str, float]:
+    """``steps`` critic steps on batches from ``state.replay`` (an actor and temperature step every
+    ``actor_every``); returns mean diagnostics. Callers that fill the replay themselves (the robot loop's
+    learner, episode by episode) call this directly."""
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     device = next(policy.parameters()).device
@@ -239,7 +252,7 @@ def sac_update(
         for k, v in metrics.items():
             sums[k] = sums.get(k, 0.0) + v
             counts[k] = counts.get(k, 0) + 1
-    out.update({k: sums[k] / counts[k] for k in sums})
+    out = {k: sums[k] / counts[k] for k in sums}
     out["critic_steps"] = float(steps)
     out["alpha"] = state.log_alpha.detach().exp().item()
     return out
