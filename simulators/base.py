@@ -61,7 +61,8 @@ class ChunkStepResult:
 
 @dataclass
 class EnvSpec:
-    """Static facts a policy needs to be built for an env."""
+    """Static facts about an env: what a policy needs to be built for it (copied into the policy's spec by
+    field name), plus the ``ENV_ONLY_FIELDS`` that the rest of vlarl reads and the policy never sees."""
 
     state_dim: int
     action_dim: int
@@ -72,6 +73,12 @@ class EnvSpec:
     max_episode_steps: int = 0
     task: str = ""
     instruction: str = ""
+    # cameras rendered only for a reward critic (at chunk boundaries, into obs["images"]): not policy inputs
+    critic_cameras: tuple[str, ...] = ()
+
+
+#: EnvSpec fields that are no policy input, so the policy's spec has no copy of them
+ENV_ONLY_FIELDS = ("critic_cameras",)
 
 
 class BatchedEnv(abc.ABC):

@@ -50,7 +50,8 @@ class ManiSkillConfig(EnvConfig):
     robot_uids: str = ""  # "" = the task's default robot
     # A camera rendered only at chunk boundaries (after reset and at the end of each chunk) into
     # obs["images"], at image_size px, for a reward critic, while the policy keeps obs_mode (e.g. state):
-    # one render per chunk instead of one per step. Not in EnvSpec.image_keys (the policy does not read it).
+    # one render per chunk instead of one per step. Reported in EnvSpec.critic_cameras, not in image_keys
+    # (the policy does not read it).
     critic_camera: str = ""
 
 
@@ -128,6 +129,7 @@ class ManiSkillEnv(SerialBatchedEnv):
             max_episode_steps=self.max_episode_steps,
             task=cfg.task,
             instruction=self.instruction,
+            critic_cameras=(cfg.critic_camera,) if cfg.critic_camera else (),
         )
         self._init_batch()
 

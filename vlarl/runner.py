@@ -101,9 +101,8 @@ class Runner:
             from vlarl.workers.reward_worker import RewardWorker  # loads the critic's model code
 
             validate_reward_config(cfg.reward)
-            # the policy's cameras, or a camera the env renders for the critic only (env.critic_camera)
-            critic_cam = [c for c in [getattr(cfg.env, "critic_camera", "")] if c]
-            self.reward_cam = reward_camera(cfg.reward, [*self.env_spec.image_keys, *critic_cam])
+            # the policy's cameras, or a camera the env renders for the critic only (its spec says which)
+            self.reward_cam = reward_camera(cfg.reward, [*self.env_spec.image_keys, *self.env_spec.critic_cameras])
             ray.get(self.rollout.set_reward_camera.remote(self.reward_cam))  # its end-of-chunk frames, kept
             # on placement.reward's devices (default: the rollout's), with its share of them in Ray
             self.reward_worker = scheduler.remote_on(RewardWorker, self.plan.reward).remote(
