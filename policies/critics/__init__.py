@@ -12,9 +12,10 @@ from policies.critics.base import (
     critic_class,
     register_critic,
 )
-from policies.critics.labels import Episode, PairBatch, PairMix, sample_pairs
+from policies.critics.labels import PairBatch, PairMix, sample_pairs
 from policies.critics.process_reward import CriticOutput, ProcessRewardConfig, ProcessRewardCritic
 from policies.critics.train import CriticTrainConfig, train_critic
+from policies.datasets.episode import Episode
 
 __all__ = [
     "Critic",

@@ -18,16 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from policies.datasets.episode import Episode
+
 PAIR_KINDS = ("forward", "reversed", "failed", "mismatched", "same")
-
-
-@dataclass
-class Episode:
-    """frames: uint8 [L, H, W, 3] (L >= 2); success: the episode ended in success at its last frame."""
-
-    frames: torch.Tensor
-    instruction: str
-    success: bool
 
 
 @dataclass

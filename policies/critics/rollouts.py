@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from policies.critics.labels import Episode
+from policies.datasets.episode import Episode
 
 
 def split_rollout(frames: torch.Tensor, next_frames: torch.Tensor, ended: torch.Tensor, success: torch.Tensor,

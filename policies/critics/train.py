@@ -13,7 +13,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from policies.critics.labels import Episode, PairMix, sample_pairs
+from policies.critics.labels import PairMix, sample_pairs
+from policies.datasets.episode import Episode
 
 
 @dataclass

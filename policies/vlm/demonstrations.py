@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from policies.datasets.episode import Episode
 from policies.datasets.lerobot_v3 import INFO_PATH, LeRobotEpisode, read_lerobot_dataset
-from policies.vlm.episode import Episode
 
 __all__ = ["Episode", "LeRobotEpisode", "read_demonstrations", "read_lerobot_dataset", "read_maniskill_h5"]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from policies.vlm.episode import Episode
+from policies.datasets.episode import Episode
 
 
 def action_chunks(actions: torch.Tensor, chunk: int) -> torch.Tensor:

@@ -229,8 +229,8 @@ def test_robot_recorder_writes_executed_and_requested_actions_clamps_and_frames(
 def test_critic_episodes_saved_as_lerobot_load_back_bit_identical(tmp_path):
     import torch
 
-    from policies.critics.labels import Episode
     from policies.critics.rollouts import load_episodes, save_episodes
+    from policies.datasets.episode import Episode
 
     g = torch.Generator().manual_seed(0)
     eps = [Episode(torch.randint(0, 256, (L, 16, 16, 3), generator=g, dtype=torch.uint8), "open the drawer",

@@ -1,0 +1,33 @@
+"""One recorded episode, the one class every episode reader returns and every episode trainer takes.
+
+SFT batches its ``state`` and ``actions``; the progress critic labels pairs of its ``frames`` with its
+``instruction`` and ``success``. A reader fills what its source holds (a ManiSkill state trajectory has no
+frames, a critic's saved rollout no actions). It lives here, below ``policies.vlm`` and ``policies.critics``,
+so both import it without importing each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass
+class Episode:
+    """frames: uint8 [L, H, W, 3]; success: the episode ended in success at its last frame;
+    state: float32 [L, D], the observation before each action; actions: float32 [L, A]."""
+
+    frames: torch.Tensor | None = None
+    instruction: str = ""
+    success: bool = False
+    state: np.ndarray | None = None
+    actions: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.frames is None and (self.state is None or self.actions is None):
+            raise ValueError("an Episode needs frames (critic data) or state and actions (demonstrations)")
