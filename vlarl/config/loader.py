@@ -22,7 +22,6 @@ from omegaconf import DictConfig, OmegaConf
 from vlarl.config.schema import ALGORITHM_CONFIGS, EvalCLIConfig, PlacementConfig, PPOConfig, TrainConfig
 
 GROUPS = ("env", "policy", "algorithm", "placement", "experiment")
-PLACEMENT_MODES = ("collocated", "disaggregated", "hybrid")
 
 
 class ConfigError(ValueError):
@@ -167,8 +166,10 @@ def validate_train_config(cfg: TrainConfig) -> None:
             f"env.num_envs={env.num_envs} does not divide across env.num_workers={env.num_workers}; "
             f"set env.num_envs to a multiple of {env.num_workers} (e.g. {lo} or {hi}) or change env.num_workers"
         )
-    if cfg.placement.mode not in PLACEMENT_MODES:
-        raise ConfigError(f"placement.mode='{cfg.placement.mode}' is unknown; choose one of {list(PLACEMENT_MODES)}")
+    from vlarl.scheduler.placement import MODES  # the table of placement modes
+
+    if cfg.placement.mode not in MODES:
+        raise ConfigError(f"placement.mode='{cfg.placement.mode}' is unknown; choose one of {list(MODES)}")
     from vlarl.algorithms.registry import validate_algorithm
 
     problem = validate_algorithm(alg, env.num_envs, env.num_workers)
