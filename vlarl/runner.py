@@ -191,6 +191,14 @@ class Runner:
                 break  # the pipeline already submitted one more step; the rollout worker drops it
         return pipe.finish(done), obs, steps
 
+    def transform(self, fn: Any, trajs: list[TrajectoryRef], **kwargs: Any) -> tuple[TrajectoryRef, dict[str, Any]]:
+        """``fn(trajectories, **kwargs) -> (trajectory, info)`` run on the rollout worker, where the trajectories
+        are; the driver gets a reference to the result and ``info`` (an algorithm's batch selection)."""
+        ref, meta_ref = self.rollout.transform_trajectories.options(num_returns=2).remote(
+            fn, *[payload(t) for t in trajs], **kwargs)
+        meta = ray.get(meta_ref)
+        return TrajectoryRef(ref, meta["trajectory"]), meta["info"]
+
     # -- the phases of one iteration ------------------------------------------------------------
     def _score(self, supervisor: WorkerSupervisor, collect: Any, batch: tuple[Any, EnvObs, int]
                ) -> tuple[tuple[Any, EnvObs, int], dict[str, float]]:

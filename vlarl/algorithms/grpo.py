@@ -8,7 +8,8 @@ them one reset-state id). Each env plays one episode; its score is the episode's
 
 or only ``score - mean`` with ``scale_by_std=False``. Groups in which every member succeeded or every
 member failed carry no signal; ``filter_groups`` drops them (and counts them), and
-``dynamic_sampling_rounds`` lets the runner roll out fresh groups to refill the batch (DAPO).
+``dynamic_sampling_rounds`` rolls out fresh groups to refill the batch (DAPO); the selection runs on the
+rollout side, where the rounds' trajectories were built.
 
 ``score=reward_to_go`` is GRPO with process supervision (Shao et al. 2024, DeepSeekMath sec. 4.1.3):
 every chunk reward of the group's first episodes is normalized with the group's mean and std over all
@@ -281,10 +282,19 @@ def _group_counts(traj: Trajectory) -> dict[str, float]:
     return {k[len("grpo/"):]: float(v) for k, v in traj.extras.items() if k.startswith("grpo/")}
 
 
+def selected_batch(trajs: list[Trajectory], cfg: Any, target_groups: int) -> tuple[Trajectory, dict[str, float]]:
+    """``select_groups`` with its counts also in ``extras['grpo/<count>']`` (what ``grpo_update`` logs).
+    ``collect_groups`` runs it on the rollout side, where the rounds' trajectories are."""
+    traj, counts = select_groups(trajs, cfg, target_groups)
+    traj.extras.update({f"grpo/{k}": torch.tensor(v) for k, v in counts.items()})
+    return traj, counts
+
+
 def collect_groups(collector: Collector, obs_parts: list[dict[str, Any]]) -> tuple[Trajectory, list[dict[str, Any]], int]:
     """GRPO rollout: groups of ``algorithm.group_size`` envs reset to one shared reset-state id and play one
     episode each; with ``filter_groups``, up to ``dynamic_sampling_rounds`` more rounds refill the batch
-    with groups of mixed outcome (``select_groups``)."""
+    with groups of mixed outcome (``select_groups``). The selection runs where the rounds were built
+    (``collector.transform``): the driver holds references and reads the group counts only."""
     cfg = collector.cfg
     alg, B = cfg.algorithm, cfg.env.num_envs
     horizon = alg.num_steps or episode_horizon(collector.env_spec.max_episode_steps,
@@ -300,12 +310,10 @@ def collect_groups(collector: Collector, obs_parts: list[dict[str, Any]]) -> tup
         traj, obs_parts, n = collector.collect(obs_parts, horizon, until_all_ended=True)
         trajs.append(traj)
         steps += n
-        _, counts = select_groups(trajs, alg, target)
+        selected, counts = collector.transform(selected_batch, trajs, cfg=alg, target_groups=target)
         if counts["groups_kept"] >= target:
             break
-    traj, counts = select_groups(trajs, alg, target)
-    traj.extras.update({f"grpo/{k}": torch.tensor(v) for k, v in counts.items()})
-    return traj, obs_parts, steps
+    return selected, obs_parts, steps
 
 
 def validate_grpo(alg: Any, num_envs: int) -> str | None:

@@ -50,6 +50,11 @@ class Collector(Protocol):
     def reset_envs(self, reset_state_ids: list[int] | None) -> list[dict[str, Any]]:
         """Reset every env (to the given reset-state ids, one per env) -> observations per env worker."""
 
+    def transform(self, fn: Callable[..., tuple[Any, dict[str, Any]]], trajs: list[Any],
+                  **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """``fn(trajectories, **kwargs) -> (trajectory, info)`` run where the trajectories are (the rollout
+        side); returns the new trajectory by reference and ``info``, so the driver moves no tensors."""
+
 
 def collect_steps(collector: Collector, obs_parts: list[dict[str, Any]]) -> tuple[Any, list[dict[str, Any]], int]:
     """``algorithm.num_steps`` chunk steps from every env; episodes continue across iterations."""

@@ -64,9 +64,10 @@ class TrajectoryRef(Trajectory):
     reading it (``num_steps``, ``num_envs``, ``chunk_reward``: the mean chunk reward). Hand ``payload(traj)``
     to the next worker: the reference while nothing was read.
 
-    Reading a field fetches the whole trajectory to the driver once: an algorithm that inspects a batch on
-    the driver (GRPO's group selection) pays that transfer, and what it changes is then local and sent on
-    by value. Built with the fields themselves (as ``dataclasses.replace`` does), it is a local trajectory."""
+    Reading a field fetches the whole trajectory to the driver once: a test or tool that inspects a batch on
+    the driver pays that transfer (algorithms select where the data is: ``Collector.transform``), and what
+    it changes is then local and sent on by value. Built with the fields themselves (as
+    ``dataclasses.replace`` does), it is a local trajectory."""
 
     def __init__(self, ref: Any = None, info: dict[str, Any] | None = None, **fields: Any):
         self.ref, self.info = ref, dict(info or {})

@@ -62,6 +62,13 @@ class RolloutWorker:
         self.builder = None
         return to_wire(traj), trajectory_info(traj)
 
+    def transform_trajectories(self, fn: Any, *trajs: Any, **kwargs: Any) -> tuple[Trajectory, dict[str, Any]]:
+        """``fn(trajectories, **kwargs) -> (trajectory, info)`` run here, where the trajectories were built (they
+        arrive from the object store without a copy). Called with two returns: the result stays in the object
+        store, the driver reads ``{"trajectory": its TrajectoryRef.info, "info": info}`` (a few numbers)."""
+        out, info = fn([from_wire(t) for t in trajs], **kwargs)
+        return to_wire(out), {"trajectory": trajectory_info(out), "info": info}
+
     def set_weights(self, state_dict: Any, version: int | None = None) -> int:
         """Load weights: a full ``state_dict``, or the ``(version, tensors)`` pair of ``ActorWorker.sync_weights``
         (a subset: trainable parameters and buffers). Returns the version now held."""
