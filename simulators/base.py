@@ -26,6 +26,19 @@ import torch
 
 Obs = dict[str, Any]
 
+#: Held-out evaluation seeds: ``vlarl-eval`` and the benchmarks start at 1,000,000 (episode k uses seed + k).
+#: Training never resets an env to a seed in this range (``training_seed``), so held-out means held out.
+HELD_OUT_SEED_START = 1_000_000
+HELD_OUT_SEED_SPAN = 1_000_000
+
+
+def training_seed(raw: int) -> int:
+    """A training reset seed outside the held-out range: ``raw`` below it unchanged, the rest moved past it
+    (one-to-one, so distinct training seeds stay distinct)."""
+    raw = int(raw)
+    return raw + HELD_OUT_SEED_SPAN if raw >= HELD_OUT_SEED_START else raw
+
+
 # Names of the per-episode metrics every env reports in ``ChunkStepResult.episode``.
 EPISODE_METRICS = ("success_once", "success_at_end", "return", "episode_len")
 #: a float success metric (``success_once``, ``success_at_end``: 0 or 1, or a mean of them) above this is a success

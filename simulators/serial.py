@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from simulators.base import EPISODE_METRICS, BatchedEnv, ChunkStepResult, EnvError, Obs
+from simulators.base import EPISODE_METRICS, BatchedEnv, ChunkStepResult, EnvError, Obs, training_seed
 
 
 @dataclass
@@ -164,13 +164,14 @@ class SerialBatchedEnv(BatchedEnv):
 
     def _auto_reset_args(self, i: int) -> tuple[int | None, int | None]:
         """Seed and state id for an auto-reset: a pinned state id repeats; a seeded env moves on
-        deterministically (seed + AUTO_RESET_SEED_STRIDE * episode) unless ``seed_auto_resets`` is off."""
+        deterministically (seed + AUTO_RESET_SEED_STRIDE * episode, kept out of the held-out seeds by
+        ``training_seed``) unless ``seed_auto_resets`` is off."""
         if self._state_ids is not None:
             return None, self._state_ids[i]
         if not self.seed_auto_resets:
             return None, None
         s = self._seeds[i]
-        return (None if s is None else s + AUTO_RESET_SEED_STRIDE * self._episode_count[i]), None
+        return (None if s is None else training_seed(s + AUTO_RESET_SEED_STRIDE * self._episode_count[i])), None
 
     def reset(self, seed: int | list[int] | None = None, reset_state_ids: list[int] | None = None) -> Obs:
         if reset_state_ids is not None and len(reset_state_ids) != self.num_envs:

@@ -25,7 +25,7 @@ import ray
 import torch
 
 from policies.base import PolicySpec
-from simulators.base import EnvSpec
+from simulators.base import EnvSpec, training_seed
 from vlarl import scheduler
 from vlarl.algorithms.registry import algorithm_spec
 from vlarl.algorithms.spec import SEED_STRIDE
@@ -157,11 +157,11 @@ class Runner:
         self.wall_offset = float(state.get("wall_s", 0.0))
 
     def _reset_envs(self) -> EnvObs:
-        """Training seeds: small integers derived from ``seed`` and the iteration (never eval's)."""
+        """Training seeds: integers derived from ``seed`` and the iteration, never held-out ones (``training_seed``)."""
         base = self.cfg.seed * SEED_STRIDE + self.iteration * self.cfg.env.num_envs
         if self.reward_worker is not None:
             ray.get(self.reward_worker.reset_state.remote())  # episodes start afresh: forget start frames
-        self.reset_seeds = [[base + i * self.per_worker + j for j in range(self.per_worker)]
+        self.reset_seeds = [[training_seed(base + i * self.per_worker + j) for j in range(self.per_worker)]
                             for i in range(len(self.env_workers))]
         return EnvObs([[w.reset.remote(seeds) for w, seeds in zip(self.env_workers, self.reset_seeds, strict=True)]])
 

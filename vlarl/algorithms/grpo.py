@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from simulators.base import training_seed
 from vlarl.algorithms.ppo import behaviour_version_of, step_mask_of
 from vlarl.algorithms.spec import SEED_STRIDE, AlgorithmSpec, Collector, episode_horizon, register_algorithm
 from vlarl.algorithms.update import UpdateBatch, choice_problem, clipped_update, clipped_update_problem
@@ -36,7 +37,7 @@ def group_reset_ids(num_envs: int, group_size: int, base: int) -> list[int]:
     """Reset-state id per env: envs ``g*K .. g*K+K-1`` share id ``base + g``."""
     if group_size < 1 or num_envs % group_size:
         raise ValueError(f"env.num_envs={num_envs} must be a multiple of algorithm.group_size={group_size}")
-    return [base + b // group_size for b in range(num_envs)]
+    return [training_seed(base + b // group_size) for b in range(num_envs)]
 
 
 def first_episode_mask(ended: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
