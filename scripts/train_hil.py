@@ -87,13 +87,16 @@ def load_config(argv: list[str]) -> TrainHILConfig:
     except Exception as exc:
         raise ValueError(f"invalid configuration: {str(exc).splitlines()[0]}") from exc
     cfg.hil.interventions.validate()
-    register_sac_learners()
-    from robots.learner import learner_factory
-    from robots.rlpd_learner import algorithm_config
+    from robots.learner import LEARNERS
 
-    learner_factory(cfg.hil.learner.name)  # an unknown name: one line
-    if cfg.hil.learner.name in SQUASHED_LEARNERS:  # hil.learner.algorithm.* checked before anything is written
-        algorithm_config(sac_algorithms()[cfg.hil.learner.name], cfg.hil.learner)
+    name = cfg.hil.learner.name
+    if name not in {*LEARNERS, *SQUASHED_LEARNERS}:
+        raise ValueError(f"hil.learner.name='{name}' is unknown; choose one of {sorted({*LEARNERS, *SQUASHED_LEARNERS})}")
+    if name in SQUASHED_LEARNERS:  # vlarl takes seconds to import: only for a run that uses it
+        from robots.rlpd_learner import algorithm_config
+
+        register_sac_learners()
+        algorithm_config(sac_algorithms()[name], cfg.hil.learner)  # checked before anything is written
     return cfg
 
 
