@@ -68,11 +68,6 @@ class ManiSkillEnv(SerialBatchedEnv):
     """ManiSkill's CPU backend on the shared chunk loop (``simulators.serial``): this class says how to
     reset, step and observe one scene; the loop, auto-reset, metrics and action checks are serial's."""
 
-    #: auto-resets of a seeded env pass the next training seed (``SerialBatchedEnv``: seed + 1_000_003 k, kept out
-    #: of the held-out range), so a run is reproducible: unseeded, ManiSkill would draw the episode from torch's
-    #: global RNG, which is seeded differently in every worker process
-    seed_auto_resets = True
-
     @staticmethod
     def validate_config(cfg: ManiSkillConfig) -> None:
         """Start-up checks (before a run directory is made): task id, observation mode, backend."""

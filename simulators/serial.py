@@ -89,10 +89,6 @@ class SerialBatchedEnv(BatchedEnv):
     max_episode_steps: int
     instructions: list[str]
     ignore_terminations: bool = False
-    #: True: an auto-reset of a seeded env passes seed + AUTO_RESET_SEED_STRIDE * episode (reproducible).
-    #: False: it passes no seed and the simulator draws the next episode itself. A pinned reset-state id
-    #: is passed again either way.
-    seed_auto_resets: bool = True
     # Called as ``step_callback(env_index, chunk_step_index)`` after every control step (video
     # recording uses it to grab per-step frames through ``render_scene``).
     step_callback: Any = None
@@ -165,11 +161,9 @@ class SerialBatchedEnv(BatchedEnv):
     def _auto_reset_args(self, i: int) -> tuple[int | None, int | None]:
         """Seed and state id for an auto-reset: a pinned state id repeats; a seeded env moves on
         deterministically (seed + AUTO_RESET_SEED_STRIDE * episode, kept out of the held-out seeds by
-        ``training_seed``) unless ``seed_auto_resets`` is off."""
+        ``training_seed``), so a run reproduces without reading any process's global RNG."""
         if self._state_ids is not None:
             return None, self._state_ids[i]
-        if not self.seed_auto_resets:
-            return None, None
         s = self._seeds[i]
         return (None if s is None else training_seed(s + AUTO_RESET_SEED_STRIDE * self._episode_count[i])), None
 
