@@ -241,7 +241,8 @@ class Runner:
                           desc=cfg.experiment_name, disable=not cfg.logger.progress_bar)  # ETA: the binding budget
         collect = functools.partial(algorithm_spec(cfg.algorithm.name).collect, self)  # the algorithm's own way
         try:
-            while (stop_reason := self._stop_reason(t_start)) is None:
+            # a batch prefetched before a time-limit stop is still trained on: its env steps were spent
+            while (stop_reason := self._stop_reason(t_start)) is None or prefetched:
                 self._anneal_lr()
                 t0 = time.time()
                 batch = prefetched or supervisor.collect(self, collect, obs)  # restarts dead envs
@@ -249,8 +250,9 @@ class Runner:
                 traj, obs, steps = batch
                 t1 = time.time()
                 train_ref, prefetched = self.actor.train.remote(payload(traj)), None
-                if cfg.placement.async_rollout and self.env_steps + steps < cfg.total_env_steps:
+                if cfg.placement.async_rollout and stop_reason is None and self.env_steps + steps < cfg.total_env_steps:
                     # the next rollout runs on the current weights while the actor trains: one version stale
+                    # (each step is stamped with the version that sampled it: train/policy_lag)
                     prefetched = supervisor.collect(self, collect, obs)
                     obs = prefetched[1]
                 train_metrics = ray.get(train_ref)

@@ -192,4 +192,4 @@ def validate_dsrl(alg: Any, num_envs: int) -> str | None:
 
 register_algorithm(AlgorithmSpec(name="dsrl", update=dsrl_update, validate=validate_dsrl,
                                  discount=lambda alg: alg.gamma, make_state=make_dsrl_state,
-                                 check_policy=steering_problem))
+                                 check_policy=steering_problem, replays_stale_data=True))

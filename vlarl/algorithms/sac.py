@@ -290,4 +290,4 @@ def validate_sac(alg: Any, num_envs: int) -> str | None:
 for _name in ("sac", "rlpd"):
     register_algorithm(AlgorithmSpec(name=_name, update=sac_update, validate=validate_sac,
                                      discount=lambda alg: alg.gamma, make_state=make_sac_state,
-                                     check_policy=actor_problem))
+                                     check_policy=actor_problem, replays_stale_data=True))

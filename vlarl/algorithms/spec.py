@@ -18,6 +18,10 @@ The spec says
   shared ones live in the registry), checked at config load before anything is written;
 * ``discount(alg_cfg)``: the gamma its returns use (process rewards are shaped with it);
 * ``fresh_episodes``: every episode of a batch starts at its first step (group rollouts);
+* ``replays_stale_data``: the update puts every batch into a replay buffer, whichever policy version sampled
+  it (SAC, RLPD, DSRL). Such an algorithm keeps the one-version-stale batches of ``placement.async_rollout``
+  and drops nothing for staleness, so ``algorithm.max_staleness`` (a filter of on-policy batches) is refused
+  for it at config load;
 * ``make_state(policy, alg_cfg, policy_spec) -> AlgorithmState`` (optional): what an algorithm keeps in the
   actor across updates (an off-policy replay buffer, Q networks, their optimizers). The actor worker builds
   it once, passes it to every ``update`` as ``state=``, and saves / loads it beside the checkpoint, so a
@@ -77,6 +81,7 @@ class AlgorithmSpec:
     discount: Callable[[Any], float]
     collect: Callable[[Collector, list[dict[str, Any]]], tuple[Any, list[dict[str, Any]], int]] = collect_steps
     fresh_episodes: bool = False
+    replays_stale_data: bool = False
     check_policy: Callable[[Any, Any], str | None] | None = None
     make_state: Callable[[Any, Any, Any], AlgorithmState] | None = None
 

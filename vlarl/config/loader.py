@@ -170,11 +170,14 @@ def validate_train_config(cfg: TrainConfig) -> None:
 
     if cfg.placement.mode not in MODES:
         raise ConfigError(f"placement.mode='{cfg.placement.mode}' is unknown; choose one of {list(MODES)}")
-    from vlarl.algorithms.registry import validate_algorithm
+    from vlarl.algorithms.registry import algorithm_spec, validate_algorithm
 
     problem = validate_algorithm(alg, env.num_envs, env.num_workers)
     if problem:
         raise ConfigError(problem)
+    if algorithm_spec(alg.name).replays_stale_data and alg.max_staleness >= 0:
+        raise ConfigError(f"algorithm.max_staleness={alg.max_staleness} filters on-policy batches; algorithm={alg.name} "
+                          f"replays every batch whatever policy version sampled it: leave algorithm.max_staleness=-1")
     if cfg.faults.max_worker_deaths < 1 or cfg.faults.death_window_iterations < 1:
         raise ConfigError(f"faults.max_worker_deaths={cfg.faults.max_worker_deaths} and faults.death_window_iterations="
                           f"{cfg.faults.death_window_iterations} must be >= 1 (1 death = stop at the first one)")

@@ -184,7 +184,8 @@ class PlacementConfig:
     actor: ComponentPlacement = field(default_factory=ComponentPlacement)
     reward: ComponentPlacement = field(default_factory=ComponentPlacement)
     async_rollout: bool = False  # collect the next rollout (one policy version stale) while the actor trains;
-    # pair with algorithm.max_staleness >= 1 and the algorithm's off-policy correction
+    # PPO/GRPO: pair with algorithm.max_staleness >= 1 and their off-policy correction; sac/rlpd/dsrl
+    # put every batch into their replay (nothing dropped; train/policy_lag logs the versions behind)
     timeline: bool = True  # write a Chrome trace of one iteration to <run_dir>/timeline.json
     timeline_iteration: int = 2  # which iteration of this run segment to trace (1 = first)
 

@@ -109,10 +109,20 @@ class ActorWorker:
             self.policy.train()
             metrics = self.update_fn(self.policy, self.optimizer, traj, self.alg, self.generator,
                                      reference=self.reference, version=self.version, **self.state_kwargs)
+            metrics.update(self._lag(traj))
             if traj.num_envs > 0:
                 self.policy.update_normalization(traj.flat_obs())
             self.version += 1
         return metrics
+
+    def _lag(self, traj: Trajectory) -> dict[str, float]:
+        """The oldest policy version that sampled ``traj`` and how many updates it lags the weights being trained
+        (0 in lock-step; 1 with ``placement.async_rollout``, whose batch was collected during the last update)."""
+        v = traj.extras.get("policy_version")
+        if v is None or v.numel() == 0:
+            return {}
+        oldest = float(v.min())
+        return {"behaviour_version": oldest, "policy_lag": self.version - oldest}
 
     def pop_spans(self):
         return self.spans.pop()
