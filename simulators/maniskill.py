@@ -167,27 +167,34 @@ class ManiSkillEnv(SerialBatchedEnv):
         cam = self.cfg.critic_camera
         if not cam or cam in obs.images:
             return obs
+        return SceneObs(state=obs.state, images={**obs.images, cam: self._sensor_frame(i, cam)})
+
+    def _sensor_frame(self, i: int, cam: str) -> np.ndarray:
+        """Scene ``i``'s camera ``cam`` now, uint8 [H, W, 3] (rendered as ManiSkill's sensor observations are)."""
         u = self.envs[i].unwrapped
-        for actor in u._hidden_objects:  # as ManiSkill's own sensor observations do
+        for actor in u._hidden_objects:
             actor.hide_visual()
         u.scene.update_render(update_sensors=True, update_human_render_cameras=False)
         sensor = u.scene.sensors[cam]
         sensor.capture()
         rgb = sensor.get_obs(rgb=True, depth=False, position=False, segmentation=False)["rgb"]
-        frame = rgb[..., :3].to(torch.uint8).reshape(*rgb.shape[-3:-1], 3).numpy()
-        return SceneObs(state=obs.state, images={**obs.images, cam: frame})
+        return rgb[..., :3].to(torch.uint8).reshape(*rgb.shape[-3:-1], 3).numpy()
 
-    def render(self) -> np.ndarray | None:
-        """One human-camera frame per env (videos get a frame per chunk: a ManiSkill render costs more
-        than the chunk's steps)."""
-        if not self._render:
-            return None
-        frames = []
-        for env in self.envs:
-            f = env.render()
+    def render_scene(self, i: int, camera: str | None = None) -> np.ndarray | None:
+        """Scene ``i``'s human-camera frame (uint8 [H, W, 3]) when built with ``render=True``, else the frame of
+        ``camera`` (default: the first policy camera); None for a state-only env. Videos call it once per
+        control step (``step_callback``), so they show every env step, not one frame per chunk."""
+        if self._render and camera is None:
+            f = self.envs[i].render()
             f = f.cpu().numpy() if isinstance(f, torch.Tensor) else np.asarray(f)
-            frames.append(f.reshape(-1, *f.shape[-3:])[0])
-        return np.stack(frames).astype(np.uint8)
+            return f.reshape(-1, *f.shape[-3:])[0].astype(np.uint8)
+        cam = camera or (self.spec.image_keys[0] if self.spec.image_keys else None)
+        if cam is None:
+            return None
+        if cam not in self.envs[i].unwrapped.scene.sensors:
+            raise EnvError(f"camera '{cam}' is not a camera of ManiSkill task '{self.cfg.task}'; its cameras are "
+                           f"{list(self.envs[i].unwrapped.scene.sensors)}")
+        return self._sensor_frame(i, cam)
 
     def close(self) -> None:
         for env in self.envs:

@@ -51,6 +51,8 @@ def apply_render_quality(sim: Any, quality: RenderQuality) -> None:
     if not quality.shadows:
         m.vis.quality.shadowsize = 0
         m.light_castshadow[:] = 0
+    else:  # robosuite's arenas declare their lights castshadow="false": the switch turns every light's on
+        m.light_castshadow[:] = 1
     if not quality.reflections:
         m.mat_reflectance[:] = 0.0
     if not quality.msaa:
