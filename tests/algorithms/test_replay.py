@@ -81,3 +81,16 @@ def test_replay_survives_save_and_load(tmp_path):
     big.online.extend(trajectory_transitions(_traj()))
     torch.save(big.state_dict(), tmp_path / "big.pt")
     assert (tmp_path / "big.pt").stat().st_size < 20_000  # the 6 filled rows are saved, not the capacity
+
+
+def test_a_replay_buffer_leaves_distribution_argument_checks_on():
+    """torchrl turns torch.distributions' argument checks off when imported; building a replay buffer must
+    not change that for the rest of the process (a NaN mean still raises in every policy)."""
+    import torch
+
+    from vlarl.algorithms.replay import ChunkReplay
+
+    ChunkReplay(8)  # the first one in a process imports torchrl; any earlier one must have left checks on too
+    assert torch.distributions.Distribution._validate_args is True  # torch's default (python without -O)
+    with pytest.raises(ValueError):
+        torch.distributions.Normal(torch.tensor([float("nan")]), torch.tensor([1.0]))

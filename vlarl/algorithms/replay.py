@@ -26,12 +26,23 @@ if TYPE_CHECKING:  # tensordict / torchrl load in ~2 s: only when an off-policy 
 TRANSITION_KEYS = ("state", "actions", "step_rewards", "step_mask", "terminated", "truncated", "next_state")
 
 
+def _torchrl_buffers() -> tuple[Any, Any]:
+    """torchrl's storage and buffer classes, imported without its process-wide side effect: importing torchrl
+    turns off ``torch.distributions`` argument checks for the whole process (a speed-up of its own), so a
+    NaN mean would no longer raise in any policy of a run that built a replay buffer. The setting is put back."""
+    validate = torch.distributions.Distribution._validate_args
+    try:
+        from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(validate)
+    return LazyTensorStorage, TensorDictReplayBuffer
+
+
 class ChunkReplay:
     """A ring buffer of chunk transitions with uniform sampling (torchrl ``TensorDictReplayBuffer``)."""
 
     def __init__(self, capacity: int):
-        from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
-
+        LazyTensorStorage, TensorDictReplayBuffer = _torchrl_buffers()
         self.capacity = int(capacity)
         self.buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(self.capacity))
 
