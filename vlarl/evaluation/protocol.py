@@ -109,7 +109,9 @@ def run_episodes(
     from vlarl.evaluation.parallel import local_ray
 
     with local_ray(num_workers), tqdm(total=episodes, desc=desc, unit="ep", disable=not progress, leave=False) as bar:
-        return run_plan(policy, plan_task(env_cfg, episodes, seed), num_envs, deterministic, bar, num_workers)
+        episodes_run = run_plan(policy, plan_task(env_cfg, episodes, seed), num_envs, deterministic, bar, num_workers)
+        bar.refresh()  # the final count is drawn even when the last update fell inside tqdm's minimum interval
+        return episodes_run
 
 
 def summarize(episodes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -156,6 +158,7 @@ def evaluate_tasks(
             eps = run_plan(policy, plan, num_envs, deterministic, bar, num_workers)
             per_episode.extend(eps)
             tasks[plan.task] = {**summarize(eps), "seeds": [plan.seeds[0], plan.seeds[-1]] if plan.seeds else []}
+        bar.refresh()  # the final count is drawn even when the last update fell inside tqdm's minimum interval
     summary = summarize(per_episode)
     first = plans[0].seeds if plans else []
     summary.update(
