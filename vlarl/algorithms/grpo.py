@@ -25,7 +25,8 @@ from typing import Any
 import torch
 
 from simulators.base import training_seed
-from vlarl.algorithms.ppo import behaviour_version_of, step_mask_of
+from vlarl.algorithms.off_policy import behaviour_version_of
+from vlarl.algorithms.ppo import step_mask_of
 from vlarl.algorithms.spec import SEED_STRIDE, AlgorithmSpec, Collector, episode_horizon, register_algorithm
 from vlarl.algorithms.update import UpdateBatch, choice_problem, clipped_update, clipped_update_problem
 from vlarl.data.trajectory import Trajectory

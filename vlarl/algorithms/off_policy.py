@@ -10,7 +10,18 @@ older policy. Samples older than ``max_staleness`` versions are dropped.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from vlarl.data.trajectory import Trajectory
+
+
+def behaviour_version_of(traj: Trajectory, version: int) -> torch.Tensor:
+    """[N, B] policy version that sampled each step (the current one when not recorded)."""
+    v = traj.extras.get("policy_version")
+    return v if v is not None else torch.full(traj.rewards.shape, float(version))
 
 
 def staleness_mask(behaviour_version: torch.Tensor, current_version: int, max_staleness: int) -> torch.Tensor:

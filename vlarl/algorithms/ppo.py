@@ -17,6 +17,7 @@ from vlarl.algorithms.advantages import bootstrap_truncated, compute_gae
 from vlarl.algorithms.aggregation import trajectory_ids
 from vlarl.algorithms.granularity import REWARD_LEVELS, action_level_advantages
 from vlarl.algorithms.losses import VALUE_LOSSES
+from vlarl.algorithms.off_policy import behaviour_version_of
 from vlarl.algorithms.spec import AlgorithmSpec, register_algorithm
 from vlarl.algorithms.update import UpdateBatch, choice_problem, clipped_update, clipped_update_problem
 from vlarl.data.trajectory import Trajectory
@@ -38,12 +39,6 @@ def step_mask_of(traj: Trajectory) -> torch.Tensor:
     """[N, B, T] executed-action mask (all True when the collector did not record one)."""
     m = traj.extras.get("step_mask")
     return m.bool() if m is not None else torch.ones(traj.logprob.shape[:3], dtype=torch.bool)
-
-
-def behaviour_version_of(traj: Trajectory, version: int) -> torch.Tensor:
-    """[N, B] policy version that sampled each step (the current one when not recorded)."""
-    v = traj.extras.get("policy_version")
-    return v if v is not None else torch.full(traj.rewards.shape, float(version))
 
 
 def ppo_batch(traj: Trajectory, cfg: Any, version: int = 0) -> UpdateBatch:

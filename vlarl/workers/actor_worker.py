@@ -15,6 +15,7 @@ import torch
 
 from policies.base import PolicySpec
 from policies.registry import make_policy
+from vlarl.algorithms.off_policy import behaviour_version_of
 from vlarl.algorithms.registry import algorithm_spec
 from vlarl.data.trajectory import Trajectory
 from vlarl.scheduler import collective
@@ -118,8 +119,8 @@ class ActorWorker:
     def _lag(self, traj: Trajectory) -> dict[str, float]:
         """The oldest policy version that sampled ``traj`` and how many updates it lags the weights being trained
         (0 in lock-step; 1 with ``placement.async_rollout``, whose batch was collected during the last update)."""
-        v = traj.extras.get("policy_version")
-        if v is None or v.numel() == 0:
+        v = behaviour_version_of(traj, self.version)
+        if v.numel() == 0:
             return {}
         oldest = float(v.min())
         return {"behaviour_version": oldest, "policy_lag": self.version - oldest}
