@@ -90,7 +90,8 @@ class Policy(nn.Module, abc.ABC):
     def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]):
         """Score ``replay`` under the current weights.
 
-        Returns ``(logprob [B, T, A], entropy [B, T, A], value [B] or None)`` with gradients.
+        Returns ``(logprob [B, T, A], entropy [B, T, A], value [B] or None)`` with gradients; with a binned
+        value head (``value_support`` set) the value is its logits ``[B, K]``.
         """
 
     @abc.abstractmethod
@@ -100,6 +101,10 @@ class Policy(nn.Module, abc.ABC):
     def value(self, obs: dict[str, Any]) -> torch.Tensor | None:
         """Value estimate ``[B]`` (for bootstrapping a truncated episode), or None without a value head."""
         return None
+
+    #: the bins of a binned value head (``policies.value_head.HLGaussSupport``): ``evaluate`` then returns the
+    #: value as logits over them and ``sample`` / ``value`` their expectation; None = a scalar value head
+    value_support: Any = None
 
     #: parameter-name prefixes of the value head's own weights (``algorithm.critic_lr`` applies to them)
     value_head_prefixes: tuple[str, ...] = ("critic.", "value_head.")

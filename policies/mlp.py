@@ -2,7 +2,8 @@
 
 The actor maps the (normalized) proprioceptive/privileged state to the mean of a diagonal
 Gaussian over a whole chunk ``[T, A]``; the log standard deviation is a learned, state-independent
-parameter per chunk step and action dimension. The critic is a separate MLP on the same input.
+parameter per chunk step and action dimension. The critic is a separate MLP on the same input: a scalar
+value, or with ``value_bins`` K logits over value bins (``policies.value_head``) for PPO's HL-Gauss loss.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from torch import nn
 
 from policies.base import ActionSample, Policy, PolicySpec, as_float_tensor
 from policies.registry import register_policy
+from policies.value_head import BinnedValueHead, HLGaussSupport, value_support_of
 
 
 @dataclass
@@ -28,6 +30,14 @@ class MLPPolicyConfig:
     normalize_obs: bool = True  # running mean/std of the state, saved with the weights
     obs_clip: float = 10.0
     squash: bool = False  # tanh-squash the Gaussian into [action_low, action_high] (bounded actions for SAC/RLPD)
+    # value_bins K >= 2: the critic outputs K logits over equal bins on [value_min, value_max] and its value is
+    # their expectation (PPO with algorithm.value_loss=hl_gauss, which requires it); 0 = a scalar value head.
+    # The defaults cover returns of rewards in [0, 1] at gamma 0.8 (at most 5) with a margin; the target
+    # Gaussian of a return has sigma = value_sigma_ratio * bin width.
+    value_bins: int = 0
+    value_min: float = -1.0
+    value_max: float = 6.0
+    value_sigma_ratio: float = 0.75
 
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
@@ -81,6 +91,9 @@ class GaussianChunkPolicy(Policy):
     Subclasses build their features in ``_features(obs) -> [B, D]``; ``replay`` holds the sampled
     actions, so ``evaluate`` re-scores them exactly.
 
+    With a ``value_support`` the critic is a ``BinnedValueHead``: ``evaluate`` returns its logits ``[B, K]`` as
+    the value (the classification loss needs them), ``sample`` and ``value`` the expectation ``[B]``.
+
     With ``squash`` the Gaussian sample ``u`` goes through ``tanh`` into ``[action_low, action_high]`` (the
     log-prob gets the change-of-variables term; ``replay`` also keeps ``u``), and ``rsample`` draws a
     reparameterized chunk with gradients for off-policy actor losses (SAC). The entropy ``evaluate`` returns
@@ -89,18 +102,33 @@ class GaussianChunkPolicy(Policy):
     min_log_std: float | None = None
     squash: bool = False
 
-    def _build_heads(self, in_dim: int, hidden: list[int], activation: str, init_log_std: float) -> None:
+    def _build_heads(self, in_dim: int, hidden: list[int], activation: str, init_log_std: float,
+                     value_support: HLGaussSupport | None = None) -> None:
         if self.config.chunk_size < 1:
             raise ValueError(f"policy.chunk_size must be >= 1, got {self.config.chunk_size}")
         T, A = self.config.chunk_size, self.spec.action_dim
         self.actor = _mlp(in_dim, hidden, T * A, activation, 0.01)
-        self.critic = _mlp(in_dim, hidden, 1, activation, 1.0)
+        if value_support is None:
+            self.critic = _mlp(in_dim, hidden, 1, activation, 1.0)
+        else:  # small last layer: near-uniform bins, so the first values lie near the middle of the support
+            self.critic = BinnedValueHead(_mlp(in_dim, hidden, value_support.num_bins, activation, 0.01), value_support)
+        self.value_support = value_support
         self.log_std = nn.Parameter(torch.full((T, A), float(init_log_std)))
         self.register_buffer("action_low", torch.tensor(self.spec.action_low, dtype=torch.float32))
         self.register_buffer("action_high", torch.tensor(self.spec.action_high, dtype=torch.float32))
 
     def _features(self, obs: dict[str, Any]) -> torch.Tensor:
         raise NotImplementedError
+
+    def _critic_out(self, x: torch.Tensor) -> torch.Tensor:
+        """What ``evaluate`` returns as the value: [B], or logits [B, K] with a binned head."""
+        out = self.critic(x)
+        return out.squeeze(-1) if self.value_support is None else out
+
+    def _value_of(self, x: torch.Tensor) -> torch.Tensor:
+        """The value [B] (the expectation over the bins with a binned head)."""
+        out = self._critic_out(x)
+        return out if self.value_support is None else self.critic.expectation(out)
 
     def _dist(self, x: torch.Tensor) -> torch.distributions.Normal:
         mean = self.actor(x).view(x.shape[0], self.config.chunk_size, self.spec.action_dim)
@@ -125,7 +153,7 @@ class GaussianChunkPolicy(Policy):
         return ActionSample(
             actions=actions,
             logprob=logprob,
-            value=self.critic(x).squeeze(-1),
+            value=self._value_of(x),
             replay={"actions": actions, "pre_tanh": u} if self.squash else {"actions": actions},
         )
 
@@ -138,7 +166,7 @@ class GaussianChunkPolicy(Policy):
         x = self._features(obs)
         dist = self._dist(x)
         u = replay["pre_tanh" if self.squash else "actions"].to(x.device)
-        return self._squashed(dist, u)[1], dist.entropy(), self.critic(x).squeeze(-1)
+        return self._squashed(dist, u)[1], dist.entropy(), self._critic_out(x)
 
     @torch.no_grad()
     def act(self, obs: dict[str, Any]) -> torch.Tensor:
@@ -148,7 +176,7 @@ class GaussianChunkPolicy(Policy):
 
     @torch.no_grad()
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
-        return self.critic(self._features(obs)).squeeze(-1)
+        return self._value_of(self._features(obs))
 
 
 @register_policy("mlp", MLPPolicyConfig)
@@ -157,7 +185,8 @@ class MLPPolicy(GaussianChunkPolicy):
         super().__init__(config, spec)
         self.squash = config.squash
         self.norm = RunningNorm(spec.state_dim, config.obs_clip)
-        self._build_heads(spec.state_dim, list(config.hidden_sizes), config.activation, config.init_log_std)
+        support = value_support_of(config.value_bins, config.value_min, config.value_max, config.value_sigma_ratio)
+        self._build_heads(spec.state_dim, list(config.hidden_sizes), config.activation, config.init_log_std, support)
 
     def _features(self, obs: dict[str, Any]) -> torch.Tensor:
         state = as_float_tensor(obs["state"], self.log_std.device)

@@ -84,6 +84,7 @@ CASES: dict[str, tuple[Callable[..., int], str]] = {
     "train-policy-activation": (_train("policy.activation=swish"), "policy.activation='swish' is unknown"),
     "train-cnn-on-state-env": (_train("policy=cnn"), "needs camera images"),
     "train-sac-unsquashed-actor": (_train("algorithm=sac"), "use policy=mlp policy.squash=true"),
+    "train-ppo-hl-gauss-scalar-head": (_train("algorithm.value_loss=hl_gauss"), "add policy.value_bins=51"),
     "train-reward-no-critic": (_train("reward=vlm_critic"), "reward.critic_path is empty"),
     "train-reward-missing-critic": (_train("reward=vlm_critic", "reward.critic_path={w}/nowhere"), "does not exist"),
     "train-placement-mode": (_train("placement.mode=magic"), "placement.mode='magic' is unknown"),

@@ -2,6 +2,8 @@
 
 The ``*_elementwise`` functions return one loss per element (sample or token) so that masking and
 aggregation (``vlarl.algorithms.aggregation``) stay separate; the scalar versions take their mean.
+The value losses regress a scalar value (``mse``, ``huber``) or classify a binned one (``hl_gauss``: the
+policy's value head gives logits over ``policy.value_support``, Farebrother et al. 2024).
 """
 
 from __future__ import annotations
@@ -9,7 +11,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-VALUE_LOSSES = ("mse", "huber")
+from vlarl.algorithms.hl_gauss import HLGaussSupport, hl_gauss_loss
+
+VALUE_LOSSES = ("mse", "huber", "hl_gauss")
 
 
 def ppo_policy_loss_elementwise(
@@ -71,10 +75,24 @@ def value_loss_elementwise(
     clip: float | None = None,
     loss_type: str = "mse",
     huber_delta: float = 1.0,
+    support: HLGaussSupport | None = None,
 ) -> torch.Tensor:
     """0.5 * (V - R)^2 (``mse``) or Huber(V - R; delta) (``huber``: quadratic within delta, linear
     beyond, so rare large returns do not dominate), optionally PPO2-style clipped around the
-    rollout value: max(loss(V), loss(V_old + clip(V - V_old, -c, c))). Elementwise."""
+    rollout value: max(loss(V), loss(V_old + clip(V - V_old, -c, c))). Elementwise.
+
+    ``hl_gauss``: ``values`` are logits [M, K] over ``support``'s bins and the loss is their cross-entropy
+    against the HL-Gauss target of R. A cross-entropy has no scalar to clip, so ``clip`` must be off (the config
+    refuses ``value_clip`` with it); the rollout's V_old (an expectation) only enters GAE."""
+    if (loss_type == "hl_gauss") != (support is not None):
+        raise ValueError(f"algorithm.value_loss={loss_type} with a {'binned' if support else 'scalar'} value head: "
+                         f"use algorithm.value_loss=hl_gauss with a binned head (policy.value_bins >= 2) and "
+                         f"mse/huber with a scalar one (policy.value_bins=0)")
+    if loss_type == "hl_gauss":
+        if clip is not None and clip > 0:
+            raise ValueError(f"algorithm.value_clip={clip} clips a scalar value; algorithm.value_loss=hl_gauss "
+                             f"has none: set algorithm.value_clip=0")
+        return hl_gauss_loss(values, returns, support)
     if loss_type == "mse":
         def f(pred: torch.Tensor) -> torch.Tensor:
             return 0.5 * (pred - returns).pow(2)
@@ -97,6 +115,7 @@ def value_loss(
     clip: float | None = None,
     loss_type: str = "mse",
     huber_delta: float = 1.0,
+    support: HLGaussSupport | None = None,
 ) -> torch.Tensor:
     """Mean of ``value_loss_elementwise``."""
-    return value_loss_elementwise(values, old_values, returns, clip, loss_type, huber_delta).mean()
+    return value_loss_elementwise(values, old_values, returns, clip, loss_type, huber_delta, support).mean()

@@ -5,6 +5,8 @@ granularity, the advantage (one per chunk step, or per action with ``reward_leve
 broadcast to it, and the clipped surrogate, value and entropy terms are combined
 (``vlarl.algorithms.update``). The bootstrap values come from the rollout's own forward passes
 (``Trajectory.final_values`` / ``next_value``); no extra pass over the batch is made here.
+With ``value_loss=hl_gauss`` the policy's value head is binned (``policy.value_bins``): those values are
+the expectation over its bins, and the update trains its logits by cross-entropy.
 """
 
 from __future__ import annotations
@@ -104,8 +106,27 @@ def validate_ppo(alg: Any, num_envs: int) -> str | None:
             return msg
     if alg.reward_level == "action" and alg.logprob_level == "chunk":
         return "algorithm.reward_level=action needs algorithm.logprob_level=action or token (one ratio per action)"
+    if alg.value_loss == "hl_gauss" and alg.value_clip > 0:
+        return (f"algorithm.value_clip={alg.value_clip} clips a scalar value; algorithm.value_loss=hl_gauss trains "
+                f"bin logits by cross-entropy, which has none: set algorithm.value_clip=0")
+    return None
+
+
+def value_head_problem(policy: Any, alg: Any) -> str | None:
+    """``value_loss=hl_gauss`` trains a binned value head and mse/huber a scalar one; the policy config says which
+    head is built (``policy.value_bins``), so the two must agree."""
+    binned = policy.value_support is not None
+    if alg.value_loss == "hl_gauss" and not binned:
+        if not hasattr(policy.config, "value_bins"):
+            return (f"algorithm.value_loss=hl_gauss needs a binned value head, which policy={policy.name} cannot "
+                    f"build; use algorithm.value_loss=mse (or policy=mlp with policy.value_bins=51)")
+        return ("algorithm.value_loss=hl_gauss needs a binned value head: add policy.value_bins=51 (with "
+                "policy.value_min / policy.value_max spanning the returns), or use algorithm.value_loss=mse")
+    if binned and alg.value_loss != "hl_gauss":
+        return (f"policy.value_bins={policy.value_support.num_bins} builds a binned value head, which only "
+                f"algorithm.value_loss=hl_gauss trains; add algorithm.value_loss=hl_gauss or set policy.value_bins=0")
     return None
 
 
 register_algorithm(AlgorithmSpec(name="ppo", update=ppo_update, validate=validate_ppo,
-                                 discount=lambda alg: alg.gamma))
+                                 discount=lambda alg: alg.gamma, check_policy=value_head_problem))

@@ -2,7 +2,8 @@
 
 Per minibatch: re-score the sampled actions, reduce log-probs to the configured level (masking
 unexecuted actions), clipped surrogate (asymmetric clip, optional dual clip, optional decoupled
-off-policy weights), KL penalty to a frozen reference policy, entropy bonus, value loss (PPO),
+off-policy weights), KL penalty to a frozen reference policy, entropy bonus, value loss (PPO; with a
+binned value head ``evaluate`` gives logits and ``value_error`` is measured on their expectation),
 aggregation by ``loss_agg_mode``; then gradient clipping and a skip of non-finite steps.
 """
 
@@ -16,6 +17,7 @@ import torch
 from vlarl.algorithms.advantages import normalize_advantages
 from vlarl.algorithms.aggregation import AGG_MODES, aggregate_loss
 from vlarl.algorithms.granularity import LEVELS, broadcast_to_level, level_mask, reduce_logprob
+from vlarl.algorithms.hl_gauss import bins_to_value
 from vlarl.algorithms.kl import KL_ESTIMATORS, kl_estimate
 from vlarl.algorithms.losses import ppo_policy_loss_elementwise, value_loss_elementwise
 from vlarl.algorithms.off_policy import behaviour_weights, staleness_mask
@@ -95,6 +97,7 @@ def clipped_update(
     skipped, epochs_run = 0, 0
     mb = max(1, -(-M // cfg.num_minibatches)) if M else 1
     params = [p for p in policy.parameters() if p.requires_grad]
+    support = policy.value_support  # bins of a binned value head (the value is then logits [B, K]), or None
     for _epoch in range(cfg.update_epochs if M else 0):
         perm = idx_all[torch.randperm(M, generator=generator)]
         for start in range(0, M, mb):
@@ -130,11 +133,13 @@ def clipped_update(
             v_loss = torch.zeros((), device=device)
             if value is not None and batch.returns is not None:
                 ret, old_v = batch.returns[idx].to(device), batch.old_values[idx].to(device)
-                v_el = value_loss_elementwise(value, old_v, ret, cfg.value_clip, cfg.value_loss, cfg.huber_delta)
+                v_el = value_loss_elementwise(value, old_v, ret, cfg.value_clip, cfg.value_loss, cfg.huber_delta,
+                                              support)
                 v_loss = aggregate_loss(v_el, torch.ones_like(v_el, dtype=torch.bool),
                                         "token-mean" if cfg.loss_agg_mode != "traj-mean" else "traj-mean", tids)
                 loss = loss + cfg.vf_coef * v_loss
-                stats["value_error"].append(float((value.detach() - ret).abs().mean()))
+                v_pred = value.detach() if support is None else bins_to_value(value.detach(), support)
+                stats["value_error"].append(float((v_pred - ret).abs().mean()))
             if value_only:
                 loss = cfg.vf_coef * v_loss
             optimizer.zero_grad(set_to_none=True)

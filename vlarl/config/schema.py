@@ -47,13 +47,20 @@ class AlgorithmConfig:
 
 @dataclass
 class PPOConfig(AlgorithmConfig):
-    """Chunked PPO with GAE. One iteration = ``num_steps`` chunk steps of every env, then an update."""
+    """Chunked PPO with GAE. One iteration = ``num_steps`` chunk steps of every env, then an update.
+
+    ``value_loss=hl_gauss`` trains a binned value head by cross-entropy against the HL-Gauss target of each return
+    (Farebrother et al. 2024); the bins are the policy's (``policy.value_bins``, ``value_min``, ``value_max``,
+    ``value_sigma_ratio``; ``policy=mlp`` builds them), and the value used by GAE, bootstrapping and
+    ``value_error`` is the expectation over the bin centres. A policy without such a head, or a binned head with
+    another value loss, is refused at config load; so is ``value_clip`` (a cross-entropy has no scalar to clip).
+    """
 
     name: str = "ppo"
     gamma: float = 0.8
     gae_lambda: float = 0.9
     value_clip: float = 0.0  # 0 = no value clipping
-    value_loss: str = "mse"  # "mse" | "huber"
+    value_loss: str = "mse"  # "mse" | "huber" | "hl_gauss" (binned value head: policy.value_bins >= 2)
     huber_delta: float = 1.0
     vf_coef: float = 0.5
     reward_scale: float = 1.0
