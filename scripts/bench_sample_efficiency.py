@@ -21,6 +21,7 @@ from pathlib import Path
 #: name -> vlarl-train overrides (the PPO row is the embedded default experiment)
 CONFIGS: dict[str, list[str]] = {
     "ppo": [],
+    "ppo_hl_gauss": ["algorithm.value_loss=hl_gauss", "policy.value_bins=51"],
     "rlpd": ["experiment=pushcube_mlp_rlpd"],
     "rlpd_hl_gauss": ["experiment=pushcube_mlp_rlpd", "algorithm.critic_loss=hl_gauss"],
     "rlpd_no_demos": ["experiment=pushcube_mlp_rlpd", "algorithm.demo_ratio=0.0"],
