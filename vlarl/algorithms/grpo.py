@@ -27,7 +27,8 @@ import torch
 from simulators.base import training_seed
 from vlarl.algorithms.off_policy import behaviour_version_of
 from vlarl.algorithms.ppo import step_mask_of
-from vlarl.algorithms.spec import SEED_STRIDE, AlgorithmSpec, Collector, episode_horizon, register_algorithm
+from vlarl.algorithms.spec import (SEED_STRIDE, AlgorithmSpec, Collector, episode_horizon, register_algorithm,
+                                  unused_value_head_problem)
 from vlarl.algorithms.update import UpdateBatch, choice_problem, clipped_update, clipped_update_problem
 from vlarl.data.trajectory import Trajectory
 
@@ -337,4 +338,5 @@ def validate_grpo(alg: Any, num_envs: int) -> str | None:
 
 # GRPO scores undiscounted episodes, each starting at the batch's first step
 register_algorithm(AlgorithmSpec(name="grpo", update=grpo_update, validate=validate_grpo,
-                                 discount=lambda alg: 1.0, collect=collect_groups, fresh_episodes=True))
+                                 discount=lambda alg: 1.0, collect=collect_groups, fresh_episodes=True,
+                                 check_policy=unused_value_head_problem))

@@ -32,7 +32,7 @@ from torch import nn
 from vlarl.algorithms.chunk_td import chunk_td_target
 from vlarl.algorithms.hl_gauss import HLGaussSupport, bins_to_value, hl_gauss_loss
 from vlarl.algorithms.replay import MixedReplay, demo_transitions, trajectory_transitions
-from vlarl.algorithms.spec import AlgorithmSpec, register_algorithm
+from vlarl.algorithms.spec import AlgorithmSpec, register_algorithm, unused_value_head_problem
 from vlarl.algorithms.update import choice_problem
 from vlarl.data.trajectory import Trajectory
 
@@ -81,7 +81,7 @@ def actor_problem(policy: Any, cfg: Any) -> str | None:
     if not callable(getattr(policy, "rsample", None)) or not getattr(policy, "squash", False):
         return (f"algorithm={cfg.name} needs a tanh-squashed actor with a reparameterized sample: "
                 f"use policy=mlp policy.squash=true")
-    return None
+    return unused_value_head_problem(policy, cfg)
 
 
 class SACState:

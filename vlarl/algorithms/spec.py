@@ -97,6 +97,17 @@ def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
     return spec
 
 
+def unused_value_head_problem(policy: Any, alg: Any) -> str | None:
+    """A binned value head (``policy.value_bins``) is trained only by PPO's ``value_loss=hl_gauss``; an algorithm
+    that trains no value head, or critics of its own, would build it and never use it."""
+    support = getattr(policy, "value_support", None)
+    if support is None:
+        return None
+    return (f"policy.value_bins={support.num_bins} builds PPO's binned value head, which algorithm={alg.name} does "
+            f"not train; set policy.value_bins=0" + (" (its own critics take algorithm.critic_loss=hl_gauss)"
+                                                     if hasattr(alg, "critic_loss") else ""))
+
+
 def episode_horizon(max_episode_steps: int, chunk_size: int) -> int:
     """Chunk steps that cover one whole episode."""
     return max(1, math.ceil(max_episode_steps / max(1, chunk_size)))
