@@ -25,6 +25,8 @@ CONFIGS: dict[str, list[str]] = {
     "rlpd": ["experiment=pushcube_mlp_rlpd"],
     "rlpd_hl_gauss": ["experiment=pushcube_mlp_rlpd", "algorithm.critic_loss=hl_gauss"],
     "rlpd_no_demos": ["experiment=pushcube_mlp_rlpd", "algorithm.demo_ratio=0.0"],
+    "pickcube_ppo": ["env=maniskill_pickcube", "experiment_name=pickcube_mlp_ppo"],
+    "pickcube_rlpd": ["experiment=pickcube_mlp_rlpd"],
 }
 
 

@@ -1,12 +1,14 @@
-"""A scripted PushCube-v1 expert and a recorder of its demonstrations as ManiSkill trajectory HDF5 or as a
-LeRobot v3.0 dataset (the same writer ``vlarl-collect`` uses, with the same per-episode quality statistics).
+"""Scripted ManiSkill3 experts (PushCube-v1, PickCube-v1) and a recorder of their demonstrations as ManiSkill
+trajectory HDF5 or as a LeRobot v3.0 dataset (the same writer ``vlarl-collect`` uses, with the same per-episode
+quality statistics).
 
-The expert reads privileged simulator state (TCP and cube poses), so it is a demonstrator, not a
-policy. Demonstrations are recorded through vlarl's own ``ManiSkillEnv`` with the control mode and
+The experts read privileged simulator state (TCP, cube and goal poses), so they are demonstrators, not
+policies. Demonstrations are recorded through vlarl's own ``ManiSkillEnv`` with the control mode and
 observation the VLA policy will be trained on, so SFT sees exactly what RL and evaluation see:
 
     python scripts/pushcube_expert.py --out data/demos/pushcube.h5 --episodes 20 --seed 0
     python scripts/pushcube_expert.py --out data/demos/pushcube_lerobot --format lerobot --episodes 20
+    python scripts/pushcube_expert.py --task pickcube --out outputs/demos/pickcube_20.h5 --episodes 20 --seed 0
 
 The .h5 file has ManiSkill's layout (``traj_<i>/actions [L, A]``, ``traj_<i>/obs [L + 1, D]``); the LeRobot
 dataset has ``observation.state`` [L, D] (before each action), ``action``, ``next.reward`` and, per episode,
@@ -20,7 +22,9 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -68,36 +72,95 @@ def scripted_pushcube_action(u, phase: int, fail_dir: float, rng: np.random.Gene
     return a, phase
 
 
+HOVER_Z = 0.06  # m above the cube centre before descending
+CARRY_Z = 0.07  # m, the lowest cube centre while carrying it towards the goal
+
+
+def scripted_pickcube_action(u, phase: int, rng: np.random.Generator, speed: float):
+    """A privileged PickCube controller for pd_ee_delta_pos (gripper 1 = open, -1 = closed): hover above the
+    cube with the gripper open, descend, close, then carry the cube to the goal and hold it there.
+
+    Phases: 0 hover, 1 descend, 2-4 close (three steps), 5 carry. The carry aims the TCP at the goal shifted by
+    the grasp offset (so an off-centre grasp still brings the cube, not the TCP, to the goal) and keeps the cube
+    at least ``CARRY_Z`` high until it is above the goal: dragged along the table it slips out of the fingers.
+    Returns (action [4], next phase).
+    """
+    tcp = u.agent.tcp.pose.p[0].clone()
+    cube = u.cube.pose.p[0].clone()
+    goal = u.goal_site.pose.p[0].clone()
+    grip = 1.0
+    if phase == 0:
+        tgt = cube.clone()
+        tgt[2] += HOVER_Z
+        if (tcp[:2] - cube[:2]).norm() < 0.008:
+            phase = 1
+    if phase == 1:
+        tgt = cube.clone()
+        speed = min(speed, 0.5)  # slow down: overshooting the cube centre gives an edge grasp
+        if float(tcp[2] - cube[2]) < 0.005:
+            phase = 2
+    if 2 <= phase < 5:
+        tgt, grip = cube.clone(), -1.0
+        phase += 1
+    if phase == 5:
+        tgt, grip = tcp + (goal - cube), -1.0
+        if (goal[:2] - cube[:2]).norm() > 0.02:
+            tgt[2] = tcp[2] + max(float(goal[2]), CARRY_Z) - cube[2]
+    d = (tgt - tcp) / 0.1 * 1.5 + torch.from_numpy(rng.normal(0, 0.05, 3)).float()
+    return torch.cat([d.clamp(-speed, speed), torch.tensor([grip])]), phase
+
+
+class Expert(NamedTuple):
+    """A scripted expert: the ManiSkill task it solves and its controller (u, phase, rng, speed) ->
+    (action [4], next phase), starting from phase 0 after each reset."""
+
+    env_id: str
+    act: Callable
+
+
+def _pushcube_success(u, phase: int, rng: np.random.Generator, speed: float):
+    """The PushCube expert pushing towards the goal (``fail_dir`` 0)."""
+    return scripted_pushcube_action(u, phase, 0.0, rng, speed)
+
+
+EXPERTS = {
+    "pushcube": Expert("PushCube-v1", _pushcube_success),
+    "pickcube": Expert("PickCube-v1", scripted_pickcube_action),
+}
 FORMATS = ("h5", "lerobot")
 
 
 def record_demos(out: str | Path, episodes: int, seed: int = 0, control_mode: str = "pd_ee_delta_pos",
                  max_steps: int = 0, speed: tuple[float, float] = (0.4, 0.8), log=print, fmt: str = "h5",
-                 fps: int = 20, overwrite: bool = False) -> dict:
+                 fps: int = 20, overwrite: bool = False, task: str = "pushcube") -> dict:
     """Record ``episodes`` successful expert episodes (state obs) into ``out`` (.h5, or a LeRobot v3.0 dataset
     folder with ``fmt="lerobot"``); returns a summary.
 
     Episodes run with ManiSkill's time limit (``max_steps`` = 0) and stop at the first success, like
-    the demonstrations ManiSkill ships. Failed attempts are skipped (their seeds are reported)."""
+    the demonstrations ManiSkill ships. Failed attempts are skipped (their seeds are reported). ``task`` names
+    the expert (``EXPERTS``)."""
     from simulators.maniskill import ManiSkillConfig, ManiSkillEnv
 
     if fmt not in FORMATS:
         raise ValueError(f"fmt='{fmt}' is unknown; choose one of {list(FORMATS)}")
+    if task not in EXPERTS:
+        raise ValueError(f"task='{task}' has no scripted expert; choose one of {list(EXPERTS)}")
+    expert = EXPERTS[task]
 
     if control_mode != "pd_ee_delta_pos":
-        raise ValueError(f"control_mode='{control_mode}': the PushCube expert drives the end effector; "
+        raise ValueError(f"control_mode='{control_mode}': the scripted experts drive the end effector; "
                          f"use env.control_mode=pd_ee_delta_pos")
     if seed + 4 * episodes >= EVAL_SEED_START:
         raise ValueError(f"demonstration seeds from {seed} would reach the evaluation seeds "
                          f"({EVAL_SEED_START}+); choose a smaller --seed")
-    cfg = ManiSkillConfig(task="PushCube-v1", control_mode=control_mode, obs_mode="state", reward_mode="sparse",
+    cfg = ManiSkillConfig(task=expert.env_id, control_mode=control_mode, obs_mode="state", reward_mode="sparse",
                           max_episode_steps=max_steps)
     env = ManiSkillEnv(cfg, num_envs=1)
     u = env.envs[0].unwrapped
     rng = np.random.default_rng(seed)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    sink = _LeRobotSink(out, fps, overwrite) if fmt == "lerobot" else _H5Sink(out, control_mode)
+    sink = _LeRobotSink(out, fps, overwrite) if fmt == "lerobot" else _H5Sink(out, expert.env_id, control_mode)
     kept, failed, s, t0, lengths, jerks = 0, [], seed, time.time(), [], []
     try:
         while kept < episodes:
@@ -107,7 +170,7 @@ def record_demos(out: str | Path, episodes: int, seed: int = 0, control_mode: st
             states, actions, rewards, phase, ok = [obs["state"][0].numpy()], [], [], 0, False
             v = float(rng.uniform(*speed))
             while True:
-                a, phase = scripted_pushcube_action(u, phase, 0.0, rng, v)
+                a, phase = expert.act(u, phase, rng, v)
                 res = env.chunk_step(a.reshape(1, 1, -1))
                 actions.append(a.numpy())
                 rewards.append(float(res.rewards[0, 0]))
@@ -132,11 +195,13 @@ def record_demos(out: str | Path, episodes: int, seed: int = 0, control_mode: st
         raise
     finally:
         env.close()
-    summary = {"episodes": kept, "failed_seeds": failed, "seeds": [seed, s - 1], "env_steps": int(sum(lengths)),
-               "mean_len": float(np.mean(lengths)), "mean_squared_jerk": float(np.mean(jerks)),
+    summary = {"task": expert.env_id, "episodes": kept, "failed_seeds": failed, "seeds": [seed, s - 1],
+               "success_rate": kept / (s - seed), "env_steps": int(sum(lengths)), "mean_len": float(np.mean(lengths)),
+               "mean_squared_jerk": float(np.mean(jerks)),
                "control_mode": control_mode, "instruction": env.instruction, "format": fmt,
                "wall_s": time.time() - t0}
-    log(f"[demos] {kept} successful expert episodes ({len(failed)} failed) -> {out} "
+    log(f"[demos] {kept} successful {expert.env_id} expert episodes ({len(failed)} failed, success rate "
+        f"{summary['success_rate']:.2f}, mean length {summary['mean_len']:.1f}) -> {out} "
         f"({summary['env_steps']} steps, {summary['wall_s']:.0f}s)")
     return summary
 
@@ -144,11 +209,11 @@ def record_demos(out: str | Path, episodes: int, seed: int = 0, control_mode: st
 class _H5Sink:
     """ManiSkill trajectory layout: obs [L + 1, D] (the final observation kept), actions [L, A]."""
 
-    def __init__(self, out: Path, control_mode: str):
+    def __init__(self, out: Path, env_id: str, control_mode: str):
         import h5py
 
         self.f = h5py.File(out, "w")
-        self.f.attrs["env_kwargs"] = json.dumps({"env_id": "PushCube-v1", "control_mode": control_mode,
+        self.f.attrs["env_kwargs"] = json.dumps({"env_id": env_id, "control_mode": control_mode,
                                                  "obs_mode": "state"})
 
     def add(self, i: int, states, actions, rewards, seed: int, instruction: str) -> None:
@@ -186,6 +251,7 @@ class _LeRobotSink:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
+    p.add_argument("--task", default="pushcube", choices=sorted(EXPERTS), help="which scripted expert")
     p.add_argument("--episodes", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--format", default="h5", choices=FORMATS, help="ManiSkill .h5 or a LeRobot v3.0 dataset folder")
@@ -195,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
 
     system_env.apply()
     torch.set_num_threads(1)
-    print(json.dumps(record_demos(args.out, args.episodes, args.seed, fmt=args.format, overwrite=args.overwrite)))
+    print(json.dumps(record_demos(args.out, args.episodes, args.seed, fmt=args.format, overwrite=args.overwrite,
+                                  task=args.task)))
     return 0
 
 
