@@ -1,14 +1,17 @@
-"""Offline then online (CO-RFT) on ManiSkill PushCube-v1, with the GR-RL demonstration filter, in one command:
+"""Offline then online (CO-RFT) on ManiSkill PushCube-v1 or PickCube-v1 (``--task``), with the GR-RL demonstration
+filter, in one command:
 
     nice -n 10 python scripts/offline_then_online.py --out outputs/offline_pushcube --demos 30
+    nice -n 10 python scripts/offline_then_online.py --task pickcube --out outputs/offline_pickcube --demos 30
 
 1. record ``--demos`` scripted expert demonstrations (``scripts/pushcube_expert.py``) unless ``--demo-file`` exists,
-2. imitation: behaviour cloning of the squashed MLP actor of ``experiment=pushcube_mlp_rlpd`` on their chunks
-   (IQL's actor step with ``beta = 0``), saved and evaluated held-out (``vlarl-eval``, seeds 1,000,000+),
+2. imitation: behaviour cloning of the squashed MLP actor of ``experiment=pushcube_mlp_rlpd`` (or
+   ``pickcube_mlp_rlpd``) on their chunks (IQL's actor step with ``beta = 0``), saved and evaluated held-out
+   (``vlarl-eval``, seeds 1,000,000+),
 3. offline chunked IQL (``vlarl.algorithms.offline``) on the demonstration transitions: fit V and Q, score every
    transition's progress, drop those that do not advance (GR-RL filter), fit again on the rest with advantage
    weights, saved and evaluated,
-4. online: ``vlarl-train experiment=pushcube_mlp_rlpd init_from=<offline policy>`` (RLPD, the same demonstrations
+4. online: ``vlarl-train experiment=<that experiment> init_from=<offline policy>`` (RLPD, the same demonstrations
    mixed in), evaluated on the same seeds (``--online-env-steps 0`` skips it),
 5. print the table and write ``result.json``. Extra ``key=value`` arguments after ``--`` go to ``vlarl-train``.
 """
@@ -30,17 +33,18 @@ if str(ROOT) not in sys.path:
 
 from scripts.sft_then_rl import BIN, _run, evaluate, log  # noqa: E402  (after the sys.path line above)
 
-EXPERIMENT = "pushcube_mlp_rlpd"
+#: --task -> the RLPD experiment whose policy, env and algorithm settings every phase uses
+EXPERIMENTS = {"pushcube": "pushcube_mlp_rlpd", "pickcube": "pickcube_mlp_rlpd"}
 
 
-def build(demos: Path, seed: int):
+def build(demos: Path, seed: int, experiment: str):
     """The experiment's policy, its env config and spec (as ``vlarl-train`` builds them)."""
     from policies.registry import make_policy
     from simulators.registry import make_env
     from vlarl.config import load_train_config
     from vlarl.runner import policy_spec_from_env
 
-    cfg = load_train_config([f"experiment={EXPERIMENT}", f"algorithm.demos={demos}"])
+    cfg = load_train_config([f"experiment={experiment}", f"algorithm.demos={demos}"])
     probe = make_env(cfg.env, num_envs=1)
     spec = policy_spec_from_env(probe.spec)
     probe.close()
@@ -62,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = argv[: argv.index("--")] if "--" in argv else argv
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
+    p.add_argument("--task", default="pushcube", choices=sorted(EXPERIMENTS), help="ManiSkill task (scripted expert)")
     p.add_argument("--demos", type=int, default=30)
     p.add_argument("--demo-file", default="", help="a ManiSkill .h5 of demonstrations; default <out>/demos.h5")
     p.add_argument("--bc-steps", type=int, default=2000)
@@ -88,16 +93,17 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    res: dict = {"command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "overrides": overrides}
+    res: dict = {"task": args.task, "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "overrides": overrides}
     demos = Path(args.demo_file) if args.demo_file else out / "demos.h5"
     if not demos.is_file():
         log(f"recording {args.demos} expert demonstrations into {demos}")
-        record_demos(demos, args.demos, 0, log=log)
+        record_demos(demos, args.demos, 0, log=log, task=args.task)
     episodes = read_maniskill_h5(demos, args.demos)
     g = torch.Generator().manual_seed(args.seed)
 
     log("1/4 imitation (behaviour cloning: IQL's actor step with beta = 0)")
-    bc, cfg, spec = build(demos, args.seed)
+    experiment = EXPERIMENTS[args.task]
+    bc, cfg, spec = build(demos, args.seed, experiment)
     fit_state_normalization(bc, episodes)
     data = demo_transitions(episodes, bc.chunk_size)
     iql_cfg = OfflineConfig(gamma=cfg.algorithm.gamma, beta=0.0, expectile=args.expectile,
@@ -109,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     res["bc_eval"] = evaluate(save(bc, cfg, out / "bc"), out / "eval_bc", args, "vlarl-eval (imitation)")
 
     log("2/4 offline chunked IQL with the GR-RL filter")
-    policy, _, _ = build(demos, args.seed)
+    policy, _, _ = build(demos, args.seed, experiment)
     fit_state_normalization(policy, episodes)
     iql = IQL(policy, OfflineConfig(**{**asdict(iql_cfg), "beta": args.beta}), spec.state_dim, policy.chunk_size,
               spec.action_dim)
@@ -125,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.online_env_steps > 0:
         log("3/4 online RLPD from the offline policy")
         run_dir = out / "online"
-        _run([str(BIN / "vlarl-train"), f"experiment={EXPERIMENT}", f"algorithm.demos={demos}",
+        _run([str(BIN / "vlarl-train"), f"experiment={experiment}", f"algorithm.demos={demos}",
               f"algorithm.num_demos={args.demos}", f"init_from={out / 'offline'}", f"run_dir={run_dir}",
               f"seed={args.seed}", f"total_env_steps={args.online_env_steps}", "eval.video_episodes=0",
               "eval.every_iterations=0", *overrides], "vlarl-train (online)")
