@@ -1,8 +1,10 @@
-"""Sample efficiency on PushCube: env steps and wall time to a held-out success target, per algorithm and seed.
+"""Sample efficiency on PushCube and PickCube: env steps and wall time to a held-out success target, per algorithm
+and seed.
 
 Each run is `vlarl-train` with a periodic held-out evaluation (seeds 1,000,000+, `eval.periodic_episodes` episodes
 every `--eval-every` iterations) and the final 100-episode evaluation; the table gives the first evaluation at or
-above `--target`. Runs go to `<out>/<config>_seed<k>`; `--parse-only` tabulates finished runs again.
+above `--target`, the mean over seeds and the ratio to PPO on the same task. Runs go to `<out>/<config>_seed<k>`;
+`--parse-only` tabulates finished runs again.
 
     python scripts/pushcube_expert.py --out outputs/demos/pushcube_20.h5 --episodes 20 --seed 0
     python scripts/bench_sample_efficiency.py --configs rlpd rlpd_hl_gauss --seeds 0 1 2
@@ -59,6 +61,75 @@ def first_at(points: list[tuple[int, float, float]], target: float) -> tuple[int
     return next(((s, w) for s, w, v in points if v >= target), None)
 
 
+def task_of(config: str) -> str:
+    return "PickCube-v1" if config.startswith("pickcube") else "PushCube-v1"
+
+
+def table(curves: dict, finals: dict, target: float) -> str:
+    """Per run: env steps and wall time to ``target``; per config: the mean over seeds and the ratio to the same
+    task's PPO. A seed that never reached the target counts with its last evaluated step, so such a mean is a
+    lower bound (printed with >=)."""
+    lines = [f"## env steps and training wall time to {target:.0%} held-out success (state observations)",
+             f"{'config':<16} {'seed':>4} {'steps to target':>16} {'wall s to target':>17} {'final success':>14} "
+             f"{'train steps':>12} {'train wall s':>13}"]
+    per_config: dict[str, list[tuple[int, bool]]] = {}
+    for (config, seed), points in curves.items():
+        final = finals[(config, seed)]
+        hit = first_at(points, target)
+        fin = f"{final['success_once']:.2f}" if final else "-"
+        steps = f"{final['env_steps']}" if final else (str(points[-1][0]) if points else "-")
+        wall = f"{final['train_wall_s']:.0f}" if final else (f"{points[-1][1]:.0f}" if points else "-")
+        lines.append(f"{config:<16} {seed:>4} {hit[0] if hit else 'not reached':>16} "
+                     f"{f'{hit[1]:.0f}' if hit else '-':>17} {fin:>14} {steps:>12} {wall:>13}")
+        if points:
+            per_config.setdefault(config, []).append((hit[0], True) if hit else (points[-1][0], False))
+    lines += ["", f"{'config':<16} {'task':<12} {'seeds at target':>15} {'mean steps to target':>21} "
+                  f"{'PPO / this':>11}"]
+    means = {c: (sum(s for s, _ in v) / len(v), all(r for _, r in v)) for c, v in per_config.items()}
+    for config, (mean, exact) in means.items():
+        reached = sum(r for _, r in per_config[config])
+        ppo = "pickcube_ppo" if task_of(config) == "PickCube-v1" else "ppo"
+        ratio = "-"
+        if ppo in means and config != ppo:
+            # PPO's mean being a lower bound makes the ratio one; this config's being one makes it an upper bound
+            bound = ">=" if not means[ppo][1] and exact else ("<=" if means[ppo][1] and not exact else "")
+            ratio = f"{bound}{means[ppo][0] / mean:.1f}x" if exact or means[ppo][1] else "?"
+        lines.append(f"{config:<16} {task_of(config):<12} {f'{reached}/{len(per_config[config])}':>15} "
+                     f"{('' if exact else '>=') + f'{mean:.0f}':>21} {ratio:>11}")
+    return "\n".join(lines)
+
+
+def plot(curves: dict, target: float, path: Path) -> None:
+    """Held-out success against env steps: one colour per config, one line per seed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:  # plotting is a convenience
+        print(f"(no plot: {e})")
+        return
+    tasks = sorted({task_of(c) for c, _ in curves})
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6.5 * len(tasks), 3.8), squeeze=False)
+    colours = {c: f"C{i}" for i, c in enumerate(dict.fromkeys(c for c, _ in curves))}
+    for (config, seed), points in curves.items():
+        if not points:
+            continue
+        ax = axes[0][tasks.index(task_of(config))]
+        ax.plot([p[0] for p in points], [p[2] for p in points], "o-", ms=3, lw=1.2, color=colours[config],
+                alpha=0.85, label=config if seed == min(s for c, s in curves if c == config) else None)
+    for ax, task in zip(axes[0], tasks, strict=True):
+        ax.axhline(target, color="gray", ls="--", lw=1)
+        ax.set_title(f"{task} (state): one line per seed")
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("held-out success_once")
+        ax.set_ylim(0, 1.02)
+        ax.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"curves: {path}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--configs", nargs="+", default=["rlpd"], choices=sorted(CONFIGS))
@@ -76,43 +147,14 @@ def main() -> int:
             for seed in args.seeds:
                 if (rc := train(out, config, seed, args.eval_every, args.eval_episodes, args.overrides)) != 0:
                     print(f"{config} seed {seed}: vlarl-train exited with {rc}")
-    print(f"\n## env steps and training wall time to {args.target:.0%} held-out success (PushCube-v1, state)")
-    print(f"{'config':<16} {'seed':>4} {'steps to target':>16} {'wall s to target':>17} {'final success':>14} "
-          f"{'train steps':>12} {'train wall s':>13}")
-    curves = {}
+    curves, finals = {}, {}
     for config in args.configs:
         for seed in args.seeds:
             points, final = curve(run_dir_of(out, config, seed))
-            if not points and final is None:
-                print(f"{config:<16} {seed:>4} {'(no run)':>16}")
-                continue
-            curves[(config, seed)] = points
-            hit = first_at(points, args.target)
-            fin = f"{final['success_once']:.2f}" if final else "-"
-            steps = f"{final['env_steps']}" if final else (str(points[-1][0]) if points else "-")
-            wall = f"{final['train_wall_s']:.0f}" if final else (f"{points[-1][1]:.0f}" if points else "-")
-            print(f"{config:<16} {seed:>4} {hit[0] if hit else 'not reached':>16} "
-                  f"{f'{hit[1]:.0f}' if hit else '-':>17} {fin:>14} {steps:>12} {wall:>13}")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6.5, 3.8))
-        for (config, seed), points in curves.items():
-            if points:
-                ax.plot([p[0] for p in points], [p[2] for p in points], "o-", ms=3, label=f"{config} seed {seed}")
-        ax.axhline(args.target, color="gray", ls="--", lw=1)
-        ax.set_xlabel("env steps")
-        ax.set_ylabel("held-out success_once")
-        ax.set_ylim(0, 1.02)
-        ax.legend(loc="lower right", fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / "sample_efficiency.png", dpi=100)
-        print(f"curves: {out / 'sample_efficiency.png'}")
-    except Exception as e:  # plotting is a convenience
-        print(f"(no plot: {e})")
+            if points or final is not None:
+                curves[(config, seed)], finals[(config, seed)] = points, final
+    print(table(curves, finals, args.target))
+    plot(curves, args.target, out / "sample_efficiency.png")
     return 0
 
 
