@@ -91,9 +91,11 @@ def table(curves: dict, finals: dict, target: float) -> str:
         ppo = "pickcube_ppo" if task_of(config) == "PickCube-v1" else "ppo"
         ratio = "-"
         if ppo in means and config != ppo:
-            # PPO's mean being a lower bound makes the ratio one; this config's being one makes it an upper bound
-            bound = ">=" if not means[ppo][1] and exact else ("<=" if means[ppo][1] and not exact else "")
-            ratio = f"{bound}{means[ppo][0] / mean:.1f}x" if exact or means[ppo][1] else "?"
+            ppo_mean, ppo_exact = means[ppo]
+            # a mean over seeds that never reached the target is a lower bound: PPO's bounds the ratio from
+            # below, this config's from above, and both together leave it unknown
+            bound = "" if exact and ppo_exact else ">=" if exact else "<=" if ppo_exact else None
+            ratio = "?" if bound is None else f"{bound}{ppo_mean / mean:.1f}x"
         lines.append(f"{config:<16} {task_of(config):<12} {f'{reached}/{len(per_config[config])}':>15} "
                      f"{('' if exact else '>=') + f'{mean:.0f}':>21} {ratio:>11}")
     return "\n".join(lines)
@@ -109,7 +111,10 @@ def plot(curves: dict, target: float, path: Path) -> None:
     except ImportError as e:  # plotting is a convenience
         print(f"(no plot: {e})")
         return
-    tasks = sorted({task_of(c) for c, _ in curves})
+    tasks = sorted({task_of(c) for (c, _), points in curves.items() if points})
+    if not tasks:
+        print("(no plot: no periodic evaluations to draw)")
+        return
     fig, axes = plt.subplots(1, len(tasks), figsize=(6.5 * len(tasks), 3.8), squeeze=False)
     colours = {c: f"C{i}" for i, c in enumerate(dict.fromkeys(c for c, _ in curves))}
     for (config, seed), points in curves.items():
@@ -153,6 +158,8 @@ def main() -> int:
             points, final = curve(run_dir_of(out, config, seed))
             if points or final is not None:
                 curves[(config, seed)], finals[(config, seed)] = points, final
+            else:
+                print(f"{config} seed {seed}: no run in {run_dir_of(out, config, seed)}")
     print(table(curves, finals, args.target))
     plot(curves, args.target, out / "sample_efficiency.png")
     return 0

@@ -37,9 +37,8 @@ from scripts.sft_then_rl import BIN, _run, evaluate, log  # noqa: E402  (after t
 EXPERIMENTS = {"pushcube": "pushcube_mlp_rlpd", "pickcube": "pickcube_mlp_rlpd"}
 
 
-def build(demos: Path, seed: int, experiment: str):
-    """The experiment's policy, its env config and spec (as ``vlarl-train`` builds them)."""
-    from policies.registry import make_policy
+def setup(demos: Path, experiment: str):
+    """The experiment's config and policy spec (as ``vlarl-train`` builds them), from one probe env."""
     from simulators.registry import make_env
     from vlarl.config import load_train_config
     from vlarl.runner import policy_spec_from_env
@@ -48,8 +47,15 @@ def build(demos: Path, seed: int, experiment: str):
     probe = make_env(cfg.env, num_envs=1)
     spec = policy_spec_from_env(probe.spec)
     probe.close()
+    return cfg, spec
+
+
+def fresh_policy(cfg, spec, seed: int):
+    """The experiment's policy, freshly initialized from ``seed`` (imitation and IQL each start from one)."""
+    from policies.registry import make_policy
+
     torch.manual_seed(seed)
-    return make_policy(cfg.policy, spec), cfg, spec
+    return make_policy(cfg.policy, spec)
 
 
 def save(policy, cfg, out: Path) -> Path:
@@ -103,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
 
     log("1/4 imitation (behaviour cloning: IQL's actor step with beta = 0)")
     experiment = EXPERIMENTS[args.task]
-    bc, cfg, spec = build(demos, args.seed, experiment)
+    cfg, spec = setup(demos, experiment)
+    bc = fresh_policy(cfg, spec, args.seed)
     fit_state_normalization(bc, episodes)
     data = demo_transitions(episodes, bc.chunk_size)
     iql_cfg = OfflineConfig(gamma=cfg.algorithm.gamma, beta=0.0, expectile=args.expectile,
@@ -115,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     res["bc_eval"] = evaluate(save(bc, cfg, out / "bc"), out / "eval_bc", args, "vlarl-eval (imitation)")
 
     log("2/4 offline chunked IQL with the GR-RL filter")
-    policy, _, _ = build(demos, args.seed, experiment)
+    policy = fresh_policy(cfg, spec, args.seed)
     fit_state_normalization(policy, episodes)
     iql = IQL(policy, OfflineConfig(**{**asdict(iql_cfg), "beta": args.beta}), spec.state_dim, policy.chunk_size,
               spec.action_dim)

@@ -100,7 +100,7 @@ def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
 def unused_value_head_problem(policy: Any, alg: Any) -> str | None:
     """A binned value head (``policy.value_bins``) is trained only by PPO's ``value_loss=hl_gauss``; an algorithm
     that trains no value head, or critics of its own, would build it and never use it."""
-    support = getattr(policy, "value_support", None)
+    support = policy.value_support  # every Policy has it (None: a scalar head or none)
     if support is None:
         return None
     return (f"policy.value_bins={support.num_bins} builds PPO's binned value head, which algorithm={alg.name} does "
