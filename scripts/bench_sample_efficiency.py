@@ -26,9 +26,11 @@ CONFIGS: dict[str, list[str]] = {
     "ppo_hl_gauss": ["algorithm.value_loss=hl_gauss", "policy.value_bins=51"],
     "rlpd": ["experiment=pushcube_mlp_rlpd"],
     "rlpd_hl_gauss": ["experiment=pushcube_mlp_rlpd", "algorithm.critic_loss=hl_gauss"],
+    "rlpd_hl_gauss_2q": ["experiment=pushcube_mlp_rlpd", "algorithm.critic_loss=hl_gauss", "algorithm.num_critics=2"],
     "rlpd_no_demos": ["experiment=pushcube_mlp_rlpd", "algorithm.demo_ratio=0.0"],
     "pickcube_ppo": ["env=maniskill_pickcube", "experiment_name=pickcube_mlp_ppo"],
     "pickcube_rlpd": ["experiment=pickcube_mlp_rlpd"],
+    "pickcube_rlpd_hl_gauss": ["experiment=pickcube_mlp_rlpd", "algorithm.critic_loss=hl_gauss"],
 }
 
 

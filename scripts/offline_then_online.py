@@ -11,8 +11,9 @@ filter, in one command:
 3. offline chunked IQL (``vlarl.algorithms.offline``) on the demonstration transitions: fit V and Q, score every
    transition's progress, drop those that do not advance (GR-RL filter), fit again on the rest with advantage
    weights, saved and evaluated,
-4. online: ``vlarl-train experiment=<that experiment> init_from=<offline policy>`` (RLPD, the same demonstrations
-   mixed in), evaluated on the same seeds (``--online-env-steps 0`` skips it),
+4. online: ``vlarl-train experiment=<that experiment> init_from=<offline policy>
+   algorithm.critics_from=<offline>/critics.pt`` (RLPD, the same demonstrations mixed in, the critics IQL fitted;
+   ``--fresh-critics`` starts new ones), evaluated on the same seeds (``--online-env-steps 0`` skips it),
 5. print the table and write ``result.json``. Extra ``key=value`` arguments after ``--`` go to ``vlarl-train``.
 """
 
@@ -81,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--expectile", type=float, default=0.7)
     p.add_argument("--min-progress", type=float, default=0.0)
     p.add_argument("--online-env-steps", type=int, default=10000, help="0 = no online phase")
+    p.add_argument("--fresh-critics", action="store_true",
+                   help="start the online critics from scratch (default: from the offline IQL critics)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-episodes", type=int, default=50)
     p.add_argument("--eval-seed", type=int, default=1_000_000)
@@ -90,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     from policies.vlm.sft import fit_state_normalization
     from scripts.pushcube_expert import EVAL_SEED_START, record_demos
     from vlarl import system_env
+    from vlarl.algorithms.critic_files import CRITICS_FILE, save_critics
     from vlarl.algorithms.offline import IQL, OfflineConfig, filter_transitions, fit_offline
     from vlarl.algorithms.replay import demo_transitions
 
@@ -114,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     fit_state_normalization(bc, episodes)
     data = demo_transitions(episodes, bc.chunk_size)
     iql_cfg = OfflineConfig(gamma=cfg.algorithm.gamma, beta=0.0, expectile=args.expectile,
-                            min_progress=args.min_progress, critic_hidden_sizes=list(cfg.algorithm.critic_hidden_sizes))
+                            min_progress=args.min_progress, critic_hidden_sizes=list(cfg.algorithm.critic_hidden_sizes),
+                            num_critics=cfg.algorithm.num_critics)  # shaped as the online ensemble it starts
     t0 = time.time()
     fit_offline(IQL(bc, iql_cfg, spec.state_dim, bc.chunk_size, spec.action_dim), data, args.bc_steps,
                 train_critic=False, generator=g)
@@ -135,13 +140,15 @@ def main(argv: list[str] | None = None) -> int:
                       "last": history[-1], "wall_s": time.time() - t0}
     res["offline_eval"] = evaluate(save(policy, cfg, out / "offline"), out / "eval_offline", args,
                                    "vlarl-eval (offline)")
+    critics = save_critics(out / "offline" / CRITICS_FILE, iql.q, iql.q_target)
     if args.online_env_steps > 0:
         log("3/4 online RLPD from the offline policy")
         run_dir = out / "online"
         _run([str(BIN / "vlarl-train"), f"experiment={experiment}", f"algorithm.demos={demos}",
               f"algorithm.num_demos={args.demos}", f"init_from={out / 'offline'}", f"run_dir={run_dir}",
               f"seed={args.seed}", f"total_env_steps={args.online_env_steps}", "eval.video_episodes=0",
-              "eval.every_iterations=0", *overrides], "vlarl-train (online)")
+              "eval.every_iterations=0", *([] if args.fresh_critics else [f"algorithm.critics_from={critics}"]),
+              *overrides], "vlarl-train (online)")
         log("4/4 evaluating the online policy on the same held-out seeds")
         res["online_eval"] = evaluate(run_dir / "checkpoints" / "latest", run_dir / "eval_heldout", args,
                                       "vlarl-eval (online)")

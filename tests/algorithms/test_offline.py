@@ -105,3 +105,44 @@ def test_bad_settings_are_refused():
     spec = PolicySpec(state_dim=1, action_dim=1, action_low=[-1.0], action_high=[1.0])
     with pytest.raises(ValueError, match="squash"):
         IQL(MLPPolicy(MLPPolicyConfig(chunk_size=1), spec), OfflineConfig(), 1, 1, 1)
+
+
+def test_online_sac_starts_from_the_offline_critics(tmp_path):
+    """``algorithm.critics_from``: the Q and target-Q weights IQL fitted are the ones SAC's state holds, and an
+    ensemble of another shape is refused with the key to change."""
+    from vlarl.algorithms.critic_files import save_critics
+    from vlarl.algorithms.sac import SACState
+    from vlarl.config.schema import SACConfig
+
+    torch.manual_seed(0)
+    data, _ = chain_demos()
+    cfg = OfflineConfig(gamma=0.9, tau=0.05, q_lr=3e-3, batch_size=20, critic_hidden_sizes=[32, 32])
+    iql = IQL(_policy(), cfg, state_dim=1, chunk=1, action_dim=1)
+    fit_offline(iql, data, steps=20, generator=torch.Generator().manual_seed(0))
+    path = save_critics(tmp_path / "critics.pt", iql.q, iql.q_target)
+    spec = PolicySpec(state_dim=1, action_dim=1, action_low=[-1.0], action_high=[1.0])
+    sac_cfg = SACConfig(critic_hidden_sizes=[32, 32], num_critics=2, critics_from=str(path))
+    st = SACState(_policy(), sac_cfg, spec)
+    for net, saved in ((st.q, iql.q), (st.q_target, iql.q_target)):
+        for (name, p), (_, p_saved) in zip(net.named_parameters(), saved.named_parameters(), strict=True):
+            assert torch.equal(p, p_saved), name
+    assert not torch.equal(iql.q.out.weight, iql.q_target.out.weight)  # the two were saved apart
+    # the scores the online critic gives are the offline ones
+    x = data["state"][:5]
+    assert torch.allclose(st.values(st.q, x, data["actions"][:5]), iql._q(iql.q, x, data["actions"][:5]))
+    with pytest.raises(ValueError, match="in_dim=2 but this config builds in_dim=3"):
+        SACState(_policy_t2(), sac_cfg, spec)
+    from vlarl.algorithms.sac import validate_sac
+
+    assert "algorithm.critic_hidden_sizes" in validate_sac(SACConfig(critics_from=str(path)), num_envs=4)
+    assert "critic_loss" in validate_sac(SACConfig(critic_hidden_sizes=[32, 32], critics_from=str(path),
+                                                   critic_loss="hl_gauss"), num_envs=4)
+    assert validate_sac(sac_cfg, num_envs=4) is None
+    (tmp_path / "junk.pt").write_bytes(b"not a torch file")
+    assert "is not a critics file" in validate_sac(SACConfig(critics_from=str(tmp_path / "junk.pt")), num_envs=4)
+
+
+def _policy_t2():
+    spec = PolicySpec(state_dim=1, action_dim=1, action_low=[-1.0], action_high=[1.0])
+    return MLPPolicy(MLPPolicyConfig(hidden_sizes=[32, 32], chunk_size=2, squash=True, normalize_obs=False,
+                                     activation="relu"), spec)

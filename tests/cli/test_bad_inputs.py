@@ -41,6 +41,11 @@ def world(tmp_path, monkeypatch):
     truncate(ck / "trainer_state.pt")
     (run / "checkpoints" / "latest").symlink_to("iter_000001")
     (tmp_path / "noconf").mkdir()
+    from vlarl.algorithms.critic_files import save_critics
+    from vlarl.algorithms.sac import QEnsemble
+
+    q = QEnsemble(8, [16], 1, 2, True)  # critics of another shape than algorithm=sac's [256, 256]
+    save_critics(tmp_path / "critics.pt", q, q)
     return tmp_path
 
 
@@ -88,6 +93,11 @@ CASES: dict[str, tuple[Callable[..., int], str]] = {
     "train-grpo-binned-value-head": (_train("algorithm=grpo", "policy.value_bins=51"), "set policy.value_bins=0"),
     "train-sac-binned-value-head": (_train("algorithm=sac", "policy.squash=true", "policy.value_bins=51"),
                                     "algorithm.critic_loss=hl_gauss"),
+    "train-sac-critics-from-missing": (_train("algorithm=sac", "policy.squash=true", "algorithm.critics_from={w}/no.pt"),
+                                       "write one with scripts/offline_then_online.py"),
+    "train-sac-critics-from-other-shape": (_train("algorithm=sac", "policy.squash=true",
+                                                  "algorithm.critics_from={w}/critics.pt"),
+                                           "set algorithm.critic_hidden_sizes to match"),
     "train-reward-no-critic": (_train("reward=vlm_critic"), "reward.critic_path is empty"),
     "train-reward-missing-critic": (_train("reward=vlm_critic", "reward.critic_path={w}/nowhere"), "does not exist"),
     "train-placement-mode": (_train("placement.mode=magic"), "placement.mode='magic' is unknown"),

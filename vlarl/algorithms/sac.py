@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vlarl.algorithms.chunk_td import chunk_td_target
+from vlarl.algorithms.critic_files import read_critics, shape_problem
 from vlarl.algorithms.hl_gauss import HLGaussSupport, bins_to_value, hl_gauss_loss
 from vlarl.algorithms.replay import MixedReplay, demo_transitions, trajectory_transitions
 from vlarl.algorithms.spec import AlgorithmSpec, register_algorithm, unused_value_head_problem
@@ -65,6 +66,12 @@ class QEnsemble(nn.Module):
         self.ln_shift = nn.ParameterList(nn.Parameter(torch.zeros(num, 1, h)) for h in hidden)
         self.out = EnsembleLinear(num, dims[-1], out_dim)
 
+    def shape(self) -> dict[str, Any]:
+        """What a saved ensemble must match to be loaded into this one (``vlarl.algorithms.critic_files``)."""
+        return {"in_dim": self.hidden[0].weight.shape[1] if len(self.hidden) else self.out.weight.shape[1],
+                "hidden": [layer.weight.shape[2] for layer in self.hidden], "out": self.out.weight.shape[2],
+                "num": self.num, "layer_norm": self.layer_norm}
+
     def forward(self, state: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """state [B, D], actions [B, T, A] (normalized to [-1, 1]) -> [E, B, out]."""
         x = torch.cat([state, actions.flatten(1)], dim=-1).expand(self.num, -1, -1)
@@ -98,7 +105,15 @@ class SACState:
         out = self.support.num_bins if self.support else 1
         self.q = QEnsemble(D + T * A, list(cfg.critic_hidden_sizes), out, cfg.num_critics, cfg.critic_layer_norm)
         self.q.to(device)
+        if cfg.critics_from:  # e.g. offline IQL's critics, so the actor they trained is not unlearned online
+            saved = read_critics(cfg.critics_from)
+            problem = shape_problem(saved["shape"], self.q.shape())
+            if problem:
+                raise ValueError(problem)
+            self.q.load_state_dict(saved["q"])
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
+        if cfg.critics_from:
+            self.q_target.load_state_dict(saved["q_target"])
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=device, requires_grad=True)
         self.q_opt = torch.optim.Adam(self.q.parameters(), lr=cfg.q_lr)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
@@ -284,7 +299,24 @@ def validate_sac(alg: Any, num_envs: int) -> str | None:
     for ok, msg in checks:
         if not ok:
             return msg
-    return choice_problem(alg, "critic_loss", CRITIC_LOSSES)
+    return choice_problem(alg, "critic_loss", CRITIC_LOSSES) or critics_from_problem(alg)
+
+
+def critics_from_problem(alg: Any) -> str | None:
+    """``algorithm.critics_from`` must name a critics file shaped as this config's ensemble (the input width is
+    checked when the env is known, in ``SACState``)."""
+    if not alg.critics_from:
+        return None
+    if not Path(alg.critics_from).is_file():
+        return (f"algorithm.critics_from='{alg.critics_from}' does not exist; write one with "
+                f"scripts/offline_then_online.py (<out>/offline/critics.pt) or leave it empty")
+    try:
+        saved = read_critics(alg.critics_from)
+    except ValueError as e:
+        return str(e)
+    out = alg.hl_gauss_bins if alg.critic_loss == "hl_gauss" else 1
+    return shape_problem(saved["shape"], {"num": alg.num_critics, "hidden": list(alg.critic_hidden_sizes),
+                                          "out": out, "layer_norm": alg.critic_layer_norm})
 
 
 for _name in ("sac", "rlpd"):
