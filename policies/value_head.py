@@ -8,12 +8,15 @@ critics and a policy's value head share one definition of a bin.
 
 A policy with a binned head sets ``value_support``; its ``evaluate`` returns the value as logits ``[B, K]``
 (what the classification loss needs), while ``sample`` and ``value`` give the expectation ``[B]`` that GAE,
-bootstrapping and every statistic use.
+bootstrapping and every statistic use. Families share the wiring: ``config_value_support`` reads the four
+``policy.value_*`` keys, ``with_value_bins`` gives an existing scalar head K outputs under the same parameter
+names, ``value_output`` / ``value_expectation`` turn its output into what ``evaluate`` / ``sample`` return.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -67,6 +70,47 @@ def value_support_of(bins: int, v_min: float, v_max: float, sigma_ratio: float) 
     if not sigma_ratio > 0:
         raise ValueError(f"policy.value_sigma_ratio={sigma_ratio} must be > 0 (0.75 is the usual choice)")
     return HLGaussSupport(float(v_min), float(v_max), int(bins), float(sigma_ratio))
+
+
+def config_value_support(config: Any) -> HLGaussSupport | None:
+    """``value_support_of`` over a policy config's keys; None for a config without ``value_bins`` (a family
+    that only builds a scalar head)."""
+    bins = getattr(config, "value_bins", 0)
+    if not bins:
+        return None
+    return value_support_of(bins, config.value_min, config.value_max, config.value_sigma_ratio)
+
+
+def with_value_bins(head: nn.Sequential, support: HLGaussSupport | None) -> nn.Sequential:
+    """``head`` (ending in an ``nn.Linear`` with one output) with K outputs when ``support`` is set.
+
+    The last layer is replaced in place, so parameter names (and a scalar head's checkpoint keys) stay as
+    they were; small init, so the first bins are near uniform and the first values lie mid-support."""
+    if support is None:
+        return head
+    last = head[-1]
+    if not isinstance(last, nn.Linear):
+        raise TypeError(f"with_value_bins needs a head ending in nn.Linear, got {type(last).__name__}")
+    out = nn.Linear(last.in_features, support.num_bins, device=last.weight.device, dtype=last.weight.dtype)
+    nn.init.orthogonal_(out.weight, 0.01)
+    nn.init.zeros_(out.bias)
+    head[-1] = out
+    return head
+
+
+def value_output(out: torch.Tensor, support: HLGaussSupport | None) -> torch.Tensor:
+    """A value head's output ``[B, 1]`` or ``[B, K]`` -> what ``evaluate`` returns: the value ``[B]``, or the
+    logits ``[B, K]`` with a binned head."""
+    if support is None:
+        return out.squeeze(-1)
+    if out.shape[-1] != support.num_bins:
+        raise ValueError(f"a binned value head gave {out.shape[-1]} outputs, expected {support.num_bins} bins")
+    return out
+
+
+def value_expectation(value: torch.Tensor, support: HLGaussSupport | None) -> torch.Tensor:
+    """What ``evaluate`` returns as the value -> the value ``[B]`` (``sample().value``, ``value()``)."""
+    return value if support is None else bins_to_value(value, support)
 
 
 class BinnedValueHead(nn.Module):

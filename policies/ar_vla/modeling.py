@@ -29,6 +29,7 @@ from torch import nn
 
 from policies.base import ActionSample, PolicySpec
 from policies.registry import register_policy
+from policies.value_head import config_value_support, value_expectation, with_value_bins
 from policies.vlm.backbone import BackboneConfig
 from policies.vlm.policy_base import LoRAConfig, VLAPolicy, coerce_nested
 from policies.vlm.tokenizer import ActionTokenizer, add_action_tokens
@@ -69,6 +70,14 @@ class ARVLAConfig:
     # value head input: "hidden" (the VLM state before the actions) or "state" (an MLP critic on the
     # normalized state vector: asymmetric actor-critic in simulation, decoupled from the trunk)
     value_from: str = "hidden"
+    # value_bins K >= 2: the value head outputs K logits over equal bins on [value_min, value_max] and its value
+    # is their expectation (PPO with algorithm.value_loss=hl_gauss, which requires it); 0 = a scalar value head.
+    # The defaults cover returns of rewards in [0, 1] at gamma 0.8 (at most 5) with a margin; the target
+    # Gaussian of a return has sigma = value_sigma_ratio * bin width.
+    value_bins: int = 0
+    value_min: float = -1.0
+    value_max: float = 6.0
+    value_sigma_ratio: float = 0.75
     # keep the state normalization the policy was (SF)trained with: RL rollouts do not move it
     freeze_state_norm: bool = False
     freeze_vlm: bool = False
@@ -107,7 +116,8 @@ class ARVLAPolicy(VLAPolicy):
         H = self.backbone.hidden_size
         self.n_tokens = config.chunk_size * spec.action_dim
         self.action_queries = nn.Parameter(torch.randn(self.n_tokens, H) * 0.02) if config.decoding == "parallel" else None
-        self.value_head = self._build_value_head()
+        self.value_support = config_value_support(config)
+        self.value_head = with_value_bins(self._build_value_head(), self.value_support)
         self._finish_init()
 
     # -- the distribution over bins ------------------------------------------------------------
@@ -143,7 +153,7 @@ class ARVLAPolicy(VLAPolicy):
         return h_act, h[:, L - 1]
 
     def _forward_tokens(self, obs: dict[str, Any], bins: torch.Tensor | None):
-        """-> (log-probs [B, n, n_bins], value [B])."""
+        """-> (log-probs [B, n, n_bins], value [B] or logits [B, K] with a binned value head)."""
         h_act, h_pre = self._hidden(obs, bins)
         return self._log_probs(self._bin_logits(h_act)), self._value(h_pre, obs)
 
@@ -183,7 +193,8 @@ class ARVLAPolicy(VLAPolicy):
         else:
             bins, logp, value = self._generate(obs, greedy=False)
         lp = logp.gather(-1, bins.unsqueeze(-1)).squeeze(-1)
-        return ActionSample(self._to_actions(bins), self._chunk(lp), value, {"action_tokens": self._chunk(bins)})
+        return ActionSample(self._to_actions(bins), self._chunk(lp), value_expectation(value, self.value_support),
+                            {"action_tokens": self._chunk(bins)})
 
     def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]):
         bins = replay["action_tokens"].reshape(-1, self.n_tokens).long()
@@ -204,7 +215,7 @@ class ARVLAPolicy(VLAPolicy):
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         emb, mask = self.prefix(obs)
         h, _ = self.backbone(emb, mask)
-        return self._value(h[:, -1], obs)
+        return value_expectation(self._value(h[:, -1], obs), self.value_support)
 
     def update_normalization(self, obs: dict[str, Any]) -> None:
         """RL rollouts fold into the state statistics unless ``freeze_state_norm`` keeps the SFT ones."""

@@ -49,6 +49,7 @@ from policies.ar_vla.openvla_oft import OpenVLAOFT
 from policies.ar_vla.prismatic_vision import pixel_values
 from policies.base import ActionSample, Policy, PolicySpec, as_float_tensor
 from policies.mlp import RunningNorm
+from policies.value_head import config_value_support, value_expectation, value_output, with_value_bins
 from policies.vlm.backbone import BACKBONE_CONFIG_NAME
 from policies.vlm.policy_base import _RESTORE_DIR, DTYPES, PROCESSOR_NAME, value_mlp
 from policies.vlm.tokenizer import build_byte_tokenizer
@@ -112,14 +113,15 @@ class OpenVLAPolicy(ARVLAPolicy):
         self.register_buffer("action_ids", model.bins.token_ids.clone(), persistent=False)
         self.log_std = nn.Parameter(torch.full((cfg.action_dim,), float(config.log_std_init))) \
             if cfg.action_head == "l1" else None
+        self.value_support = config_value_support(config)
         self.value_head = self._build_value_head_exact()
         self._finish_exact()
 
     # -- construction helpers ----------------------------------------------------------------------
     def _build_value_head_exact(self) -> nn.Module:
-        if self.config.value_from == "state":
-            return value_mlp(self.spec.state_dim, 256, 2)
-        return value_mlp(self.cfg.llm_dim)
+        """On the state (``value_from=state``) or the prompt's last hidden state; K outputs with ``value_bins``."""
+        head = value_mlp(self.spec.state_dim, 256, 2) if self.config.value_from == "state" else value_mlp(self.cfg.llm_dim)
+        return with_value_bins(head, self.value_support)
 
     def _finish_exact(self) -> None:
         cfg, m = self.config, self.model
@@ -206,7 +208,7 @@ class OpenVLAPolicy(ARVLAPolicy):
         return logits.log_softmax(-1)
 
     def _forward(self, obs: dict[str, Any], bins: torch.Tensor | None):
-        """-> (per-position output [B, n, 256] log-probs or [B, T, A] L1 mean, value [B]).
+        """-> (per-position output [B, n, 256] log-probs or [B, T, A] L1 mean, value [B] or logits [B, K]).
 
         ``bins`` [B, n] are teacher-forced for OpenVLA's sequential decoding."""
         ids, mask, pv, proprio = self._inputs(obs)
@@ -223,9 +225,12 @@ class OpenVLAPolicy(ARVLAPolicy):
         return out, self._value_exact(h_pre, obs)
 
     def _value_exact(self, h_pre: torch.Tensor, obs: dict[str, Any]) -> torch.Tensor:
+        """What ``evaluate`` returns as the value: [B], or logits [B, K] with a binned head."""
         if self.config.value_from == "state":
-            return self.value_head(self.state_norm(as_float_tensor(obs["state"], self.device))).squeeze(-1)
-        return self.value_head(h_pre.float()).squeeze(-1)
+            x = self.state_norm(as_float_tensor(obs["state"], self.device))
+        else:
+            x = h_pre.float()
+        return value_output(self.value_head(x), self.value_support)
 
     def _generate(self, obs: dict[str, Any], greedy: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """OpenVLA: ``T * A`` tokens one by one with a KV cache -> (bins [B, n], log-probs [B, n, 256], value)."""
@@ -267,14 +272,16 @@ class OpenVLAPolicy(ARVLAPolicy):
             mean, value = self._forward(obs, None)
             x = mean + self.log_std.exp() * torch.randn_like(mean)
             logp = torch.distributions.Normal(mean, self.log_std.exp()).log_prob(x)
-            return ActionSample(self._to_env(x), logp, value, {"normalized_actions": x})
+            return ActionSample(self._to_env(x), logp, value_expectation(value, self.value_support),
+                                {"normalized_actions": x})
         if isinstance(self.model, OpenVLAOFT):
             logp, value = self._forward(obs, None)
             bins = torch.multinomial(logp.exp().flatten(0, 1), 1).view(logp.shape[:2])
         else:
             bins, logp, value = self._generate(obs, greedy=False)
         lp = logp.gather(-1, bins.unsqueeze(-1)).squeeze(-1)
-        return ActionSample(self._bins_to_env(bins), self._chunk(lp), value, {"action_tokens": self._chunk(bins)})
+        return ActionSample(self._bins_to_env(bins), self._chunk(lp), value_expectation(value, self.value_support),
+                            {"action_tokens": self._chunk(bins)})
 
     def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]):
         if self.log_std is not None:
@@ -297,9 +304,9 @@ class OpenVLAPolicy(ARVLAPolicy):
     @torch.no_grad()
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         if isinstance(self.model, OpenVLAOFT):
-            return self._forward(obs, None)[1]
+            return value_expectation(self._forward(obs, None)[1], self.value_support)
         ids, mask, pv, _ = self._inputs(obs)
-        return self._value_exact(self.model.hidden(ids, pv, mask)[:, -1], obs)
+        return value_expectation(self._value_exact(self.model.hidden(ids, pv, mask)[:, -1], obs), self.value_support)
 
     def update_normalization(self, obs: dict[str, Any]) -> None:
         if not self.config.freeze_state_norm and "state" in obs:

@@ -3,7 +3,7 @@
 Every camera in ``spec.image_keys`` goes through one shared vision encoder; its features, the normalized
 proprio state and the instruction's features are concatenated and read by two heads: the actor (mean of
 a diagonal Gaussian over the whole chunk ``[T, A]``, state-independent learned log-std, as
-``policies.mlp``) and the critic. ``replay`` holds the sampled actions, so ``evaluate`` re-scores them
+``policies.mlp``) and the critic (scalar, or binned with ``value_bins``). ``replay`` holds the sampled actions, so ``evaluate`` re-scores them
 exactly. Encoders (``policies.cnn.encoders``): ``small_cnn`` or ImageNet ``efficientnet_lite0``;
 ``hashed_embedding``, ``minilm`` or ``none`` for text.
 """
@@ -28,6 +28,7 @@ from policies.cnn.encoders import (
 )
 from policies.mlp import GaussianChunkPolicy, RunningNorm
 from policies.registry import register_policy
+from policies.value_head import config_value_support
 
 VISION_ENCODERS = ("small_cnn", "efficientnet_lite0")
 TEXT_ENCODERS = ("hashed_embedding", "minilm", "none")
@@ -50,6 +51,14 @@ class CNNPolicyConfig:
     chunk_size: int = 1  # actions per chunk (T)
     init_log_std: float = -0.5
     min_log_std: float = -5.0  # floor on the learned log-std (a collapsed std cannot blow up log-probs)
+    # value_bins K >= 2: the critic outputs K logits over equal bins on [value_min, value_max] and its value is
+    # their expectation (PPO with algorithm.value_loss=hl_gauss, which requires it); 0 = a scalar value head.
+    # The defaults cover returns of rewards in [0, 1] at gamma 0.8 (at most 5) with a margin; the target
+    # Gaussian of a return has sigma = value_sigma_ratio * bin width.
+    value_bins: int = 0
+    value_min: float = -1.0
+    value_max: float = 6.0
+    value_sigma_ratio: float = 0.75
 
 
 @register_policy("cnn", CNNPolicyConfig)
@@ -81,7 +90,8 @@ class CNNPolicy(GaussianChunkPolicy):
         fused += spec.state_dim if config.use_state else 0
         self.norm = RunningNorm(spec.state_dim, 10.0)
         self.min_log_std = config.min_log_std
-        self._build_heads(fused, list(config.hidden_sizes), config.activation, config.init_log_std)
+        self._build_heads(fused, list(config.hidden_sizes), config.activation, config.init_log_std,
+                          config_value_support(config))
 
     @property
     def device(self) -> torch.device:

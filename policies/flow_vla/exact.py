@@ -7,7 +7,8 @@ The network is the architecture's own (``self.net``, parameter names as in the r
   own statistics, fixed, for a loaded one) -> zero-padded to the architecture's ``max_state_dim``;
 * model actions ``[B, T, A_pad]`` -> the first ``A`` dims -> env units (env bounds, or the checkpoint's
   action statistics);
-* value head on the pooled prefix features (``value_from=hidden``) or on the normalized state;
+* value head on the pooled prefix features (``value_from=hidden``) or on the normalized state, scalar or
+  binned (``value_bins``: logits from ``evaluate``, their expectation from ``sample`` / ``value``);
 * freezing (``freeze_vlm``: train the expert only; ``freeze_vision``), LoRA on the VLM (peft), dtype and
   gradient checkpointing.
 
@@ -33,6 +34,7 @@ from policies.flow_vla.interface import FlowInputs, FlowPrefix
 from policies.flow_vla.modeling import FlowVLAConfig, FlowVLAPolicy
 from policies.flow_vla.registry import architecture, submodule
 from policies.mlp import RunningNorm
+from policies.value_head import config_value_support, value_output, with_value_bins
 from policies.vlm.policy_base import _RESTORE_DIR, DTYPES, PROCESSOR_NAME, VALUE_SOURCES, value_mlp
 
 ARCH_FILE = "backbone_config.json"  # the name VLA checkpoints use for their network's configs
@@ -94,6 +96,7 @@ class ExactFlowPolicy(FlowVLAPolicy):
         for prefix, values in (("state", st), ("action", ac)):
             for name, t in zip(("shift", "scale", "mul", "add"), values, strict=True):
                 self.register_buffer(f"{prefix}_{name}", t.float().clone())
+        self.value_support = config_value_support(config)
         self.value_head = self._make_value_head(int(submodule(self.net, entry.prefix_width)))
         self._make_noise_head(int(submodule(self.net, entry.expert_width)))
         self._finish_exact()
@@ -141,7 +144,8 @@ class ExactFlowPolicy(FlowVLAPolicy):
         src = self.config.value_from
         if src not in VALUE_SOURCES:
             raise ValueError(f"policy.value_from='{src}' is unknown; choose one of {VALUE_SOURCES}")
-        return value_mlp(self.spec.state_dim, 256, 2) if src == "state" else value_mlp(prefix_width)
+        head = value_mlp(self.spec.state_dim, 256, 2) if src == "state" else value_mlp(prefix_width)
+        return with_value_bins(head, self.value_support)
 
     def _finish_exact(self) -> None:
         """Freezing where the architecture has no switch of its own, LoRA on the VLM, dtype."""
@@ -208,7 +212,7 @@ class ExactFlowPolicy(FlowVLAPolicy):
         inputs, state = self.flow_inputs(obs)
         prefix: FlowPrefix = self.net.encode_prefix(inputs)
         head_in = state if self.config.value_from == "state" else prefix.features
-        return (prefix, inputs), self.value_head(head_in.float()).squeeze(-1)
+        return (prefix, inputs), value_output(self.value_head(head_in.float()), self.value_support)
 
     def _flow_velocity(self, ctx, x: torch.Tensor, t: torch.Tensor):
         v, h = self.net.velocity(ctx[0], ctx[1], x, t, return_hidden=True)

@@ -33,6 +33,7 @@ from torch import nn
 from policies.base import ActionSample, PolicySpec
 from policies.flow_vla.registry import LOOKALIKE
 from policies.registry import register_policy
+from policies.value_head import value_expectation
 from policies.vlm.action_expert import ChainVLAPolicy, gaussian_entropy, gaussian_logprob
 from policies.vlm.backbone import BackboneConfig
 from policies.vlm.policy_base import LoRAConfig, coerce_nested
@@ -62,6 +63,14 @@ class FlowVLAConfig:
     # value head input: "hidden" (the VLM state before the actions) or "state" (an MLP critic on the
     # normalized state vector: asymmetric actor-critic in simulation, decoupled from the trunk)
     value_from: str = "hidden"
+    # value_bins K >= 2: the value head outputs K logits over equal bins on [value_min, value_max] and its value
+    # is their expectation (PPO with algorithm.value_loss=hl_gauss, which requires it); 0 = a scalar value head.
+    # The defaults cover returns of rewards in [0, 1] at gamma 0.8 (at most 5) with a margin; the target
+    # Gaussian of a return has sigma = value_sigma_ratio * bin width.
+    value_bins: int = 0
+    value_min: float = -1.0
+    value_max: float = 6.0
+    value_sigma_ratio: float = 0.75
     # keep the state normalization the policy was (SF)trained with: RL rollouts do not move it
     freeze_state_norm: bool = False
     freeze_vlm: bool = False
@@ -83,7 +92,8 @@ class FlowVLAConfig:
 class FlowChain:
     """Flow-SDE / Flow-Noise sampling and scoring over a family's four hooks.
 
-    * ``_flow_context(obs) -> (ctx, value [B])``: the prefix pass, once per chunk;
+    * ``_flow_context(obs) -> (ctx, value)``: the prefix pass, once per chunk; the value is what ``evaluate``
+      returns ([B], or logits [B, K] with a binned head: ``sample`` and ``value`` take their expectation);
     * ``_flow_velocity(ctx, x [B, T, M], t [B]) -> (v [B, T, M], hidden [B, T, W])``;
     * ``_flow_repeat(ctx, n) -> ctx`` for ``n`` copies of each row (all Flow-Noise steps in one call);
     * ``normalize_actions`` / ``unnormalize_actions``: env ``[.., A]`` <-> model space ``[.., M]``.
@@ -173,7 +183,7 @@ class FlowChain:
         replay = {"chain": torch.stack(chain, 1)}
         if self.config.likelihood == "flow_sde":
             replay["sde_step"] = sde_step
-        return ActionSample(self.unnormalize_actions(x), logprob, value, replay)
+        return ActionSample(self.unnormalize_actions(x), logprob, value_expectation(value, self.value_support), replay)
 
     def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]):
         ctx, value = self._flow_context(obs)
@@ -208,7 +218,7 @@ class FlowChain:
 
     @torch.no_grad()
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
-        return self._flow_context(obs)[1]
+        return value_expectation(self._flow_context(obs)[1], self.value_support)
 
     def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor, generator: torch.Generator | None = None):
         """Flow-matching loss ||v(x_t, t) - (noise - action)||^2 on demonstration chunks [B, T, A] (env units)."""

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from policies.base import PolicySpec
+from policies.value_head import config_value_support, value_expectation, with_value_bins
 from policies.vlm.policy_base import VLAPolicy
 
 
@@ -57,7 +58,10 @@ class ActionExpert(nn.Module):
 
 
 class ChainVLAPolicy(VLAPolicy):
-    """VLM prefix -> (memory for the expert, value); subclasses define the denoising chain."""
+    """VLM prefix -> (memory for the expert, value); subclasses define the denoising chain.
+
+    With ``value_bins`` in the config (``policies.value_head``) the value head outputs K logits: ``context``
+    gives them (what ``evaluate`` returns), ``value`` their expectation."""
 
     time_scale: float = 1000.0
 
@@ -66,11 +70,12 @@ class ChainVLAPolicy(VLAPolicy):
         H = self.backbone.hidden_size
         self.expert = ActionExpert(spec.action_dim, config.chunk_size, H, config.expert_width,
                                    config.expert_layers, config.expert_heads, self.time_scale)
-        self.value_head = self._build_value_head()
+        self.value_support = config_value_support(config)
+        self.value_head = with_value_bins(self._build_value_head(), self.value_support)
         self.backbone.lm_head.requires_grad_(False)  # the expert reads hidden states, never token logits
 
     def context(self, obs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """-> (memory [B, L, W], memory padding mask [B, L] (True = pad), value [B])."""
+        """-> (memory [B, L, W], memory padding mask [B, L] (True = pad), value [B] or logits [B, K])."""
         emb, mask = self.prefix(obs)
         h, _ = self.backbone(emb, mask)
         value = self._value(h[:, -1], obs)
@@ -78,7 +83,7 @@ class ChainVLAPolicy(VLAPolicy):
 
     @torch.no_grad()
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
-        return self.context(obs)[2]
+        return value_expectation(self.context(obs)[2], self.value_support)
 
     def chunk_shape(self, batch: int) -> tuple[int, int, int]:
         return (batch, self.config.chunk_size, self.spec.action_dim)

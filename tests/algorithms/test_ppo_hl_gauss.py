@@ -139,8 +139,9 @@ def test_binned_head_survives_a_checkpoint_and_exports(tmp_path):
 @pytest.mark.parametrize("args, needle", [
     (["algorithm.value_loss=hl_gauss"], "add policy.value_bins=51"),
     (["policy.value_bins=51"], "add algorithm.value_loss=hl_gauss or set policy.value_bins=0"),
-    (["policy=cnn", "env=maniskill_pushcube_rgb", "algorithm.value_loss=hl_gauss"],
-     "policy=cnn cannot build; use algorithm.value_loss=mse"),
+    (["policy=cnn", "env=maniskill_pushcube_rgb", "algorithm.value_loss=hl_gauss"], "add policy.value_bins=51"),
+    (["policy=diffusion", "env=maniskill_pushcube_rgb", "algorithm.value_loss=hl_gauss"],
+     "policy=diffusion cannot build; use algorithm.value_loss=mse"),
     (["algorithm.value_loss=hl_gauss", "policy.value_bins=51", "algorithm.value_clip=0.2"],
      "set algorithm.value_clip=0"),
     (["algorithm.value_loss=hl_gauss", "policy.value_bins=51", "policy.value_max=-2"],

@@ -119,7 +119,8 @@ def value_head_problem(policy: Any, alg: Any) -> str | None:
     if alg.value_loss == "hl_gauss" and not binned:
         if not hasattr(policy.config, "value_bins"):
             return (f"algorithm.value_loss=hl_gauss needs a binned value head, which policy={policy.name} cannot "
-                    f"build; use algorithm.value_loss=mse (or policy=mlp with policy.value_bins=51)")
+                    f"build; use algorithm.value_loss=mse (or a policy of the mlp, cnn, flow_vla or ar_vla family "
+                    f"with policy.value_bins=51)")
         return ("algorithm.value_loss=hl_gauss needs a binned value head: add policy.value_bins=51 (with "
                 "policy.value_min / policy.value_max spanning the returns), or use algorithm.value_loss=mse")
     if binned and alg.value_loss != "hl_gauss":
