@@ -139,3 +139,43 @@ def test_bad_settings_are_one_line_refusals():
     assert validate_algorithm(SACConfig(), num_envs=8) is None
     with pytest.raises(ValueError, match="policy.squash=true"):
         SACState(MLPPolicy(replace(POLICY, squash=False), SPEC), SMALL, SPEC)
+
+
+def test_bc_term_pulls_the_actor_towards_the_demonstrated_chunks():
+    """``algorithm.bc_weight``: the imitation term is the squared distance in the [-1, 1] box on the demonstration
+    rows only (executed steps only), by hand; actor steps with it move the actor onto the demonstrated chunk."""
+    from tensordict import TensorDict
+
+    from vlarl.algorithms.sac import demo_bc_loss
+
+    torch.manual_seed(0)
+    spec = PolicySpec(state_dim=D, action_dim=A, action_low=[-2.0], action_high=[2.0])  # box half-width 2
+    policy = MLPPolicy(replace(POLICY, init_log_std=-12.0), spec)
+    with torch.no_grad():  # the actor's mean is 0: every chunk is the box centre, 0
+        policy.actor[-1].weight.zero_()
+        policy.actor[-1].bias.zero_()
+    batch = TensorDict({
+        "state": torch.randn(4, D), "actions": torch.tensor([[[9.0], [9.0]], [[9.0], [9.0]], [[1.0], [-2.0]], [[0.5], [3.0]]]),
+        "step_mask": torch.tensor([[True, True], [True, True], [True, True], [True, False]]),
+        "is_demo": torch.tensor([False, False, True, True]), "step_rewards": torch.zeros(4, T),
+        "terminated": torch.zeros(4, dtype=torch.bool), "truncated": torch.zeros(4, dtype=torch.bool),
+        "next_state": torch.randn(4, D)}, batch_size=[4])
+    # normalized distances: row 2 -> 0.5, -1.0; row 3 -> 0.25 (its second step was not executed): 3 steps
+    expected = (0.5 ** 2 + 1.0 ** 2 + 0.25 ** 2) / 3
+    actions, _ = policy.rsample(_obs(batch["state"]))
+    bc = demo_bc_loss(actions, batch, policy.action_low, policy.action_high)
+    assert bc is not None and abs(float(bc.detach()) - expected) < 1e-3
+    assert demo_bc_loss(actions, batch.set("is_demo", torch.zeros(4, dtype=torch.bool)), policy.action_low,
+                        policy.action_high) is None
+    batch.set("is_demo", torch.tensor([False, False, True, True]))
+    cfg = replace(SMALL, bc_weight=100.0, demo_ratio=0.5)
+    st = SACState(policy, cfg, spec)
+    opt = torch.optim.Adam(policy.parameters(), lr=3e-3)
+    first = actor_step(policy, opt, st, batch, cfg)["bc_loss"]
+    for _ in range(150):
+        last = actor_step(policy, opt, st, batch, cfg)["bc_loss"]
+    assert abs(first - expected) < 1e-3 and last < 0.1 * first
+    from vlarl.algorithms.sac import validate_sac
+
+    assert "set algorithm.demo_ratio > 0" in validate_sac(replace(SMALL, bc_weight=1.0), num_envs=4)
+    assert "must be >= 0" in validate_sac(replace(SMALL, bc_weight=-1.0), num_envs=4)

@@ -211,6 +211,9 @@ def actor_step(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, batc
     alpha = st.log_alpha.exp().detach()
     q = st.values(st.q, s, actions).mean(0)
     actor_loss = (alpha * logp - q).mean()
+    bc = demo_bc_loss(actions, batch, st.low, st.high) if cfg.bc_weight > 0 else None
+    if bc is not None:
+        actor_loss = actor_loss + cfg.bc_weight * bc
     optimizer.zero_grad(set_to_none=True)
     actor_loss.backward()
     grad_norm = _clip([p for p in policy.parameters() if p.grad is not None], cfg.max_grad_norm)
@@ -219,8 +222,25 @@ def actor_step(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, batc
     st.alpha_opt.zero_grad(set_to_none=True)
     alpha_loss.backward()
     st.alpha_opt.step()
-    return {"actor_loss": actor_loss.item(), "entropy": -logp.detach().mean().item(), "alpha": alpha.item(),
-            "actor_grad_norm": grad_norm}
+    out = {"actor_loss": actor_loss.item(), "entropy": -logp.detach().mean().item(), "alpha": alpha.item(),
+           "actor_grad_norm": grad_norm}
+    if bc is not None:
+        out["bc_loss"] = bc.item()
+    return out
+
+
+def demo_bc_loss(actions: torch.Tensor, batch: Any, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor | None:
+    """Mean squared distance, in the normalized [-1, 1] action box, between the actor's sampled chunks and the
+    demonstrated ones on the batch's demonstration rows (executed steps only); None without demonstration rows.
+    ``algorithm.bc_weight`` adds it to the actor loss (TD3+BC's regularizer), which holds an actor started from
+    imitation or offline RL near its data while the online critics are still wrong away from it."""
+    demo = batch["is_demo"].to(actions.device)
+    if not bool(demo.any()):
+        return None
+    scale = 2 / (high - low)
+    diff = (actions[demo] - batch["actions"][demo]) * scale  # [n, T, A]
+    mask = batch["step_mask"][demo].to(diff.dtype).unsqueeze(-1)
+    return (diff.pow(2) * mask).sum() / (mask.sum() * diff.shape[-1]).clamp_min(1.0)
 
 
 def sac_update(
@@ -293,6 +313,10 @@ def validate_sac(alg: Any, num_envs: int) -> str | None:
         (not alg.demos or Path(alg.demos).exists(),
          f"algorithm.demos='{alg.demos}' does not exist; write demonstrations with scripts/pushcube_expert.py"),
         (alg.num_demos >= 1, f"algorithm.num_demos={alg.num_demos} must be >= 1"),
+        (alg.bc_weight >= 0, f"algorithm.bc_weight={alg.bc_weight} must be >= 0 (0 = no imitation term)"),
+        (alg.bc_weight == 0 or alg.demo_ratio > 0,
+         f"algorithm.bc_weight={alg.bc_weight} imitates the batch's demonstration rows: set algorithm.demo_ratio > 0 "
+         f"with algorithm.demos=<path>, or bc_weight=0"),
         (alg.hl_gauss_v_max > alg.hl_gauss_v_min and alg.hl_gauss_bins >= 2 and alg.hl_gauss_sigma_ratio > 0,
          "algorithm.hl_gauss_* need v_max > v_min, bins >= 2 and sigma_ratio > 0"),
     )
