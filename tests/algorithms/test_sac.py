@@ -179,3 +179,22 @@ def test_bc_term_pulls_the_actor_towards_the_demonstrated_chunks():
 
     assert "set algorithm.demo_ratio > 0" in validate_sac(replace(SMALL, bc_weight=1.0), num_envs=4)
     assert "must be >= 0" in validate_sac(replace(SMALL, bc_weight=-1.0), num_envs=4)
+
+
+def test_target_subset_is_the_subset_of_the_ensemble_and_the_actor_step_leaves_critic_grads_alone():
+    from vlarl.algorithms.sac import QEnsemble
+
+    torch.manual_seed(0)
+    q = QEnsemble(3 + 2, [8, 8], 3, 4, True)
+    s, a, members = torch.randn(6, 3), torch.rand(6, 1, 2) * 2 - 1, torch.tensor([2, 0])
+    with torch.no_grad():
+        for p in q.parameters():  # layer-norm scales and shifts that differ per member
+            p.add_(torch.randn_like(p) * 0.1)
+    assert q(s, a, members).shape == (2, 6, 3)
+    assert torch.allclose(q(s, a, members), q(s, a)[members], atol=1e-6)
+    policy = MLPPolicy(POLICY, SPEC)
+    st = SACState(policy, SMALL, SPEC)
+    batch = {"state": torch.randn(8, D)}
+    actor_step(policy, torch.optim.Adam(policy.parameters(), lr=1e-3), st, batch, SMALL)
+    assert all(p.grad is None and p.requires_grad for p in st.q.parameters())  # the critics keep training
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.actor.parameters())

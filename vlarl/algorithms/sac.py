@@ -49,8 +49,11 @@ class EnsembleLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(num, in_dim, out_dim).uniform_(-bound, bound))
         self.bias = nn.Parameter(torch.empty(num, 1, out_dim).uniform_(-bound, bound))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.baddbmm(self.bias, x, self.weight)
+    def forward(self, x: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
+        """``members``: only those (indices into the ensemble; x is then [len(members), B, in])."""
+        if members is None:
+            return torch.baddbmm(self.bias, x, self.weight)
+        return torch.baddbmm(self.bias[members], x, self.weight[members])
 
 
 class QEnsemble(nn.Module):
@@ -72,15 +75,19 @@ class QEnsemble(nn.Module):
                 "hidden": [layer.weight.shape[2] for layer in self.hidden], "out": self.out.weight.shape[2],
                 "num": self.num, "layer_norm": self.layer_norm}
 
-    def forward(self, state: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """state [B, D], actions [B, T, A] (normalized to [-1, 1]) -> [E, B, out]."""
-        x = torch.cat([state, actions.flatten(1)], dim=-1).expand(self.num, -1, -1)
+    def forward(self, state: torch.Tensor, actions: torch.Tensor, members: torch.Tensor | None = None) -> torch.Tensor:
+        """state [B, D], actions [B, T, A] (normalized to [-1, 1]) -> [E, B, out]; with ``members`` (indices) only
+        those critics are computed -> [len(members), B, out] (SAC's target needs only its random subset)."""
+        n = self.num if members is None else members.numel()
+        x = torch.cat([state, actions.flatten(1)], dim=-1).expand(n, -1, -1)
         for layer, scale, shift in zip(self.hidden, self.ln_scale, self.ln_shift, strict=True):
-            x = layer(x)
+            x = layer(x, members)
             if self.layer_norm:
+                if members is not None:
+                    scale, shift = scale[members], shift[members]
                 x = F.layer_norm(x, x.shape[-1:]) * scale + shift
             x = F.relu(x)
-        return self.out(x)
+        return self.out(x, members)
 
 
 def actor_problem(policy: Any, cfg: Any) -> str | None:
@@ -114,8 +121,9 @@ class SACState:
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
         if cfg.critics_from:
             self.q_target.load_state_dict(saved["q_target"])
+        self.q_params, self.target_params = list(self.q.parameters()), list(self.q_target.parameters())
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=device, requires_grad=True)
-        self.q_opt = torch.optim.Adam(self.q.parameters(), lr=cfg.q_lr)
+        self.q_opt = torch.optim.Adam(self.q.parameters(), lr=cfg.q_lr, foreach=True)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
         self.target_entropy = cfg.target_entropy_per_dim * T * A
         self.low = torch.tensor(spec.action_low, dtype=torch.float32, device=device)
@@ -129,10 +137,12 @@ class SACState:
         self.update_credit = 0.0  # fractional gradient steps carried to the next iteration
         self.critic_steps = 0
 
-    def values(self, net: QEnsemble, state: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """Q of every member as a scalar: [E, B] (the bins' expectation for an HL-Gauss critic)."""
+    def values(self, net: QEnsemble, state: torch.Tensor, actions: torch.Tensor,
+               members: torch.Tensor | None = None) -> torch.Tensor:
+        """Q of every member (or of ``members``) as a scalar: [E, B] (the bins' expectation for an HL-Gauss
+        critic)."""
         scaled = 2 * (actions - self.low) / (self.high - self.low) - 1
-        out = net(state, scaled)
+        out = net(state, scaled, members)
         return bins_to_value(out, self.support) if self.support else out.squeeze(-1)
 
     def state_dict(self, with_replay: bool = True) -> dict[str, Any]:
@@ -177,9 +187,8 @@ def critic_step(policy: Any, st: SACState, batch: Any, cfg: Any, generator: torc
     s, a, s2 = batch["state"], batch["actions"], batch["next_state"]
     with torch.no_grad():
         a2, logp2 = policy.rsample(_obs(s2))
-        q_next = st.values(st.q_target, s2, a2)  # [E, B]
-        subset = torch.randperm(st.q.num, generator=generator)[:cfg.critic_subset].to(q_next.device)
-        v_next = q_next[subset].min(0).values
+        subset = torch.randperm(st.q.num, generator=generator)[:cfg.critic_subset].to(a2.device)
+        v_next = st.values(st.q_target, s2, a2, subset).min(0).values  # only the subset's members are computed
         if cfg.backup_entropy:
             v_next = v_next - st.log_alpha.exp() * logp2.sum((-2, -1))
         y = chunk_td_target(batch["step_rewards"] * cfg.reward_scale, batch["step_mask"], batch["terminated"],
@@ -196,8 +205,7 @@ def critic_step(policy: Any, st: SACState, batch: Any, cfg: Any, generator: torc
     grad_norm = _clip(st.q.parameters(), cfg.max_grad_norm)
     st.q_opt.step()
     with torch.no_grad():
-        for p_t, p in zip(st.q_target.parameters(), st.q.parameters(), strict=True):
-            p_t.lerp_(p, cfg.tau)
+        torch._foreach_lerp_(st.target_params, st.q_params, cfg.tau)
     st.critic_steps += 1
     return {"critic_loss": loss.item() / st.q.num, "q": q.detach().mean().item(), "td_target": y.mean().item(),
             "critic_grad_norm": grad_norm}
@@ -209,7 +217,11 @@ def actor_step(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, batc
     actions, logp = policy.rsample(_obs(s))
     logp = logp.sum((-2, -1))
     alpha = st.log_alpha.exp().detach()
-    q = st.values(st.q, s, actions).mean(0)
+    st.q.requires_grad_(False)  # gradients reach the actions through Q, not Q's own weights (the critic step owns them)
+    try:
+        q = st.values(st.q, s, actions).mean(0)
+    finally:
+        st.q.requires_grad_(True)
     actor_loss = (alpha * logp - q).mean()
     bc = demo_bc_loss(actions, batch, st.low, st.high) if cfg.bc_weight > 0 else None
     if bc is not None:
