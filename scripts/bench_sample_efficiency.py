@@ -52,7 +52,8 @@ def curve(run_dir: Path) -> tuple[list[tuple[int, float, float]], dict | None]:
     if not path.is_file():
         return [], None
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    points = [(int(r["env_steps"]), float(r["perf/wall_s"]), float(r["eval/success_once"]))
+    points = [(int(r["env_steps"]), float(r["perf/wall_s"]) - float(r.get("perf/eval_wall_s", 0.0)),
+               float(r["eval/success_once"]))
               for r in rows if "eval/success_once" in r]
     final_path = run_dir / "eval" / "eval.json"
     final = json.loads(final_path.read_text()) if final_path.is_file() else None

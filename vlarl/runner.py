@@ -57,6 +57,7 @@ class Runner:
         self.algorithm_state: dict[str, Any] = {}  # an algorithm's collect keeps its own state here
         self.env_steps = 0
         self.wall_offset = 0.0  # wall seconds spent by earlier (resumed) segments of this run
+        self.eval_wall = 0.0  # wall seconds of periodic evaluations in this process (inside perf/wall_s)
         self.stats = EpisodeStats(window=max(32, cfg.env.num_envs * 2))
         self._traced_iterations = 0
         self.rollout_version = 0  # version of the weights the rollout worker holds (actor updates so far)
@@ -289,11 +290,15 @@ class Runner:
     def _log(self, logger: MetricLogger, bar: RunProgress, metrics: dict[str, float]) -> None:
         """One iteration's metrics (+ rollout episode statistics, + a periodic evaluation) to the logger."""
         cfg, summ = self.cfg, self.stats.summary()
+        # perf/eval_wall_s: seconds of periodic evaluations so far in this process, inside perf/wall_s, so the
+        # training time alone is their difference (scripts/bench_sample_efficiency.py)
         metrics = {**metrics, **{f"rollout/{k}": v for k, v in summ.items()},
-                   "iteration": self.iteration, "env_steps": self.env_steps}
+                   "iteration": self.iteration, "env_steps": self.env_steps, "perf/eval_wall_s": self.eval_wall}
         if cfg.eval.every_iterations > 0 and self.iteration % cfg.eval.every_iterations == 0:
+            t0 = time.time()
             metrics.update({f"eval/{k}": v for k, v in self._evaluate(None, videos=0, episodes=cfg.eval.periodic_episodes).items()
                             if isinstance(v, (int, float))})
+            self.eval_wall += time.time() - t0
         logger.log(self.env_steps, metrics)
         bar.set_postfix(sps=f"{metrics['perf/env_steps_per_s']:.0f}", success=f"{summ['success_once']:.2f}",
                         ret=f"{summ['return']:.1f}", it=self.iteration)

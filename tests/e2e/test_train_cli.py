@@ -29,7 +29,8 @@ def _run(cmd, timeout=300):
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("runs") / "r1"
-    _run([str(BIN / "vlarl-train"), f"run_dir={run_dir}", "total_env_steps=40", "eval.video_episodes=1", *SMALL])
+    _run([str(BIN / "vlarl-train"), f"run_dir={run_dir}", "total_env_steps=40", "eval.video_episodes=1",
+          "eval.every_iterations=1", "eval.periodic_episodes=1", *SMALL])
     return run_dir
 
 
@@ -41,6 +42,10 @@ def test_training_writes_checkpoint_metrics_eval_and_video(trained_run):
     rows = [json.loads(line) for line in (trained_run / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in rows if "iteration" in r]
     assert train_rows[-1]["iteration"] == 2 and train_rows[-1]["env_steps"] == 40
+    # a periodic held-out evaluation every iteration; its seconds are counted apart (train time = wall - eval)
+    assert all(0.0 <= r["eval/success_once"] <= 1.0 for r in train_rows)
+    first, second = train_rows
+    assert first["perf/eval_wall_s"] == 0.0 < second["perf/eval_wall_s"] < second["perf/wall_s"]
     assert any(p.name.startswith("events.out.tfevents") for p in (trained_run / "tensorboard").iterdir())
     ev = json.loads((trained_run / "eval" / "eval.json").read_text())
     assert ev["episodes"] == 3 and len(ev["per_episode"]) == 3
