@@ -6,6 +6,9 @@ a diagonal Gaussian over the whole chunk ``[T, A]``, state-independent learned l
 ``policies.mlp``) and the critic (scalar, or binned with ``value_bins``). ``replay`` holds the sampled actions, so ``evaluate`` re-scores them
 exactly. Encoders (``policies.cnn.encoders``): ``small_cnn`` or ImageNet ``efficientnet_lite0``;
 ``hashed_embedding``, ``minilm`` or ``none`` for text.
+
+With ``squash`` the actor is tanh-squashed with a reparameterized sample (``GaussianChunkPolicy.rsample``), the
+actor SAC/RLPD train ("pixel SAC"); ``critic_encoder`` builds the separate image encoder their critics own.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from policies.base import PolicySpec, as_float_tensor
 from policies.cnn.encoders import (
@@ -50,6 +54,7 @@ class CNNPolicyConfig:
     activation: str = "relu"  # "tanh" | "relu" | "gelu"
     chunk_size: int = 1  # actions per chunk (T)
     init_log_std: float = -0.5
+    squash: bool = False  # tanh-squash the Gaussian into [action_low, action_high] (bounded actions for SAC/RLPD)
     min_log_std: float = -5.0  # floor on the learned log-std (a collapsed std cannot blow up log-probs)
     # value_bins K >= 2: the critic outputs K logits over equal bins on [value_min, value_max] and its value is
     # their expectation (PPO with algorithm.value_loss=hl_gauss, which requires it); 0 = a scalar value head.
@@ -74,20 +79,10 @@ class CNNPolicy(GaussianChunkPolicy):
         if not spec.image_keys:
             raise ValueError("policy=cnn needs camera images but the env has none; set env.obs_mode=rgb "
                              "(e.g. env=maniskill_pushcube_rgb) or use policy=mlp for state observations")
-        if config.vision_encoder == "small_cnn":
-            self.vision = SmallCNN(config.image_size, list(config.cnn_channels), config.vision_dim)
-            mean, std = 0.5, 0.5
-        else:
-            self.vision = load_efficientnet_lite0()
-            mean, std = LITE0_MEAN, LITE0_STD
-        if config.freeze_vision:
-            self.vision.requires_grad_(False)
-        self.image_mean, self.image_std = mean, std
-        self.text = HashedWordEmbedding(config.text_dim) if config.text_encoder == "hashed_embedding" else None
-        self._minilm = [shared_minilm()] if config.text_encoder == "minilm" else []
-        text_dim = {"hashed_embedding": config.text_dim, "minilm": MiniLMSentenceEncoder.out_dim, "none": 0}
-        fused = len(spec.image_keys) * self.vision.out_dim + text_dim[config.text_encoder]
-        fused += spec.state_dim if config.use_state else 0
+        self.squash = config.squash
+        self.vision, self.image_mean, self.image_std = _vision_encoder(config)
+        self.text, self._minilm, fused = _text_encoder(config)
+        fused += len(spec.image_keys) * self.vision.out_dim + (spec.state_dim if config.use_state else 0)
         self.norm = RunningNorm(spec.state_dim, 10.0)
         self.min_log_std = config.min_log_std
         self._build_heads(fused, list(config.hidden_sizes), config.activation, config.init_log_std,
@@ -100,32 +95,16 @@ class CNNPolicy(GaussianChunkPolicy):
     # -- observation -> features ------------------------------------------------------------------
     def _images(self, obs: dict[str, Any]) -> torch.Tensor:
         """Cameras uint8 [B, H, W, 3] -> features [B, cameras * vision_dim]."""
-        keys = list(self.spec.image_keys)
-        missing = [k for k in keys if k not in obs.get("images", {})]
-        if missing:
-            raise KeyError(f"obs['images'] lacks cameras {missing}; the policy was built for image_keys={keys}")
-        S = self.config.image_size
-        ims = []
-        for k in keys:
-            x = torch.as_tensor(obs["images"][k], device=self.device)
-            if x.ndim != 4 or x.shape[-1] != 3:
-                raise ValueError(f"obs['images']['{k}'] must be uint8 [B, H, W, 3], got {tuple(x.shape)}")
-            x = x.permute(0, 3, 1, 2).float() / 255.0
-            if x.shape[-2:] != (S, S):
-                x = F.interpolate(x, size=(S, S), mode="bilinear", align_corners=False, antialias=True)
-            ims.append((x - self.image_mean) / self.image_std)
-        B = ims[0].shape[0]
-        return self.vision(torch.cat(ims, 0)).view(len(keys), B, -1).permute(1, 0, 2).reshape(B, -1)
+        return _camera_features(self.vision, obs, list(self.spec.image_keys), self.config.image_size,
+                                self.image_mean, self.image_std, self.device)
 
     def _instructions(self, obs: dict[str, Any], batch: int) -> torch.Tensor | None:
-        if self.config.text_encoder == "none":
-            return None
-        ins = list(obs.get("instruction", [])) or [self.spec.instruction]
-        if len(ins) != batch:
-            ins = [ins[i % len(ins)] for i in range(batch)]
-        if self.text is not None:
-            return self.text(ins)
-        return self._minilm[0].encode(ins).to(self.device)
+        return _instruction_features(self.text, self._minilm, obs, self.spec.instruction, batch, self.device)
+
+    def critic_encoder(self) -> nn.Module:
+        """A fresh encoder ``obs -> [B, F]`` for off-policy critics (SAC/RLPD's Q ensemble, trained by the critic
+        loss while this policy's own encoder follows the actor loss): see ``CNNCriticEncoder``."""
+        return CNNCriticEncoder(self.config, self.spec)
 
     def _features(self, obs: dict[str, Any]) -> torch.Tensor:
         state = as_float_tensor(obs["state"], self.device)
@@ -160,3 +139,82 @@ class CNNPolicy(GaussianChunkPolicy):
             "image_mean": [self.image_mean] * 3,
             "image_std": [self.image_std] * 3,
         }
+
+
+def _vision_encoder(config: CNNPolicyConfig) -> tuple[nn.Module, Any, Any]:
+    """(encoder, image mean, image std) of ``config.vision_encoder`` (frozen with ``freeze_vision``)."""
+    if config.vision_encoder == "small_cnn":
+        vision, mean, std = SmallCNN(config.image_size, list(config.cnn_channels), config.vision_dim), 0.5, 0.5
+    else:
+        vision, mean, std = load_efficientnet_lite0(), LITE0_MEAN, LITE0_STD
+    if config.freeze_vision:
+        vision.requires_grad_(False)
+    return vision, mean, std
+
+
+def _text_encoder(config: CNNPolicyConfig) -> tuple[nn.Module | None, list[Any], int]:
+    """(hashed table or None, [shared MiniLM] or [], feature width) of ``config.text_encoder``."""
+    text = HashedWordEmbedding(config.text_dim) if config.text_encoder == "hashed_embedding" else None
+    minilm = [shared_minilm()] if config.text_encoder == "minilm" else []
+    width = {"hashed_embedding": config.text_dim, "minilm": MiniLMSentenceEncoder.out_dim, "none": 0}
+    return text, minilm, width[config.text_encoder]
+
+
+def _camera_features(vision: nn.Module, obs: dict[str, Any], keys: list[str], size: int, mean: Any, std: Any,
+                     device: torch.device) -> torch.Tensor:
+    """Cameras ``keys`` of ``obs['images']`` uint8 [B, H, W, 3] -> features [B, cameras * out_dim]."""
+    missing = [k for k in keys if k not in obs.get("images", {})]
+    if missing:
+        raise KeyError(f"obs['images'] lacks cameras {missing}; the policy was built for image_keys={keys}")
+    ims = []
+    for k in keys:
+        x = torch.as_tensor(obs["images"][k], device=device)
+        if x.ndim != 4 or x.shape[-1] != 3:
+            raise ValueError(f"obs['images']['{k}'] must be uint8 [B, H, W, 3], got {tuple(x.shape)}")
+        x = x.permute(0, 3, 1, 2).float() / 255.0
+        if x.shape[-2:] != (size, size):
+            x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
+        ims.append((x - mean) / std)
+    B = ims[0].shape[0]
+    return vision(torch.cat(ims, 0)).view(len(keys), B, -1).permute(1, 0, 2).reshape(B, -1)
+
+
+def _instruction_features(text: nn.Module | None, minilm: list[Any], obs: dict[str, Any], default: str, batch: int,
+                          device: torch.device) -> torch.Tensor | None:
+    """The instructions' features [B, width], the env's ``default`` instruction where obs has none (replayed
+    transitions keep no instruction); None with ``text_encoder=none``."""
+    if text is None and not minilm:
+        return None
+    ins = list(obs.get("instruction", [])) or [default]
+    if len(ins) != batch:
+        ins = [ins[i % len(ins)] for i in range(batch)]
+    if text is not None:
+        return text(ins)
+    return minilm[0].encode(ins).to(device)
+
+
+class CNNCriticEncoder(nn.Module):
+    """``obs -> features [B, out_dim]`` for off-policy critics over images (DrQ/SERL style): a vision encoder of
+    the policy's kind with its own fresh weights, the instruction's features and the raw state (SAC's state
+    critics read the raw state too, so no running normalization is kept here). The critic loss trains it; the
+    policy's encoder stays the actor loss's, so neither loss pulls the other's features."""
+
+    def __init__(self, config: CNNPolicyConfig, spec: PolicySpec):
+        super().__init__()
+        self.config, self.spec = config, spec
+        self.image_keys = list(spec.image_keys)
+        self.vision, self.image_mean, self.image_std = _vision_encoder(config)
+        self.text, self._minilm, width = _text_encoder(config)
+        self.out_dim = len(self.image_keys) * self.vision.out_dim + width + (spec.state_dim if config.use_state else 0)
+
+    def forward(self, obs: dict[str, Any]) -> torch.Tensor:
+        device = next(self.vision.parameters()).device
+        state = as_float_tensor(obs["state"], device)
+        parts = [_camera_features(self.vision, obs, self.image_keys, self.config.image_size, self.image_mean,
+                                  self.image_std, device)]
+        text = _instruction_features(self.text, self._minilm, obs, self.spec.instruction, state.shape[0], device)
+        if text is not None:
+            parts.append(text)
+        if self.config.use_state:
+            parts.append(state)
+        return torch.cat(parts, -1)

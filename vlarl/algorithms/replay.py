@@ -5,6 +5,9 @@ A transition is one chunk step of one env (T = chunk, A = action dim, D = state 
     state [D], actions [T, A] (env units, as executed), step_rewards [T], step_mask [T] (executed actions),
     terminated [], truncated [], next_state [D] (the final state when the episode ended in this chunk)
 
+and for a pixel critic (``cameras``) also ``images`` and ``next_images``: {camera: uint8 [H, W, 3]}, nested
+TensorDicts, as the env gave them (the next ones from the episode's final observation, as ``next_state``).
+
 ``ChunkReplay`` is a ``TensorDictReplayBuffer`` on a ``LazyTensorStorage`` (a ring buffer in memory, uniform
 sampling). ``MixedReplay`` keeps online transitions and demonstrations apart and draws a fixed fraction of
 every batch from the demonstrations (RLPD's symmetric sampling: 50/50). Both round-trip through
@@ -24,6 +27,7 @@ if TYPE_CHECKING:  # tensordict / torchrl load in ~2 s: only when an off-policy 
     from tensordict import TensorDict
 
 TRANSITION_KEYS = ("state", "actions", "step_rewards", "step_mask", "terminated", "truncated", "next_state")
+IMAGE_KEYS = ("images", "next_images")  # a pixel critic's transitions add these (see the module doc)
 
 
 def _torchrl_buffers() -> tuple[Any, Any]:
@@ -70,9 +74,15 @@ class ChunkReplay:
 
         self.__init__(self.capacity)
         if state["rows"] is not None:
-            rows = TensorDict(state["rows"], batch_size=[next(iter(state["rows"].values())).shape[0]])
+            rows = TensorDict(state["rows"], batch_size=[_rows_of(state["rows"])])
             self.buffer.extend(rows)  # rows land at the indices they had
         self.buffer._writer.load_state_dict(state["writer"])  # the ring continues where it was
+
+
+def _rows_of(rows: dict[str, Any]) -> int:
+    """The leading size of a saved row dict (the first tensor, inside nested image dicts too)."""
+    first = next(iter(rows.values()))
+    return _rows_of(first) if isinstance(first, dict) else int(first.shape[0])
 
 
 class MixedReplay:
@@ -120,20 +130,25 @@ class MixedReplay:
         self.online.load_state_dict(state["online"])
 
 
-def trajectory_transitions(traj: Trajectory) -> TensorDict:
+def trajectory_transitions(traj: Trajectory, cameras: list[str] | tuple[str, ...] = ()) -> TensorDict:
     """Every chunk step of a collected trajectory as transitions [N * B] (time-major).
 
     Needs ``traj.extras`` ``step_rewards`` [N, B, T], ``step_mask`` [N, B, T] and ``next_state`` [N, B, D]
-    (recorded by ``vlarl.algorithms.extras.StepExtras``) and ``traj.replay['actions']`` [N, B, T, A].
+    (recorded by ``vlarl.algorithms.extras.StepExtras``) and ``traj.replay['actions']`` [N, B, T, A]; with
+    ``cameras`` also ``traj.obs['images'][k]`` and ``traj.extras[next_images_key(k)]`` [N, B, H, W, 3] of each.
     """
-    missing = [k for k in ("step_rewards", "step_mask", "next_state") if k not in traj.extras]
+    from vlarl.algorithms.extras import next_images_key
+
+    needed = ["step_rewards", "step_mask", "next_state", *(next_images_key(k) for k in cameras)]
+    missing = [k for k in needed if k not in traj.extras]
+    missing += [f"obs['images']['{k}']" for k in cameras if k not in traj.obs.get("images", {})]
     if missing or "actions" not in traj.replay:
         raise ValueError(f"off-policy replay needs traj.extras {missing} and traj.replay['actions']; the collector "
                          f"records them (vlarl.algorithms.extras.StepExtras)")
     from tensordict import TensorDict
 
     M = traj.num_steps * traj.num_envs
-    return TensorDict({
+    out = TensorDict({
         "state": traj.flat(traj.obs["state"]).float(),
         "actions": traj.flat(traj.replay["actions"]).float(),
         "step_rewards": traj.flat(traj.extras["step_rewards"]).float(),
@@ -142,6 +157,11 @@ def trajectory_transitions(traj: Trajectory) -> TensorDict:
         "truncated": traj.flat(traj.truncated).bool(),
         "next_state": traj.flat(traj.extras["next_state"]).float(),
     }, batch_size=[M])
+    if cameras:
+        out.set("images", TensorDict({k: traj.flat(traj.obs["images"][k]) for k in cameras}, batch_size=[M]))
+        out.set("next_images", TensorDict({k: traj.flat(traj.extras[next_images_key(k)]) for k in cameras},
+                                          batch_size=[M]))
+    return out
 
 
 def demo_transitions(episodes: list[Any], chunk_size: int) -> TensorDict:

@@ -13,6 +13,12 @@ transition, each on a batch that mixes in demonstrations at ``demo_ratio``:
 * temperature: ``log alpha`` follows ``-(log pi + target_entropy)``, so alpha rises when the policy's entropy is
   below the target and falls when it is above.
 
+Pixel SAC (``policy=cnn policy.squash=true``): a policy whose ``critic_encoder()`` returns a module
+``obs -> features [B, F]`` gets critics over ``cat(features, chunk)``; the encoder is the critics' own (trained by
+the critic loss, in ``q_opt``), the actor keeps its own encoder trained by the actor loss (DrQ / SERL), and the
+replay keeps each transition's camera images and next images (uint8). A policy without one (``policy=mlp``)
+gives critics over the raw state, as before.
+
 ``algorithm=rlpd`` is the same update with RLPD's settings (10 critics, subsets of 2, 50/50 demonstrations).
 The critics, targets, temperature, their optimizers and the replay buffer live in ``SACState`` (built once by the
 actor worker through ``AlgorithmSpec.make_state`` and saved beside each checkpoint).
@@ -38,6 +44,7 @@ from vlarl.algorithms.update import choice_problem
 from vlarl.data.trajectory import Trajectory
 
 CRITIC_LOSSES = ("mse", "hl_gauss")
+MAX_REPLAY_IMAGE_BYTES = 4 * 2**30  # camera images a pixel replay may hold (obs and next obs, uint8)
 
 
 class EnsembleLinear(nn.Module):
@@ -91,11 +98,45 @@ class QEnsemble(nn.Module):
 
 
 def actor_problem(policy: Any, cfg: Any) -> str | None:
-    """SAC's actor must be tanh-squashed with a reparameterized sample (``Policy.rsample``)."""
+    """SAC's actor must be tanh-squashed with a reparameterized sample (``Policy.rsample``); a pixel actor's replay
+    must fit in memory and has no demonstrations."""
     if not callable(getattr(policy, "rsample", None)) or not getattr(policy, "squash", False):
         return (f"algorithm={cfg.name} needs a tanh-squashed actor with a reparameterized sample: "
-                f"use policy=mlp policy.squash=true")
-    return unused_value_head_problem(policy, cfg)
+                f"use policy=mlp policy.squash=true (state) or policy=cnn policy.squash=true (cameras)")
+    return pixel_problem(policy, cfg) or unused_value_head_problem(policy, cfg)
+
+
+def critic_cameras(policy: Any) -> list[str]:
+    """The cameras the critics read, so the replay keeps them: those of the policy's ``critic_encoder`` (built on
+    the meta device: shapes only), none for a policy without one."""
+    build = getattr(policy, "critic_encoder", None)
+    if not callable(build):
+        return []
+    with torch.device("meta"):
+        encoder = build()
+    return list(getattr(encoder, "image_keys", [])) if encoder is not None else []
+
+
+def pixel_problem(policy: Any, cfg: Any) -> str | None:
+    """Pixel SAC's refusals: state-only demonstrations, and a replay whose images would not fit in memory
+    (``buffer_size`` x 2 (obs, next obs) x cameras x H x W x 3 bytes over ``MAX_REPLAY_IMAGE_BYTES``)."""
+    cameras = critic_cameras(policy)
+    if not cameras:
+        return None
+    if cfg.demos:
+        return (f"algorithm.demos='{cfg.demos}' holds state-only demonstrations and policy={policy.config.name} "
+                f"learns from camera images (pixel demonstrations are not built): set algorithm.demos='' and "
+                f"algorithm.demo_ratio=0, or use policy=mlp")
+    if not policy.spec.image_size:
+        return None
+    h, w = (list(policy.spec.image_size) * 2)[:2]
+    per_row = 2 * len(cameras) * int(h) * int(w) * 3
+    if cfg.buffer_size * per_row > MAX_REPLAY_IMAGE_BYTES:
+        return (f"algorithm.buffer_size={cfg.buffer_size} would keep {cfg.buffer_size * per_row / 2**30:.1f} GiB of "
+                f"camera images (2 x {len(cameras)} camera(s) x {h}x{w}x3 bytes per transition), over the "
+                f"{MAX_REPLAY_IMAGE_BYTES // 2**30} GiB bound: lower algorithm.buffer_size to at most "
+                f"{MAX_REPLAY_IMAGE_BYTES // per_row}")
+    return None
 
 
 class SACState:
@@ -110,6 +151,12 @@ class SACState:
         self.support = (HLGaussSupport(cfg.hl_gauss_v_min, cfg.hl_gauss_v_max, cfg.hl_gauss_bins,
                                        cfg.hl_gauss_sigma_ratio) if cfg.critic_loss == "hl_gauss" else None)
         out = self.support.num_bins if self.support else 1
+        # the critics' own image encoder (pixel SAC) or None (the raw state); see ``critic_inputs``
+        self.encoder: nn.Module | None = policy.critic_encoder() if critic_cameras(policy) else None
+        self.cameras = list(self.encoder.image_keys) if self.encoder is not None else []
+        if self.encoder is not None:
+            self.encoder.to(device)
+            D = self.encoder.out_dim
         self.q = QEnsemble(D + T * A, list(cfg.critic_hidden_sizes), out, cfg.num_critics, cfg.critic_layer_norm)
         self.q.to(device)
         if cfg.critics_from:  # e.g. offline IQL's critics, so the actor they trained is not unlearned online
@@ -122,14 +169,24 @@ class SACState:
         if cfg.critics_from:
             self.q_target.load_state_dict(saved["q_target"])
         self.q_params, self.target_params = list(self.q.parameters()), list(self.q_target.parameters())
+        # The target critics keep a polyak copy of the encoder (DrQ, SERL) rather than reading the online one: a
+        # target through the online encoder would move with every critic step, the drift the slow targets are for.
+        self.encoder_target: nn.Module | None = None
+        if self.encoder is not None:
+            self.encoder_target = copy.deepcopy(self.encoder).requires_grad_(False)
+            trained = [p for p in self.encoder.parameters() if p.requires_grad]  # not a frozen pretrained encoder
+            self.q_params += trained
+            self.target_params += [t for p, t in zip(self.encoder.parameters(), self.encoder_target.parameters(),
+                                                     strict=True) if p.requires_grad]
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=device, requires_grad=True)
-        self.q_opt = torch.optim.Adam(self.q.parameters(), lr=cfg.q_lr, foreach=True)
+        self.q_opt = torch.optim.Adam(self.q_params if self.encoder is not None else self.q.parameters(), lr=cfg.q_lr,
+                                      foreach=True)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
         self.target_entropy = cfg.target_entropy_per_dim * T * A
         self.low = torch.tensor(spec.action_low, dtype=torch.float32, device=device)
         self.high = torch.tensor(spec.action_high, dtype=torch.float32, device=device)
         self.replay = MixedReplay(cfg.buffer_size, cfg.demo_ratio)
-        if cfg.demos:
+        if cfg.demos:  # state-only (pixel_problem refuses them for a pixel actor)
             from policies.vlm.demonstrations import read_demonstrations
 
             episodes = read_demonstrations(cfg.demos, max_episodes=cfg.num_demos, cameras=[])
@@ -145,11 +202,22 @@ class SACState:
         out = net(state, scaled, members)
         return bins_to_value(out, self.support) if self.support else out.squeeze(-1)
 
+    def critic_inputs(self, batch: Any, next_obs: bool = False, target: bool = False) -> torch.Tensor:
+        """What the critics read of a batch's observations (``next_obs``: the next ones): the raw state [B, D], or
+        with an encoder its features of the state and camera images [B, F] (``target``: the polyak copy's)."""
+        state = batch["next_state" if next_obs else "state"]
+        if self.encoder is None:
+            return state
+        encoder = self.encoder_target if target else self.encoder
+        return encoder(replay_obs(batch, self.cameras, next_obs))
+
     def state_dict(self, with_replay: bool = True) -> dict[str, Any]:
         """``with_replay=False``: leave the replay out (the robot loop rebuilds it from its recorded episodes)."""
         out = {"q": self.q.state_dict(), "q_target": self.q_target.state_dict(), "log_alpha": self.log_alpha.detach(),
                "q_opt": self.q_opt.state_dict(), "alpha_opt": self.alpha_opt.state_dict(),
                "update_credit": self.update_credit, "critic_steps": self.critic_steps}
+        if self.encoder is not None:
+            out["encoder"], out["encoder_target"] = self.encoder.state_dict(), self.encoder_target.state_dict()
         if with_replay:
             out["replay"] = self.replay.state_dict()
         return out
@@ -157,6 +225,9 @@ class SACState:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.q.load_state_dict(state["q"])
         self.q_target.load_state_dict(state["q_target"])
+        if self.encoder is not None:
+            self.encoder.load_state_dict(state["encoder"])
+            self.encoder_target.load_state_dict(state["encoder_target"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
         self.q_opt.load_state_dict(state["q_opt"])
@@ -175,6 +246,16 @@ def _obs(state: torch.Tensor) -> dict[str, Any]:
     return {"state": state, "images": {}, "instruction": []}
 
 
+def replay_obs(batch: Any, cameras: list[str], next_obs: bool = False) -> dict[str, Any]:
+    """A policy observation of a replayed batch: state and the ``cameras``' images (``next_obs``: the next ones);
+    no instruction (the policy uses the env's)."""
+    if not cameras:
+        return _obs(batch["next_state" if next_obs else "state"])
+    prefix = "next_" if next_obs else ""
+    return {"state": batch[f"{prefix}state"], "images": {k: batch[f"{prefix}images", k] for k in cameras},
+            "instruction": []}
+
+
 def _clip(params, max_norm: float) -> float:
     params = list(params)
     if max_norm > 0:
@@ -184,16 +265,17 @@ def _clip(params, max_norm: float) -> float:
 
 def critic_step(policy: Any, st: SACState, batch: Any, cfg: Any, generator: torch.Generator | None) -> dict[str, float]:
     """One gradient step of every critic on ``batch``, then the polyak update of the targets."""
-    s, a, s2 = batch["state"], batch["actions"], batch["next_state"]
+    a = batch["actions"]
     with torch.no_grad():
-        a2, logp2 = policy.rsample(_obs(s2))
+        a2, logp2 = policy.rsample(replay_obs(batch, st.cameras, next_obs=True))
         subset = torch.randperm(st.q.num, generator=generator)[:cfg.critic_subset].to(a2.device)
+        s2 = st.critic_inputs(batch, next_obs=True, target=True)
         v_next = st.values(st.q_target, s2, a2, subset).min(0).values  # only the subset's members are computed
         if cfg.backup_entropy:
             v_next = v_next - st.log_alpha.exp() * logp2.sum((-2, -1))
         y = chunk_td_target(batch["step_rewards"] * cfg.reward_scale, batch["step_mask"], batch["terminated"],
                             v_next, cfg.gamma)
-    out = st.q(s, 2 * (a - st.low) / (st.high - st.low) - 1)  # [E, B, out]
+    out = st.q(st.critic_inputs(batch), 2 * (a - st.low) / (st.high - st.low) - 1)  # [E, B, out]
     if st.support is not None:
         loss = hl_gauss_loss(out, y.expand(st.q.num, -1), st.support).mean(1).sum()
         q = bins_to_value(out.detach(), st.support)
@@ -202,7 +284,7 @@ def critic_step(policy: Any, st: SACState, batch: Any, cfg: Any, generator: torc
         loss = (q - y).pow(2).mean(1).sum()
     st.q_opt.zero_grad(set_to_none=True)
     loss.backward()
-    grad_norm = _clip(st.q.parameters(), cfg.max_grad_norm)
+    grad_norm = _clip(st.q_params, cfg.max_grad_norm)
     st.q_opt.step()
     with torch.no_grad():
         torch._foreach_lerp_(st.target_params, st.q_params, cfg.tau)
@@ -213,10 +295,14 @@ def critic_step(policy: Any, st: SACState, batch: Any, cfg: Any, generator: torc
 
 def actor_step(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, batch: Any, cfg: Any) -> dict[str, float]:
     """One step of the actor (max mean-ensemble Q - alpha log pi) and of the temperature."""
-    s = batch["state"]
-    actions, logp = policy.rsample(_obs(s))
+    actions, logp = policy.rsample(replay_obs(batch, st.cameras))
     logp = logp.sum((-2, -1))
     alpha = st.log_alpha.exp().detach()
+    if st.encoder is None:
+        s = batch["state"]
+    else:  # the critic's encoder is the critic loss's: the actor reads its features without moving it
+        with torch.no_grad():
+            s = st.critic_inputs(batch)
     st.q.requires_grad_(False)  # gradients reach the actions through Q, not Q's own weights (the critic step owns them)
     try:
         q = st.values(st.q, s, actions).mean(0)
@@ -270,7 +356,7 @@ def sac_update(
     if state is None:
         raise ValueError(f"algorithm={cfg.name} keeps a replay buffer: the actor worker builds it with "
                          f"AlgorithmSpec.make_state and passes it as state=")
-    new = trajectory_transitions(traj)
+    new = trajectory_transitions(traj, cameras=state.cameras)
     state.replay.online.extend(new)
     out: dict[str, float] = {"replay_size": float(len(state.replay)), "critic_steps": 0.0}
     if len(state.replay) < cfg.learning_starts:
