@@ -121,6 +121,8 @@ class Runner:
         self.policy_spec = policy_spec_from_env(self.env_spec)
         self.rollout = scheduler.remote_on(RolloutWorker, self.plan.rollout).remote(
             cfg.policy, self.policy_spec, cfg.seed + 1, device, cfg.torch_threads, self.plan.rollout)
+        if algorithm_spec(cfg.algorithm.name).replays_stale_data:  # a replay's pixel critic reads next images
+            ray.get(self.rollout.record_next_images.remote(True))
 
     def _sync_weights(self) -> int:
         """Actor -> rollout weight sync (placement.weight_sync); returns the policy version the rollout holds."""
