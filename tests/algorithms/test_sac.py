@@ -198,3 +198,28 @@ def test_target_subset_is_the_subset_of_the_ensemble_and_the_actor_step_leaves_c
     actor_step(policy, torch.optim.Adam(policy.parameters(), lr=1e-3), st, batch, SMALL)
     assert all(p.grad is None and p.requires_grad for p in st.q.parameters())  # the critics keep training
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.actor.parameters())
+
+
+def test_actor_waits_for_the_critic_warmup_counted_over_the_run():
+    """``algorithm.actor_warmup_steps=6`` with ``actor_every=1``: the first 6 critic steps leave the actor and the
+    temperature as they were; later steps move them, and the count carries across calls (iterations)."""
+    from vlarl.algorithms.replay import trajectory_transitions
+    from vlarl.algorithms.sac import sac_steps
+
+    torch.manual_seed(0)
+    policy = MLPPolicy(POLICY, SPEC)
+    cfg = replace(SMALL, actor_every=1, actor_warmup_steps=6, learning_starts=0)
+    st = SACState(policy, cfg, SPEC)
+    st.replay.online.extend(trajectory_transitions(bandit_traj(policy, torch.Generator().manual_seed(0))))
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-2)
+    before = [p.detach().clone() for p in policy.parameters()]
+    alpha0 = float(st.log_alpha)
+    for _ in range(2):  # two "iterations" of 3 critic steps
+        out = sac_steps(policy, opt, st, cfg, 3)
+        assert "actor_loss" not in out
+    assert st.critic_steps == 6
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters(), strict=True))
+    assert float(st.log_alpha) == alpha0
+    out = sac_steps(policy, opt, st, cfg, 2)  # critic steps 7 and 8: past the warm-up
+    assert out["actor_loss"] == out["actor_loss"] and float(st.log_alpha) != alpha0
+    assert not all(torch.equal(a, b) for a, b in zip(before, policy.parameters(), strict=True))

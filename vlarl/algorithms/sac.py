@@ -379,7 +379,9 @@ def sac_steps(policy: Any, optimizer: torch.optim.Optimizer, state: SACState, cf
     for i in range(steps):
         batch = state.replay.sample(cfg.batch_size).to(device)
         metrics = critic_step(policy, state, batch, cfg, generator)
-        if (i + 1) % cfg.actor_every == 0:
+        # the actor waits until the critics have taken actor_warmup_steps steps (counted over the whole run): an
+        # actor started from imitation or offline RL is not pulled by critics that have not yet seen its own data
+        if (i + 1) % cfg.actor_every == 0 and state.critic_steps > cfg.actor_warmup_steps:
             metrics.update(actor_step(policy, optimizer, state, batch, cfg))
         metrics["demo_fraction"] = float(batch["is_demo"].float().mean())
         for k, v in metrics.items():
@@ -412,6 +414,7 @@ def validate_sac(alg: Any, num_envs: int) -> str | None:
          f"algorithm.demos='{alg.demos}' does not exist; write demonstrations with scripts/pushcube_expert.py"),
         (alg.num_demos >= 1, f"algorithm.num_demos={alg.num_demos} must be >= 1"),
         (alg.bc_weight >= 0, f"algorithm.bc_weight={alg.bc_weight} must be >= 0 (0 = no imitation term)"),
+        (alg.actor_warmup_steps >= 0, f"algorithm.actor_warmup_steps={alg.actor_warmup_steps} must be >= 0"),
         (alg.bc_weight == 0 or alg.demo_ratio > 0,
          f"algorithm.bc_weight={alg.bc_weight} imitates the batch's demonstration rows: set algorithm.demo_ratio > 0 "
          f"with algorithm.demos=<path>, or bc_weight=0"),

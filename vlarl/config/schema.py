@@ -121,6 +121,7 @@ class SACConfig(AlgorithmConfig):
     demos: str = ""  # demonstrations (LeRobot v3 folder or ManiSkill .h5) mixed into every batch
     num_demos: int = 20  # episodes read from ``demos``
     demo_ratio: float = 0.0  # fraction of every batch drawn from the demonstrations
+    actor_warmup_steps: int = 0  # critic steps before the actor's first step (critics first learn the started actor)
     bc_weight: float = 0.0  # actor loss + this x squared distance to the batch's demonstrated chunks (TD3+BC)
     critics_from: str = ""  # a critics.pt (offline IQL's, scripts/offline_then_online.py) to start Q and target Q
 
