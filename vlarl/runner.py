@@ -298,8 +298,7 @@ class Runner:
                    "iteration": self.iteration, "env_steps": self.env_steps, "perf/eval_wall_s": self.eval_wall}
         if cfg.eval.every_iterations > 0 and self.iteration % cfg.eval.every_iterations == 0:
             t0 = time.time()
-            metrics.update({f"eval/{k}": v for k, v in self._evaluate(None, videos=0, episodes=cfg.eval.periodic_episodes).items()
-                            if isinstance(v, (int, float))})
+            metrics.update(self._periodic_evaluation())
             self.eval_wall += time.time() - t0
         logger.log(self.env_steps, metrics)
         bar.set_postfix(sps=f"{metrics['perf/env_steps_per_s']:.0f}", success=f"{summ['success_once']:.2f}",
@@ -314,6 +313,21 @@ class Runner:
                                self.actor.save_reference.remote(str(d))]),  # reference: KL on
             env_cfg=self.cfg.env, keep=self.cfg.keep_checkpoints,
         )
+
+    def _periodic_evaluation(self, attempts: int = 2) -> dict[str, float]:
+        """The periodic held-out evaluation's ``eval/*`` metrics. Its simulator is built anew each time; a build
+        that fails (e.g. the physics device briefly unavailable while other simulators start) is tried again, and
+        if every attempt fails the run goes on without this point (``eval/failed`` = 1) rather than ending."""
+        from simulators.base import EnvError
+
+        for attempt in range(1, attempts + 1):
+            try:
+                ev = self._evaluate(None, videos=0, episodes=self.cfg.eval.periodic_episodes)
+                return {f"eval/{k}": v for k, v in ev.items() if isinstance(v, (int, float))}
+            except EnvError as e:
+                print(f"[vlarl] periodic evaluation at iteration {self.iteration}, attempt {attempt}/{attempts}: "
+                      f"{e}", flush=True)
+        return {"eval/failed": 1.0}
 
     def _evaluate(self, out_dir: Path | None, videos: int, episodes: int = 0) -> dict[str, Any]:
         """Held-out evaluation in this process with the latest weights."""
