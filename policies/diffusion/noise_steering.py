@@ -1,11 +1,16 @@
-"""Noise-space steering of a frozen diffusion policy (DSRL, Wagenmaker et al. 2025); registers ``policy=noise_steering``.
+"""Noise-space steering of a frozen diffusion or flow policy (DSRL, Wagenmaker et al. 2025); registers
+``policy=noise_steering``.
 
 A small tanh-squashed Gaussian MLP (the *noise actor*) reads the state and picks the initial noise
-``w [B, T, A]`` of the denoising chain, inside the box ``[-noise_bound, noise_bound]``; the frozen diffusion
-policy (``policy.base_path``, a ``save_pretrained`` dir) denoises ``w`` deterministically (DDIM eta = 0 or the
-DDPM mean, ``DiffusionPolicy.act(obs, noise=w)``) into the env's action chunk. RL (``algorithm=dsrl``) treats
-``w`` as the action: the base never gets a gradient (its parameters have ``requires_grad=False``) and its
-normalization statistics are not updated, so its weights stay bit-identical.
+``w [B, T, M]`` of the base's chain, inside the box ``[-noise_bound, noise_bound]``; the frozen base
+(``policy.base_path``, a ``save_pretrained`` dir) turns ``w`` deterministically into the env's action chunk
+with ``act(obs, noise=w)``: DDIM eta = 0 or the DDPM mean for ``policy=diffusion``, the Euler ODE from t = 1
+(no SDE step, no noise head) for ``policy=flow_vla`` (look-alike, or exact ``pi0`` / ``pi05`` / ``smolvla``).
+``w`` has the base's own initial-noise shape ``base.chunk_shape(B)``, in its normalized model space: ``M`` is
+the env's action dim for diffusion and the look-alike, the padded ``max_action_dim`` for the exact flow networks
+(padded dims enter the velocity, so they are steered too). RL (``algorithm=dsrl``) treats ``w`` as the action:
+the base never gets a gradient (its parameters have ``requires_grad=False``) and its normalization statistics
+are not updated, so its weights stay bit-identical.
 
 ``sample`` returns the decoded actions; ``replay`` keeps ``noise`` (and the Gaussian's ``pre_tanh``) so the
 noise can be scored again and replayed as the critic's action. ``save_pretrained`` writes the base beside the
@@ -14,6 +19,7 @@ weights (``<dir>/base``), so a checkpoint loads without the original base direct
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import warnings
@@ -23,10 +29,9 @@ from typing import Any
 
 import torch
 
-from policies.base import CONFIG_NAME, ActionSample, Policy, PolicySpec
-from policies.diffusion.modeling import DiffusionPolicy
+from policies.base import CONFIG_NAME, NORMALIZATION_NAME, WEIGHTS_NAME, ActionSample, Policy, PolicySpec
 from policies.mlp import MLPPolicy, MLPPolicyConfig
-from policies.registry import register_policy
+from policies.registry import policy_class, register_policy
 
 BASE_DIR = "base"  # the frozen base policy inside a noise-steering checkpoint
 
@@ -34,7 +39,7 @@ BASE_DIR = "base"  # the frozen base policy inside a noise-steering checkpoint
 @dataclass
 class NoiseSteeringConfig:
     name: str = "noise_steering"
-    base_path: str = ""  # a diffusion policy directory (save_pretrained); it stays frozen
+    base_path: str = ""  # a diffusion or flow_vla policy directory (save_pretrained); it stays frozen
     chunk_size: int = 4  # must equal the base policy's chunk size (T)
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
     activation: str = "relu"
@@ -42,34 +47,55 @@ class NoiseSteeringConfig:
     noise_bound: float = 1.5  # the noise actor's box [-b, b] per noise dimension (DSRL's latent action bound)
 
 
-def noise_spec(spec: PolicySpec, bound: float) -> PolicySpec:
-    """The env spec with the action box replaced by the noise box ``[-bound, bound]^A``."""
-    A = spec.action_dim
+def noise_spec(spec: PolicySpec, bound: float, noise_dim: int | None = None) -> PolicySpec:
+    """The env spec with the action box replaced by the noise box ``[-bound, bound]^M`` (``M = noise_dim``, by
+    default the env's action dim)."""
+    A = spec.action_dim if noise_dim is None else int(noise_dim)
     return PolicySpec(state_dim=spec.state_dim, action_dim=A, action_low=[-bound] * A, action_high=[bound] * A,
                       image_keys=list(spec.image_keys), image_size=spec.image_size,
                       max_episode_steps=spec.max_episode_steps, task=spec.task, instruction=spec.instruction)
 
 
+def steerable(klass: type) -> bool:
+    """A policy class can be steered when ``act(obs, noise=...)`` decodes a given initial noise deterministically
+    and ``chunk_shape(batch)`` says that noise's shape (``DiffusionPolicy``, the flow family's ``FlowChain``)."""
+    return "noise" in inspect.signature(klass.act).parameters and callable(getattr(klass, "chunk_shape", None))
+
+
+def load_frozen_base(path: str) -> Policy:
+    """The saved policy at ``path``, its class looked up in the registry by the saved config's policy name and
+    refused before its weights load when it cannot decode a chosen noise."""
+    cfg_file = Path(path) / CONFIG_NAME
+    if cfg_file.is_file():
+        try:
+            name = json.loads(cfg_file.read_text())["policy"]
+            klass = policy_class(name)
+        except (ValueError, KeyError, TypeError):
+            name, klass = None, None  # Policy.from_pretrained says what is wrong with the file
+        if klass is not None and not steerable(klass):
+            raise ValueError(f"policy.base_path='{path}' holds a '{name}' policy, which cannot decode a chosen "
+                             f"initial noise; noise steering needs a policy=diffusion or policy=flow_vla (pi0, pi05, "
+                             f"smolvla) dir")
+    with warnings.catch_warnings():  # built on the meta device (config checks), loading weights is a no-op
+        warnings.filterwarnings("ignore", message=".*copying from a non-meta parameter.*")
+        return Policy.from_pretrained(path)
+
+
 @register_policy("noise_steering", NoiseSteeringConfig)
 class NoiseSteeringPolicy(Policy):
-    """Frozen ``DiffusionPolicy`` (``self.base``) + trainable noise actor (``self.noise_actor``, an ``MLPPolicy``
-    with ``squash=True`` over the noise box)."""
+    """Frozen base (``self.base``: diffusion or flow) + trainable noise actor (``self.noise_actor``, an
+    ``MLPPolicy`` with ``squash=True`` over the noise box ``[B, T, M]``)."""
 
     squash = True  # rsample is a reparameterized tanh-squashed chunk (what the SAC update needs)
 
     def __init__(self, config: NoiseSteeringConfig, spec: PolicySpec):
         super().__init__(config, spec)
         if not config.base_path:
-            raise ValueError("policy=noise_steering needs policy.base_path=<diffusion policy dir> (save_pretrained, "
-                             "e.g. an SFT'd diffusion policy)")
+            raise ValueError("policy=noise_steering needs policy.base_path=<diffusion or flow_vla policy dir> "
+                             "(save_pretrained, e.g. an SFT'd diffusion policy or pi0)")
         if config.noise_bound <= 0:
             raise ValueError(f"policy.noise_bound={config.noise_bound} must be > 0")
-        with warnings.catch_warnings():  # built on the meta device (config checks), loading weights is a no-op
-            warnings.filterwarnings("ignore", message=".*copying from a non-meta parameter.*")
-            base = Policy.from_pretrained(config.base_path)
-        if not isinstance(base, DiffusionPolicy):
-            raise ValueError(f"policy.base_path='{config.base_path}' holds a '{base.name}' policy; noise steering "
-                             f"needs a diffusion policy (policy=diffusion)")
+        base = load_frozen_base(config.base_path)
         if base.chunk_size != config.chunk_size:
             raise ValueError(f"policy.chunk_size={config.chunk_size} but the base policy's chunk is "
                              f"{base.chunk_size}; set policy.chunk_size={base.chunk_size}")
@@ -78,7 +104,8 @@ class NoiseSteeringPolicy(Policy):
             raise ValueError(f"the base policy was trained for state_dim={base.spec.state_dim}, action_dim="
                              f"{base.spec.action_dim}; this env gives {spec.state_dim}, {spec.action_dim}")
         self.base = base.eval().requires_grad_(False)
-        self.noise_spec = noise_spec(base.spec, config.noise_bound)
+        self.noise_shape = tuple(base.chunk_shape(1)[1:])  # (T, M): the base's own initial noise per sample
+        self.noise_spec = noise_spec(base.spec, config.noise_bound, self.noise_shape[-1])
         actor_cfg = MLPPolicyConfig(hidden_sizes=list(config.hidden_sizes), activation=config.activation,
                                     chunk_size=config.chunk_size, init_log_std=config.init_log_std, squash=True)
         self.noise_actor = MLPPolicy(actor_cfg, self.noise_spec)
@@ -91,7 +118,7 @@ class NoiseSteeringPolicy(Policy):
         return self
 
     def decode(self, obs: dict[str, Any], noise: torch.Tensor) -> torch.Tensor:
-        """The frozen base's deterministic chunk from ``noise`` [B, T, A] -> env actions [B, T, A] (no grad)."""
+        """The frozen base's deterministic chunk from ``noise`` [B, T, M] -> env actions [B, T, A] (no grad)."""
         return self.base.act(obs, noise=noise)
 
     # -- the Policy interface ------------------------------------------------------------------
@@ -109,7 +136,7 @@ class NoiseSteeringPolicy(Policy):
         return lp, ent, None
 
     def rsample(self, obs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Reparameterized noise (not actions): (noise [B, T, A], logprob [B, T, A])."""
+        """Reparameterized noise (not actions): (noise [B, T, M], logprob [B, T, M])."""
         return self.noise_actor.rsample(obs)
 
     @torch.no_grad()
@@ -128,19 +155,34 @@ class NoiseSteeringPolicy(Policy):
 
     # -- persistence ---------------------------------------------------------------------------
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
-        """Weights (base + noise actor) and config, plus the base as its own policy dir under ``base/``."""
-        d = super().save_pretrained(directory)
+        """Weights (base + noise actor: the whole ``state_dict``, which a trainer checkpoint restores) and config,
+        plus the base as its own policy dir under ``base/``. Tensors sharing storage (pi0's tied embeddings) are
+        written as copies, since safetensors refuses shared storage."""
+        from dataclasses import asdict
+
+        from safetensors.torch import save_file
+
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        state, seen = {}, set()
+        for k, v in self.state_dict().items():
+            t = v.detach().cpu()
+            key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+            state[k] = t.clone() if key in seen else t.contiguous()
+            seen.add(key)
+        save_file(state, str(d / WEIGHTS_NAME), metadata={"policy": self.name})
+        config = {**asdict(self.config), "base_path": BASE_DIR}  # relative: the copy beside the weights
+        (d / CONFIG_NAME).write_text(json.dumps({"policy": self.name, "config": config, "spec": asdict(self.spec)},
+                                                indent=2))
+        (d / NORMALIZATION_NAME).write_text(json.dumps(self.normalization_stats(), indent=2))
         self.base.save_pretrained(d / BASE_DIR)
-        meta = json.loads((d / CONFIG_NAME).read_text())
-        meta["config"]["base_path"] = BASE_DIR  # relative: the copy beside the weights
-        (d / CONFIG_NAME).write_text(json.dumps(meta, indent=2))
         return d
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike, map_location: str = "cpu") -> Policy:
         from safetensors.torch import load_file
 
-        from policies.base import WEIGHTS_NAME, CheckpointError, _dataclass_from_dict
+        from policies.base import CheckpointError, _dataclass_from_dict
 
         d = Path(directory)
         if not (d / CONFIG_NAME).is_file() or not (d / BASE_DIR).is_dir():

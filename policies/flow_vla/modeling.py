@@ -14,7 +14,7 @@ RL likelihoods (``likelihood``):
 * ``flow_noise``: every step adds noise from a learned noise head with bounded log-std
   (``[log_std_min, log_std_max]``); the log-prob is the joint over the chain (sum over steps).
 Std is floored at ``min_std`` in both, so a log-density can never blow up from a collapsed std.
-``act`` integrates the deterministic ODE from the prior's mode (zeros).
+``act`` integrates the deterministic ODE from the prior's mode (zeros), or from a given initial noise.
 
 Architectures (``architecture``): ``lookalike`` is the cross-attention expert over any HF VLM
 (``policies.vlm.action_expert``); the exact ones (``smolvla``, and pi0/pi0.5 as they are registered in
@@ -206,11 +206,20 @@ class FlowChain:
         return lp, ent, value
 
     @torch.no_grad()
-    def act(self, obs: dict[str, Any]) -> torch.Tensor:
+    def act(self, obs: dict[str, Any], noise: torch.Tensor | None = None) -> torch.Tensor:
+        """The deterministic ODE (no SDE step, no noise head) from ``noise`` at t = 1, in model space with the
+        shape ``chunk_shape(B)`` = [B, T, M] (padded dims included: they enter the velocity); default zeros,
+        the prior's mode. Noise-space steering (DSRL) picks ``noise``."""
         ctx, value = self._flow_context(obs)
         B, K = value.shape[0], self.config.num_steps
         times = self._times()
-        x = torch.zeros(self.chunk_shape(B), device=self.device)
+        if noise is None:
+            x = torch.zeros(self.chunk_shape(B), device=self.device)
+        elif tuple(noise.shape) != self.chunk_shape(B):
+            raise ValueError(f"act(noise=...) needs the initial noise shape {self.chunk_shape(B)} (batch, chunk, "
+                             f"model action dims), got {tuple(noise.shape)}")
+        else:
+            x = noise.to(device=self.device, dtype=torch.float32)
         for k in range(K):
             v, _ = self._flow_velocity(ctx, x, times[k].expand(B))
             x = x + (-1.0 / K) * v  # the reference's Euler step

@@ -1,9 +1,10 @@
-"""DSRL: soft actor-critic in the noise space of a frozen diffusion policy (Wagenmaker et al. 2025, "Steering
-Your Diffusion Policy with Latent Space Reinforcement Learning").
+"""DSRL: soft actor-critic in the noise space of a frozen diffusion or flow-matching policy (Wagenmaker et al. 2025,
+"Steering Your Diffusion Policy with Latent Space Reinforcement Learning").
 
 The policy is ``policy=noise_steering`` (``policies.diffusion.noise_steering``): a small noise actor picks the
-initial noise ``w [T, A]`` of the frozen base's deterministic denoising chain, which turns it into the action chunk
-the env executes. The big model never gets a gradient; only the noise actor, the critics and the temperature learn.
+initial noise ``w [T, M]`` (the base's own initial-noise shape) of the frozen base's deterministic chain, which
+turns it into the action chunk the env executes. The big model never gets a gradient; only the noise actor, the
+critics and the temperature learn.
 Each iteration the collector steps the envs as for SAC; ``dsrl_update`` stores chunk transitions holding both the
 noise (``actions``) and the executed chunk (``env_actions``), then takes ``utd_ratio`` critic steps per new
 transition on uniform replay batches. Two critics (``algorithm.critic_input``):
@@ -38,8 +39,8 @@ CRITIC_INPUTS = ("noise", "action")
 def steering_problem(policy: Any, cfg: Any) -> str | None:
     """DSRL steers a frozen model through its initial noise: the policy must decode a chosen noise."""
     if not callable(getattr(policy, "decode", None)) or getattr(policy, "noise_spec", None) is None:
-        return (f"algorithm={cfg.name} steers the noise of a frozen diffusion policy: use "
-                f"policy=noise_steering policy.base_path=<diffusion policy dir>")
+        return (f"algorithm={cfg.name} steers the noise of a frozen diffusion or flow policy: use "
+                f"policy=noise_steering policy.base_path=<diffusion or flow_vla policy dir>")
     return None
 
 
