@@ -67,6 +67,19 @@ class ActionSample:
     replay: dict[str, torch.Tensor]
 
 
+def untied_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``module.state_dict()`` as contiguous CPU tensors for safetensors, which refuses tensors that share storage:
+    a tensor tied to an earlier one (pi0's lm_head = its token embeddings) is written as a copy, and loading fills
+    both names again."""
+    state, seen = {}, set()
+    for k, v in module.state_dict().items():
+        t = v.detach().cpu()
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+        state[k] = t.clone() if key in seen else t.contiguous()
+        seen.add(key)
+    return state
+
+
 class Policy(nn.Module, abc.ABC):
     """Base class; subclasses set ``name`` and ``config_class`` and register with ``register_policy``."""
 
@@ -127,12 +140,16 @@ class Policy(nn.Module, abc.ABC):
 
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
-        save_file(state, str(d / WEIGHTS_NAME), metadata={"policy": self.name})
-        meta = {"policy": self.name, "config": asdict(self.config), "spec": asdict(self.spec)}
+        save_file(untied_state_dict(self), str(d / WEIGHTS_NAME), metadata={"policy": self.name})
+        meta = {"policy": self.name, "config": self._saved_config(), "spec": asdict(self.spec)}
         (d / CONFIG_NAME).write_text(json.dumps(meta, indent=2))
         (d / NORMALIZATION_NAME).write_text(json.dumps(self.normalization_stats(), indent=2))
         return d
+
+    def _saved_config(self) -> dict[str, Any]:
+        """The config as ``config.json`` records it (a policy that keeps a copy of another beside its weights
+        points the path at that copy)."""
+        return asdict(self.config)
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike, map_location: str = "cpu") -> Policy:

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from policies.base import CONFIG_NAME, NORMALIZATION_NAME, WEIGHTS_NAME, ActionSample, Policy, PolicySpec
+from policies.base import CONFIG_NAME, WEIGHTS_NAME, ActionSample, Policy, PolicySpec
 from policies.mlp import MLPPolicy, MLPPolicyConfig
 from policies.registry import policy_class, register_policy
 
@@ -154,27 +154,16 @@ class NoiseSteeringPolicy(Policy):
         return {k: v.detach().clone() for k, v in self.base.state_dict().items()}
 
     # -- persistence ---------------------------------------------------------------------------
+    def _saved_config(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {**asdict(self.config), "base_path": BASE_DIR}  # relative: the copy beside the weights
+
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """Weights (base + noise actor: the whole ``state_dict``, which a trainer checkpoint restores) and config,
         plus the base as its own policy dir under ``base/``. Tensors sharing storage (pi0's tied embeddings) are
         written as copies, since safetensors refuses shared storage."""
-        from dataclasses import asdict
-
-        from safetensors.torch import save_file
-
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        state, seen = {}, set()
-        for k, v in self.state_dict().items():
-            t = v.detach().cpu()
-            key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
-            state[k] = t.clone() if key in seen else t.contiguous()
-            seen.add(key)
-        save_file(state, str(d / WEIGHTS_NAME), metadata={"policy": self.name})
-        config = {**asdict(self.config), "base_path": BASE_DIR}  # relative: the copy beside the weights
-        (d / CONFIG_NAME).write_text(json.dumps({"policy": self.name, "config": config, "spec": asdict(self.spec)},
-                                                indent=2))
-        (d / NORMALIZATION_NAME).write_text(json.dumps(self.normalization_stats(), indent=2))
+        d = Policy.save_pretrained(self, directory)
         self.base.save_pretrained(d / BASE_DIR)
         return d
 

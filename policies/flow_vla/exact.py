@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from policies.base import CONFIG_NAME, NORMALIZATION_NAME, WEIGHTS_NAME, Policy, PolicySpec, as_float_tensor
+from policies.base import Policy, PolicySpec, as_float_tensor
 from policies.flow_vla.interface import FlowInputs, FlowPrefix
 from policies.flow_vla.modeling import FlowVLAConfig, FlowVLAPolicy
 from policies.flow_vla.registry import architecture, submodule
@@ -236,23 +236,8 @@ class ExactFlowPolicy(FlowVLAPolicy):
 
     # -- persistence --------------------------------------------------------------------------------
     def _save_base(self, directory: str | os.PathLike) -> Path:
-        """``Policy.save_pretrained``'s files; tied tensors (PaliGemma's lm_head = embeddings) saved as
-        copies, since safetensors refuses shared storage (loading fills both names again)."""
-        from safetensors.torch import save_file
-
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        state, seen = {}, set()
-        for k, v in self.state_dict().items():
-            t = v.detach().cpu()
-            key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
-            state[k] = t.clone() if key in seen else t.contiguous()
-            seen.add(key)
-        save_file(state, str(d / WEIGHTS_NAME), metadata={"policy": self.name})
-        meta = {"policy": self.name, "config": dataclasses.asdict(self.config), "spec": dataclasses.asdict(self.spec)}
-        (d / CONFIG_NAME).write_text(json.dumps(meta, indent=2))
-        (d / NORMALIZATION_NAME).write_text(json.dumps(self.normalization_stats(), indent=2))
-        return d
+        """``Policy.save_pretrained``'s files (tied tensors, PaliGemma's lm_head = embeddings, written as copies)."""
+        return Policy.save_pretrained(self, directory)
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """Base files + the resolved architecture config + tokenizer + processor config (flat files)."""
