@@ -12,6 +12,7 @@ from policies.base import Policy, PolicySpec
 from policies.diffusion import DiffusionPolicyConfig, NoiseSteeringConfig, NoiseSteeringPolicy
 from policies.mlp import MLPPolicy, MLPPolicyConfig
 from policies.registry import make_policy
+from tests.helpers.chunk_bandit import one_step_trajectory
 from vlarl.algorithms.dsrl import DSRLState, dsrl_update, noise_transitions
 from vlarl.algorithms.registry import validate_algorithm
 from vlarl.config.schema import DSRLConfig
@@ -50,15 +51,7 @@ def bandit_traj(policy, g: torch.Generator) -> Trajectory:
     """One terminating chunk step of B envs on the decoded actions (the env never sees the noise)."""
     state = torch.rand(B, D, generator=g) * 2 - 1
     sample = policy.sample(_obs(state))
-    rewards = reward(sample.actions)
-    z = torch.zeros(1, B)
-    return Trajectory(
-        obs={"state": state[None], "images": {}, "instruction": ["push"]},
-        replay={k: v[None] for k, v in sample.replay.items()}, logprob=sample.logprob[None], values=z,
-        rewards=rewards.sum(-1)[None], dones=torch.ones(1, B), truncated=z, final_values=z,
-        next_value=torch.zeros(B),
-        extras={"step_rewards": rewards[None], "step_mask": torch.ones(1, B, T, dtype=torch.bool),
-                "next_state": state[None]})
+    return one_step_trajectory(state, sample, reward(sample.actions), ["push"])
 
 
 def mean_reward(policy, state) -> float:

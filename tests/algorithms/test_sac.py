@@ -10,6 +10,7 @@ import torch
 
 from policies.base import PolicySpec
 from policies.mlp import MLPPolicy, MLPPolicyConfig
+from tests.helpers.chunk_bandit import one_step_trajectory
 from vlarl.algorithms.registry import algorithm_spec, validate_algorithm
 from vlarl.algorithms.sac import SACState, actor_step, sac_update
 from vlarl.config.schema import RLPDConfig, SACConfig
@@ -36,14 +37,7 @@ def bandit_traj(policy, g: torch.Generator) -> Trajectory:
     state = torch.rand(B, D, generator=g) * 2 - 1
     sample = policy.sample(_obs(state))
     rewards = 1 - (sample.actions[..., 0] - state[:, :1] / 2) ** 2  # [B, T]
-    z = torch.zeros(1, B)
-    return Trajectory(
-        obs={"state": state[None], "images": {}, "instruction": []},
-        replay={k: v[None] for k, v in sample.replay.items()}, logprob=sample.logprob[None], values=z,
-        rewards=rewards.sum(-1)[None], dones=torch.ones(1, B), truncated=z, final_values=z,
-        next_value=torch.zeros(B),
-        extras={"step_rewards": rewards[None], "step_mask": torch.ones(1, B, T, dtype=torch.bool),
-                "next_state": state[None]})
+    return one_step_trajectory(state, sample, rewards, [])
 
 
 def chunk_error(policy) -> float:

@@ -17,6 +17,7 @@ from policies.base import Policy, PolicySpec
 from policies.diffusion import NoiseSteeringConfig, NoiseSteeringPolicy
 from policies.flow_vla import FlowVLAConfig
 from policies.mlp import MLPPolicyConfig
+from tests.helpers.chunk_bandit import one_step_trajectory
 from vlarl.algorithms.dsrl import DSRLState, dsrl_update
 from vlarl.config.schema import DSRLConfig
 from vlarl.data.trajectory import Trajectory
@@ -64,15 +65,7 @@ def bandit_traj(policy, g: torch.Generator, target: float = -0.5) -> Trajectory:
     """One terminating chunk step of B envs on the decoded actions (the env never sees the noise)."""
     state = torch.rand(B, D, generator=g) * 2 - 1
     sample = policy.sample(_obs(state))
-    rewards = reward(sample.actions, target)
-    z = torch.zeros(1, B)
-    return Trajectory(
-        obs={"state": state[None], "images": {}, "instruction": ["push"]},
-        replay={k: v[None] for k, v in sample.replay.items()}, logprob=sample.logprob[None], values=z,
-        rewards=rewards.sum(-1)[None], dones=torch.ones(1, B), truncated=z, final_values=z,
-        next_value=torch.zeros(B),
-        extras={"step_rewards": rewards[None], "step_mask": torch.ones(1, B, T, dtype=torch.bool),
-                "next_state": state[None]})
+    return one_step_trajectory(state, sample, reward(sample.actions, target), ["push"])
 
 
 def assert_base_is_the_saved_one(policy: NoiseSteeringPolicy, base_dir) -> None:
