@@ -1,6 +1,6 @@
 """Critics carried from one phase to the next (``algorithm.critics_from``): offline IQL's Q ensemble starts online
-SAC/RLPD, so the actor it hands over is not pulled off its data by fresh critics (the offline-to-online unlearning
-that Cal-QL and CO-RFT answer by keeping the offline critic).
+SAC/RLPD instead of fresh critics (what Cal-QL and CO-RFT do against offline-to-online unlearning; measured here,
+it did not stop the dip on its own: docs/sample_efficiency.md, "Offline then online").
 
 The file holds the ensemble's shape (``QEnsemble.shape``) and the Q and target-Q weights; it is written atomically
 beside the offline policy (``critics.pt``) by ``scripts/offline_then_online.py``.

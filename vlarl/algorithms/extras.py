@@ -9,7 +9,7 @@ The runner adds every chunk step's env replies; ``stack()`` gives ``Trajectory.e
     next_state:      [N, B, D]       state after step t; for an episode that ended in it, its final state
                                      (off-policy TD targets bootstrap a truncated episode from it)
     next_images.<camera>: [N, B, H, W, 3] uint8, each camera's image after step t, the final one likewise
-                                     (pixel SAC's replay; the same key and frames as a process reward's
+                                     (pixel SAC's replay; the key is a process reward's,
                                      ``vlarl.rewards.next_frames_key``). Only when the env has cameras.
 """
 
@@ -19,10 +19,7 @@ from typing import Any
 
 import torch
 
-
-def next_images_key(camera: str) -> str:
-    """``extras`` key of a camera's next images (equal to ``vlarl.rewards.next_frames_key``)."""
-    return f"next_images.{camera}"
+from vlarl.rewards import next_frames_key
 
 
 class StepExtras:
@@ -44,7 +41,7 @@ class StepExtras:
         nexts = [r.final_obs or r.obs for r in results]
         self._put("next_state", torch.cat([torch.as_tensor(o["state"]).float() for o in nexts]))
         for k in (nexts[0].get("images", {}) or {}) if self.images else ():
-            self._put(next_images_key(k), torch.cat([torch.as_tensor(o["images"][k]) for o in nexts]))
+            self._put(next_frames_key(k), torch.cat([torch.as_tensor(o["images"][k]) for o in nexts]))
         B = self._rows["step_mask"][-1].shape[0]
         self._put("policy_version", torch.full((B,), float(policy_version)))
 

@@ -135,11 +135,11 @@ def trajectory_transitions(traj: Trajectory, cameras: list[str] | tuple[str, ...
 
     Needs ``traj.extras`` ``step_rewards`` [N, B, T], ``step_mask`` [N, B, T] and ``next_state`` [N, B, D]
     (recorded by ``vlarl.algorithms.extras.StepExtras``) and ``traj.replay['actions']`` [N, B, T, A]; with
-    ``cameras`` also ``traj.obs['images'][k]`` and ``traj.extras[next_images_key(k)]`` [N, B, H, W, 3] of each.
+    ``cameras`` also ``traj.obs['images'][k]`` and ``traj.extras[next_frames_key(k)]`` [N, B, H, W, 3] of each.
     """
-    from vlarl.algorithms.extras import next_images_key
+    from vlarl.rewards import next_frames_key
 
-    needed = ["step_rewards", "step_mask", "next_state", *(next_images_key(k) for k in cameras)]
+    needed = ["step_rewards", "step_mask", "next_state", *(next_frames_key(k) for k in cameras)]
     missing = [k for k in needed if k not in traj.extras]
     missing += [f"obs['images']['{k}']" for k in cameras if k not in traj.obs.get("images", {})]
     if missing or "actions" not in traj.replay:
@@ -159,7 +159,7 @@ def trajectory_transitions(traj: Trajectory, cameras: list[str] | tuple[str, ...
     }, batch_size=[M])
     if cameras:
         out.set("images", TensorDict({k: traj.flat(traj.obs["images"][k]) for k in cameras}, batch_size=[M]))
-        out.set("next_images", TensorDict({k: traj.flat(traj.extras[next_images_key(k)]) for k in cameras},
+        out.set("next_images", TensorDict({k: traj.flat(traj.extras[next_frames_key(k)]) for k in cameras},
                                           batch_size=[M]))
     return out
 

@@ -107,14 +107,9 @@ def actor_problem(policy: Any, cfg: Any) -> str | None:
 
 
 def critic_cameras(policy: Any) -> list[str]:
-    """The cameras the critics read, so the replay keeps them: those of the policy's ``critic_encoder`` (built on
-    the meta device: shapes only), none for a policy without one."""
-    build = getattr(policy, "critic_encoder", None)
-    if not callable(build):
-        return []
-    with torch.device("meta"):
-        encoder = build()
-    return list(getattr(encoder, "image_keys", [])) if encoder is not None else []
+    """The cameras the critics read, so the replay keeps them: a policy with a ``critic_encoder`` (policy=cnn)
+    gives its critics all of its cameras; none for a policy without one (the critics read the raw state)."""
+    return list(policy.spec.image_keys) if callable(getattr(policy, "critic_encoder", None)) else []
 
 
 def pixel_problem(policy: Any, cfg: Any) -> str | None:
@@ -159,7 +154,7 @@ class SACState:
             D = self.encoder.out_dim
         self.q = QEnsemble(D + T * A, list(cfg.critic_hidden_sizes), out, cfg.num_critics, cfg.critic_layer_norm)
         self.q.to(device)
-        if cfg.critics_from:  # e.g. offline IQL's critics, so the actor they trained is not unlearned online
+        if cfg.critics_from:  # e.g. offline IQL's critics, which trained the actor this run starts from
             saved = read_critics(cfg.critics_from)
             problem = shape_problem(saved["shape"], self.q.shape())
             if problem:
@@ -179,8 +174,7 @@ class SACState:
             self.target_params += [t for p, t in zip(self.encoder.parameters(), self.encoder_target.parameters(),
                                                      strict=True) if p.requires_grad]
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=device, requires_grad=True)
-        self.q_opt = torch.optim.Adam(self.q_params if self.encoder is not None else self.q.parameters(), lr=cfg.q_lr,
-                                      foreach=True)
+        self.q_opt = torch.optim.Adam(self.q_params, lr=cfg.q_lr, foreach=True)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
         self.target_entropy = cfg.target_entropy_per_dim * T * A
         self.low = torch.tensor(spec.action_low, dtype=torch.float32, device=device)
@@ -298,11 +292,8 @@ def actor_step(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, batc
     actions, logp = policy.rsample(replay_obs(batch, st.cameras))
     logp = logp.sum((-2, -1))
     alpha = st.log_alpha.exp().detach()
-    if st.encoder is None:
-        s = batch["state"]
-    else:  # the critic's encoder is the critic loss's: the actor reads its features without moving it
-        with torch.no_grad():
-            s = st.critic_inputs(batch)
+    with torch.no_grad():  # the critic's encoder is the critic loss's: the actor reads its features without moving it
+        s = st.critic_inputs(batch)
     st.q.requires_grad_(False)  # gradients reach the actions through Q, not Q's own weights (the critic step owns them)
     try:
         q = st.values(st.q, s, actions).mean(0)

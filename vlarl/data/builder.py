@@ -22,6 +22,7 @@ import torch
 from policies.base import ActionSample
 from simulators.base import ChunkStepResult
 from vlarl.data.trajectory import Trajectory, cat_obs
+from vlarl.rewards import next_frames_key
 
 
 def stage_to_global(parts: list[torch.Tensor], workers: int) -> torch.Tensor:
@@ -190,7 +191,7 @@ class TrajectoryBuilder:
             extras=extras.stack(),
         )
         if next_frames:
-            traj.extras[f"next_images.{self.camera}"] = torch.stack(next_frames)  # vlarl.rewards.next_frames_key
+            traj.extras[next_frames_key(self.camera)] = torch.stack(next_frames)
         return traj
 
 
