@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def setting(critic_loss: str, num_critics: int, batch: int, steps_per_iter: int):
+def setting(critic_loss: str, num_critics: int, batch: int, actor_every: int = 2, hidden: int = 128):
     from tensordict import TensorDict
 
     from policies.base import PolicySpec
@@ -36,7 +36,7 @@ def setting(critic_loss: str, num_critics: int, batch: int, steps_per_iter: int)
     spec = PolicySpec(state_dim=D, action_dim=A, action_low=[-1.0] * A, action_high=[1.0] * A)
     torch.manual_seed(0)
     policy = MLPPolicy(MLPPolicyConfig(hidden_sizes=[256, 256], chunk_size=T, squash=True, activation="relu"), spec)
-    cfg = RLPDConfig(batch_size=batch, critic_hidden_sizes=[128, 128], actor_every=2, learning_starts=0,
+    cfg = RLPDConfig(batch_size=batch, critic_hidden_sizes=[hidden, hidden], actor_every=actor_every, learning_starts=0,
                      init_alpha=0.01, critic_loss=critic_loss, num_critics=num_critics, demos="", demo_ratio=0.0)
     state = SACState(policy, cfg, spec)
     state.replay.online.extend(TensorDict({
@@ -54,27 +54,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--critic-loss", nargs="+", default=["mse", "hl_gauss"])
     p.add_argument("--critics", nargs="+", type=int, default=[10])
     p.add_argument("--threads", nargs="+", type=int, default=[1])
-    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--batch", nargs="+", type=int, default=[128])
+    p.add_argument("--actor-every", nargs="+", type=int, default=[2])
+    p.add_argument("--hidden", nargs="+", type=int, default=[128], help="critic hidden width (two layers)")
     p.add_argument("--steps", type=int, default=128, help="critic steps per timing")
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args(argv)
-    rows = list(itertools.product(args.critic_loss, args.critics, args.threads))
-    built = {(loss, n): setting(loss, n, args.batch, args.steps) for loss, n, _ in rows}
+    rows = list(itertools.product(args.critic_loss, args.critics, args.batch, args.actor_every, args.hidden,
+                                  args.threads))
+    built = {key[:-1]: setting(*key[:-1]) for key in rows}
     best: dict[tuple, float] = {}
     for _ in range(args.repeats):
-        for loss, n, threads in rows:
-            torch.set_num_threads(threads)
-            policy, optimizer, state, cfg = built[(loss, n)]
+        for key in rows:
+            torch.set_num_threads(key[-1])
+            policy, optimizer, state, cfg = built[key[:-1]]
             sac_steps(policy, optimizer, state, cfg, 4)  # warm
             t = time.perf_counter()
             sac_steps(policy, optimizer, state, cfg, args.steps)
             ms = (time.perf_counter() - t) / args.steps * 1000
-            best[(loss, n, threads)] = min(best.get((loss, n, threads), float("inf")), ms)
+            best[key] = min(best.get(key, float("inf")), ms)
     first = best[rows[0]]
-    print("| critic loss | critics | torch threads | ms per critic step | s per 256-step iteration | vs first row |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| critic loss | critics | batch | actor every | critic width | torch threads | ms per critic step "
+          "| s per 256-step iteration | vs first row |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for key in rows:
-        print(f"| {key[0]} | {key[1]} | {key[2]} | {best[key]:.2f} | {best[key] * 512 / 1000:.2f} | {first / best[key]:.2f}x |")
+        print(f"| {' | '.join(str(k) for k in key)} | {best[key]:.2f} | {best[key] * 512 / 1000:.2f} "
+              f"| {first / best[key]:.2f}x |")
     return 0
 
 

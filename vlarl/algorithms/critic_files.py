@@ -1,6 +1,6 @@
 """Critics carried from one phase to the next (``algorithm.critics_from``): offline IQL's Q ensemble starts online
 SAC/RLPD instead of fresh critics (what Cal-QL and CO-RFT do against offline-to-online unlearning; measured here,
-it did not stop the dip on its own: docs/sample_efficiency.md, "Offline then online").
+it did not stop the dip on its own: docs/offline_to_online.md).
 
 The file holds the ensemble's shape (``QEnsemble.shape``) and the Q and target-Q weights; it is written atomically
 beside the offline policy (``critics.pt``) by ``scripts/offline_then_online.py``.
