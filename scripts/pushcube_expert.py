@@ -1,6 +1,8 @@
 """Scripted ManiSkill3 experts (PushCube-v1, PickCube-v1) and a recorder of their demonstrations as ManiSkill
 trajectory HDF5 or as a LeRobot v3.0 dataset (the same writer ``vlarl-collect`` uses, with the same per-episode
-quality statistics).
+quality statistics). ``--failures K`` (PushCube, .h5) adds K failed episodes: the expert pushing sideways
+(``fail_dir`` +1 / -1 alternating) until the time limit, interleaved with the successes in an order drawn from
+``--seed``, as a mixed-quality dataset (real teleoperation holds failures) for offline RL and its filters.
 
 The experts read privileged simulator state (TCP, cube and goal poses), so they are demonstrators, not
 policies. Demonstrations are recorded through vlarl's own ``ManiSkillEnv`` with the control mode and
@@ -9,10 +11,13 @@ observation the VLA policy will be trained on, so SFT sees exactly what RL and e
     python scripts/pushcube_expert.py --out data/demos/pushcube.h5 --episodes 20 --seed 0
     python scripts/pushcube_expert.py --out data/demos/pushcube_lerobot --format lerobot --episodes 20
     python scripts/pushcube_expert.py --task pickcube --out outputs/demos/pickcube_20.h5 --episodes 20 --seed 0
+    python scripts/pushcube_expert.py --out outputs/demos/pushcube_mixed.h5 --episodes 15 --failures 15
 
 The .h5 file has ManiSkill's layout (``traj_<i>/actions [L, A]``, ``traj_<i>/obs [L + 1, D]``); the LeRobot
 dataset has ``observation.state`` [L, D] (before each action), ``action``, ``next.reward`` and, per episode,
-``success``, ``seed`` and ``quality/{length,return,mean_squared_jerk}``. Only successful episodes are written.
+``success``, ``seed`` and ``quality/{length,return,mean_squared_jerk}``. Only successful episodes are written,
+unless ``--failures``: then each .h5 episode also has ``success [L]`` (bool per step, as ManiSkill's trajectory
+files; a successful episode ends True) and the file's attrs ``successes`` / ``failures`` count them.
 Seeds must stay below the evaluation seeds (1,000,000+).
 """
 
@@ -132,13 +137,15 @@ FORMATS = ("h5", "lerobot")
 
 def record_demos(out: str | Path, episodes: int, seed: int = 0, control_mode: str = "pd_ee_delta_pos",
                  max_steps: int = 0, speed: tuple[float, float] = (0.4, 0.8), log=print, fmt: str = "h5",
-                 fps: int = 20, overwrite: bool = False, task: str = "pushcube") -> dict:
+                 fps: int = 20, overwrite: bool = False, task: str = "pushcube", failures: int = 0) -> dict:
     """Record ``episodes`` successful expert episodes (state obs) into ``out`` (.h5, or a LeRobot v3.0 dataset
     folder with ``fmt="lerobot"``); returns a summary.
 
     Episodes run with ManiSkill's time limit (``max_steps`` = 0) and stop at the first success, like
     the demonstrations ManiSkill ships. Failed attempts are skipped (their seeds are reported). ``task`` names
-    the expert (``EXPERTS``)."""
+    the expert (``EXPERTS``). ``failures`` > 0 (PushCube, .h5 only) also records that many episodes of the
+    sideways-pushing expert that fail at the time limit, at positions drawn from ``seed``; an attempt that
+    succeeds anyway is skipped. With ``failures`` = 0 the file is the one recorded before failures existed."""
     from simulators.maniskill import ManiSkillConfig, ManiSkillEnv
 
     if fmt not in FORMATS:
@@ -146,11 +153,19 @@ def record_demos(out: str | Path, episodes: int, seed: int = 0, control_mode: st
     if task not in EXPERTS:
         raise ValueError(f"task='{task}' has no scripted expert; choose one of {list(EXPERTS)}")
     expert = EXPERTS[task]
+    if failures < 0:
+        raise ValueError(f"failures={failures} must be >= 0")
+    if failures and task != "pushcube":
+        raise ValueError(f"failures={failures}: only the PushCube expert has a failing variant; use --task pushcube")
+    if failures and fmt != "h5":
+        raise ValueError(f"failures={failures} needs fmt='h5': a LeRobot dataset keeps no final observation for a "
+                         f"failed episode to bootstrap from")
 
     if control_mode != "pd_ee_delta_pos":
         raise ValueError(f"control_mode='{control_mode}': the scripted experts drive the end effector; "
                          f"use env.control_mode=pd_ee_delta_pos")
-    if seed + 4 * episodes >= EVAL_SEED_START:
+    total = episodes + failures
+    if seed + 4 * total >= EVAL_SEED_START:
         raise ValueError(f"demonstration seeds from {seed} would reach the evaluation seeds "
                          f"({EVAL_SEED_START}+); choose a smaller --seed")
     cfg = ManiSkillConfig(task=expert.env_id, control_mode=control_mode, obs_mode="state", reward_mode="sparse",
@@ -160,17 +175,29 @@ def record_demos(out: str | Path, episodes: int, seed: int = 0, control_mode: st
     rng = np.random.default_rng(seed)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    sink = _LeRobotSink(out, fps, overwrite) if fmt == "lerobot" else _H5Sink(out, expert.env_id, control_mode)
-    kept, failed, s, t0, lengths, jerks = 0, [], seed, time.time(), [], []
+    # which slots are failures: a permutation drawn from its own generator, so failures=0 leaves rng untouched
+    wanted = np.ones(total, bool)
+    if failures:
+        wanted[np.random.default_rng([seed, 1]).permutation(total)[:failures]] = False
+    sink = (_LeRobotSink(out, fps, overwrite) if fmt == "lerobot"
+            else _H5Sink(out, expert.env_id, control_mode, flags=failures > 0))
+    kept, failed, s, t0, lengths, jerks, n_fail, skipped_ok = 0, [], seed, time.time(), [], [], 0, []
+    fail_steps = 0
     try:
-        while kept < episodes:
-            if s >= seed + 4 * episodes:
-                raise RuntimeError(f"the expert succeeded in only {kept} of {s - seed} episodes; check the env config")
+        while kept < total:
+            want_ok = bool(wanted[kept])
+            if s >= seed + 4 * total:
+                raise RuntimeError(f"the expert gave {kept} of the wanted episodes in {s - seed} attempts; "
+                                   f"check the env config")
             obs = env.reset(seed=[s])
             states, actions, rewards, phase, ok = [obs["state"][0].numpy()], [], [], 0, False
             v = float(rng.uniform(*speed))
+            fail_dir = 0.0 if want_ok else (1.0 if n_fail % 2 == 0 else -1.0)
             while True:
-                a, phase = expert.act(u, phase, rng, v)
+                if want_ok:
+                    a, phase = expert.act(u, phase, rng, v)
+                else:
+                    a, phase = scripted_pushcube_action(u, phase, fail_dir, rng, v)
                 res = env.chunk_step(a.reshape(1, 1, -1))
                 actions.append(a.numpy())
                 rewards.append(float(res.rewards[0, 0]))
@@ -179,28 +206,38 @@ def record_demos(out: str | Path, episodes: int, seed: int = 0, control_mode: st
                 if bool(res.done.any()):
                     ok = bool(res.episode["success_once"][0] > 0)
                     break
-            if ok:
+            if ok == want_ok:
                 acts = np.stack(actions).astype(np.float32)
                 sink.add(kept, np.stack(states).astype(np.float32), acts, np.asarray(rewards, np.float32), s,
-                         env.instruction)
-                lengths.append(len(actions))
-                jerks.append(mean_squared_jerk(acts))
+                         env.instruction, success=ok)
+                if ok:
+                    lengths.append(len(actions))
+                    jerks.append(mean_squared_jerk(acts))
+                else:
+                    n_fail += 1
+                    fail_steps += len(actions)
                 kept += 1
             else:
-                failed.append(s)
+                (failed if want_ok else skipped_ok).append(s)
             s += 1
-        sink.close()
+        sink.close(successes=episodes, failures=failures)
     except BaseException:
         sink.abort()
         raise
     finally:
         env.close()
-    summary = {"task": expert.env_id, "episodes": kept, "failed_seeds": failed, "seeds": [seed, s - 1],
-               "success_rate": kept / (s - seed), "env_steps": int(sum(lengths)), "mean_len": float(np.mean(lengths)),
-               "mean_squared_jerk": float(np.mean(jerks)),
+    attempts = s - seed - n_fail - len(skipped_ok)  # attempts of the successful expert
+    summary = {"task": expert.env_id, "episodes": episodes, "failed_seeds": failed, "seeds": [seed, s - 1],
+               "success_rate": episodes / max(1, attempts), "env_steps": int(sum(lengths)),
+               "mean_len": float(np.mean(lengths)) if lengths else 0.0,
+               "mean_squared_jerk": float(np.mean(jerks)) if jerks else 0.0, "failures": n_fail,
+               "failed_env_steps": fail_steps,
+               "failed_order": [int(i) for i in np.flatnonzero(~wanted)], "failures_that_succeeded": skipped_ok,
                "control_mode": control_mode, "instruction": env.instruction, "format": fmt,
                "wall_s": time.time() - t0}
-    log(f"[demos] {kept} successful {expert.env_id} expert episodes ({len(failed)} failed, success rate "
+    log(f"[demos] {episodes} successful {expert.env_id} expert episodes"
+        + (f" + {n_fail} failed ones (sideways push, at {summary['failed_order']})" if failures else "")
+        + f" ({len(failed)} failed attempts skipped, success rate "
         f"{summary['success_rate']:.2f}, mean length {summary['mean_len']:.1f}) -> {out} "
         f"({summary['env_steps']} steps, {summary['wall_s']:.0f}s)")
     return summary
@@ -209,23 +246,31 @@ def record_demos(out: str | Path, episodes: int, seed: int = 0, control_mode: st
 class _H5Sink:
     """ManiSkill trajectory layout: obs [L + 1, D] (the final observation kept), actions [L, A]."""
 
-    def __init__(self, out: Path, env_id: str, control_mode: str):
+    def __init__(self, out: Path, env_id: str, control_mode: str, flags: bool = False):
         import h5py
 
+        self.flags = flags  # write success [L] per episode and the counts (files that may hold failures)
         self.f = h5py.File(out, "w")
         self.f.attrs["env_kwargs"] = json.dumps({"env_id": env_id, "control_mode": control_mode,
                                                  "obs_mode": "state"})
 
-    def add(self, i: int, states, actions, rewards, seed: int, instruction: str) -> None:
+    def add(self, i: int, states, actions, rewards, seed: int, instruction: str, success: bool = True) -> None:
         g = self.f.create_group(f"traj_{i}")
         g.create_dataset("actions", data=actions)
         g.create_dataset("obs", data=states)
+        if self.flags:  # as ManiSkill's info["success"] per step: sparse reward 1 is the success step
+            flags = np.zeros(len(actions), bool)
+            flags[-1] = success
+            g.create_dataset("success", data=flags)
         g.attrs["seed"] = seed
 
-    def close(self) -> None:
+    def close(self, successes: int = 0, failures: int = 0) -> None:
+        if self.flags:
+            self.f.attrs["successes"], self.f.attrs["failures"] = successes, failures
         self.f.close()
 
-    abort = close
+    def abort(self) -> None:
+        self.f.close()
 
 
 class _LeRobotSink:
@@ -237,11 +282,11 @@ class _LeRobotSink:
 
         self.w = LeRobotDatasetWriter(out, fps, robot_type="maniskill", overwrite=overwrite)
 
-    def add(self, i: int, states, actions, rewards, seed: int, instruction: str) -> None:
-        self.w.add_episode(instruction, state=states[: len(actions)], actions=actions, rewards=rewards, success=True,
+    def add(self, i: int, states, actions, rewards, seed: int, instruction: str, success: bool = True) -> None:
+        self.w.add_episode(instruction, state=states[: len(actions)], actions=actions, rewards=rewards, success=success,
                            extra={"seed": seed, **episode_quality(actions, rewards)})
 
-    def close(self) -> None:
+    def close(self, successes: int = 0, failures: int = 0) -> None:
         self.w.close()
 
     def abort(self) -> None:
@@ -254,15 +299,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task", default="pushcube", choices=sorted(EXPERTS), help="which scripted expert")
     p.add_argument("--episodes", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--failures", type=int, default=0,
+                   help="also record this many failed episodes (PushCube, .h5), interleaved with the successes")
     p.add_argument("--format", default="h5", choices=FORMATS, help="ManiSkill .h5 or a LeRobot v3.0 dataset folder")
     p.add_argument("--overwrite", action="store_true", help="replace an existing LeRobot dataset at --out")
     args = p.parse_args(argv)
     from vlarl import system_env
 
+    if args.failures and args.task != "pushcube":
+        print(f"--failures {args.failures}: only the PushCube expert has a failing variant; use --task pushcube",
+              file=sys.stderr)
+        return 2
     system_env.apply()
     torch.set_num_threads(1)
     print(json.dumps(record_demos(args.out, args.episodes, args.seed, fmt=args.format, overwrite=args.overwrite,
-                                  task=args.task)))
+                                  task=args.task, failures=args.failures)))
     return 0
 
 

@@ -19,14 +19,17 @@ if TYPE_CHECKING:
 
 @dataclass
 class Episode:
-    """frames: uint8 [L, H, W, 3]; success: the episode ended in success at its last frame;
-    state: float32 [L, D], the observation before each action; actions: float32 [L, A]."""
+    """frames: uint8 [L, H, W, 3]; success: the episode ended in success at its last frame (None: not recorded;
+    demonstration readers and ``demo_transitions`` take such an episode as successful, critic readers always set
+    it); state: float32 [L, D], the observation before each action; actions: float32 [L, A]; final_state: float32
+    [D], the observation after the last action (a failed demonstration bootstraps from it), None if not stored."""
 
     frames: torch.Tensor | None = None
     instruction: str = ""
-    success: bool = False
+    success: bool | None = None
     state: np.ndarray | None = None
     actions: np.ndarray | None = None
+    final_state: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.frames is None and (self.state is None or self.actions is None):

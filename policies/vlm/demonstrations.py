@@ -4,7 +4,10 @@ and ``read_demonstrations(path)``, which picks the reader from what ``path`` is.
 
 ManiSkill's ``trajectory.h5`` layout (what ``mani_skill`` record/replay tools write): one group per episode
 ``traj_<i>`` with ``actions [L, A]`` and ``obs`` ``[L + 1, D]`` for ``obs_mode=state`` (the final observation
-after the last action is included). The instruction is not stored; pass it. The LeRobot layout and its reader
+after the last action is included). The instruction is not stored; pass it. A file that also stores
+``traj_<i>/success [L]`` (per step, as ManiSkill's own trajectory files do) may hold failed episodes: an episode
+succeeded iff its last step did. Files without it hold successful demonstrations only (what the scripted experts
+and ``vlarl-collect success_only=true`` write) and read as such. The LeRobot layout and its reader
 live in ``policies.datasets.lerobot_v3`` beside the writer every producer of episodes uses.
 """
 
@@ -23,7 +26,8 @@ __all__ = ["Episode", "LeRobotEpisode", "read_demonstrations", "read_lerobot_dat
 
 
 def read_maniskill_h5(path: str | os.PathLike, max_episodes: int | None = None) -> list[Episode]:
-    """Episodes of a ManiSkill state-observation trajectory file, in ``traj_<i>`` order."""
+    """Episodes of a ManiSkill state-observation trajectory file, in ``traj_<i>`` order, with ``success`` (True
+    where the file stores no flags) and ``final_state`` (the observation after the last action, when stored)."""
     import h5py
 
     p = Path(path)
@@ -40,7 +44,10 @@ def read_maniskill_h5(path: str | os.PathLike, max_episodes: int | None = None) 
                 raise ValueError(f"'{p}'/{name}/obs is not an array; record demonstrations with obs_mode=state")
             actions = np.asarray(g["actions"], dtype=np.float32)
             obs = np.asarray(g["obs"], dtype=np.float32)
-            episodes.append(Episode(state=obs[: len(actions)], actions=actions))
+            L = len(actions)
+            success = bool(np.asarray(g["success"])[-1]) if "success" in g and L else True
+            episodes.append(Episode(state=obs[:L], actions=actions, success=success,
+                                    final_state=obs[L] if len(obs) > L else None))
     return episodes
 
 

@@ -165,10 +165,15 @@ def trajectory_transitions(traj: Trajectory, cameras: list[str] | tuple[str, ...
 
 
 def demo_transitions(episodes: list[Any], chunk_size: int) -> TensorDict:
-    """Chunk transitions from successful demonstrations that end at their success (what the scripted experts
-    and ``vlarl-collect success_only=true`` write): one transition starting at every step ``i`` with actions
-    ``i .. i+T-1`` (masked past the end), reward 1 on the episode's last action and terminated there, the
-    same labels as the env's ``reward_mode=sparse`` with terminations on.
+    """Chunk transitions from demonstrations: one transition starting at every step ``i`` with actions
+    ``i .. i+T-1`` (masked past the end), labelled as the env's ``reward_mode=sparse`` with terminations on would:
+
+    - a successful episode (``success`` True, or not recorded: the scripted experts and ``vlarl-collect
+      success_only=true`` write successes that end at their success) has reward 1 on its last action and is
+      terminated there;
+    - a failed one (``success`` False) ran into the time limit: reward 0 everywhere, never terminated, and the
+      chunks that reach its end are truncated and bootstrap from ``final_state``, the observation after its last
+      action (``read_maniskill_h5`` fills it).
 
     episodes: objects with ``state [L, D]`` and ``actions [L, A]`` -> transitions [sum L].
     """
@@ -180,8 +185,16 @@ def demo_transitions(episodes: list[Any], chunk_size: int) -> TensorDict:
         L, A = actions.shape
         if L == 0:
             continue
+        failed = getattr(ep, "success", None) is False
         rewards = torch.zeros(L + T)
-        rewards[L - 1] = 1.0
+        if failed:
+            final = getattr(ep, "final_state", None)
+            if final is None:
+                raise ValueError("a failed demonstration needs its final observation (Episode.final_state) to "
+                                 "bootstrap from; record it (.h5 obs [L + 1, D]) or leave failed episodes out")
+            final = torch.as_tensor(np.asarray(final), dtype=torch.float32)
+        else:
+            rewards[L - 1] = 1.0
         padded = torch.cat([actions, actions[-1:].expand(T, A)])  # past the end: repeat, masked out
         for i in range(L):
             k = min(T, L - i)
@@ -190,9 +203,14 @@ def demo_transitions(episodes: list[Any], chunk_size: int) -> TensorDict:
             rows["actions"].append(padded[i:i + T])
             rows["step_rewards"].append(rewards[i:i + T] * (torch.arange(T) < k))
             rows["step_mask"].append(torch.arange(T) < k)
-            rows["terminated"].append(torch.tensor(ends))
-            rows["truncated"].append(torch.tensor(False))
-            rows["next_state"].append(state[L - 1] if ends else state[i + k])  # unused when terminated
+            if failed:
+                rows["terminated"].append(torch.tensor(False))
+                rows["truncated"].append(torch.tensor(ends))
+                rows["next_state"].append(final if ends else state[i + k])
+            else:
+                rows["terminated"].append(torch.tensor(ends))
+                rows["truncated"].append(torch.tensor(False))
+                rows["next_state"].append(state[L - 1] if ends else state[i + k])  # unused when terminated
     if not rows["state"]:
         raise ValueError("the demonstrations hold no steps")
     from tensordict import TensorDict
