@@ -61,6 +61,17 @@ def _mlp(in_dim: int, hidden: list[int], out_dim: int, act: str, out_gain: float
     return nn.Sequential(*layers)
 
 
+def tanh_squash(u: torch.Tensor, logprob_u: torch.Tensor, low: torch.Tensor,
+                high: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A Gaussian sample ``u`` and its log-prob -> (actions ``low + (high - low) / 2 * (tanh(u) + 1)``, their
+    log-prob with the change of variables of the tanh and of the affine map). Shared by every squashed actor
+    (``GaussianChunkPolicy``, the OpenVLA-OFT L1 head's), so SAC scores them by one rule."""
+    half = (high - low) / 2
+    actions = low + half * (torch.tanh(u) + 1)
+    log_dtanh = 2 * (math.log(2.0) - u - nn.functional.softplus(-2 * u))  # log(1 - tanh(u)^2), stable
+    return actions, logprob_u - log_dtanh - torch.log(half)
+
+
 class RunningNorm(nn.Module):
     """Running mean/variance (parallel Welford merge); buffers travel with the state dict."""
 
@@ -139,10 +150,7 @@ class GaussianChunkPolicy(Policy):
         """(actions, logprob) [B, T, A] of the Gaussian sample ``u``: tanh into the action box when squashing."""
         if not self.squash:
             return u, dist.log_prob(u)
-        half = (self.action_high - self.action_low) / 2
-        actions = self.action_low + half * (torch.tanh(u) + 1)
-        log_dtanh = 2 * (math.log(2.0) - u - nn.functional.softplus(-2 * u))  # log(1 - tanh(u)^2), stable
-        return actions, dist.log_prob(u) - log_dtanh - torch.log(half)
+        return tanh_squash(u, dist.log_prob(u), self.action_low, self.action_high)
 
     @torch.no_grad()
     def sample(self, obs: dict[str, Any]) -> ActionSample:

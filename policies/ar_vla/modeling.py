@@ -58,6 +58,12 @@ class ARVLAConfig:
     empty_cameras: int = 0
     action_head: str = "tokens"  # exact: "tokens" (categorical over the 256 bins) | "l1" (OFT, Gaussian around L1)
     log_std_init: float = -1.0  # action_head=l1: initial log std of the Gaussian (learned per action dim)
+    # action_head=l1: tanh-squash that Gaussian (normalized units) into the action bounds, with a reparameterized
+    # sample: the actor algorithm=sac|rlpd train (docs/sac_vla_actors.md); false = the PPO Gaussian, unchanged
+    squash: bool = False
+    # squash=true: the SAC critics' own image encoder (policies.cnn.modeling.CNNCriticEncoder) over the model's
+    # cameras; keys override policies.cnn.modeling.CNNPolicyConfig's (e.g. image_size, cnn_channels, vision_dim)
+    critic_cnn: dict = field(default_factory=dict)
     arch: dict = field(default_factory=dict)  # exact: the built architecture (written at build; restores a save)
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     chunk_size: int = 4  # actions per chunk (T)
@@ -87,6 +93,9 @@ class ARVLAConfig:
 
     def __post_init__(self) -> None:
         coerce_nested(self)
+        if self.squash and self.architecture == "hf":  # the exact ones refuse it in OpenVLAPolicy (head-aware)
+            raise ValueError("policy.squash=true squashes OpenVLA-OFT's continuous L1 head; architecture=hf has only "
+                             "action tokens: set policy=openvla_oft policy.action_head=l1, or policy.squash=false")
 
 
 @register_policy("ar_vla", ARVLAConfig)

@@ -15,6 +15,10 @@ Distributions (sampling and ``evaluate`` apply the same rule, so a sample re-sco
   bidirectional pass.
 * ``action_head=l1`` (OFT): a Gaussian around the L1 head's output in normalized units, with a learned
   per-dimension log std (``log_std_init``); the env gets the sample clipped to [-1, 1] and un-normalized.
+  With ``squash`` (SAC/RLPD's actor, docs/sac_vla_actors.md) the sample ``u`` goes through ``tanh`` instead of
+  the clip, then the same un-normalization: the log-prob gets both change-of-variables terms
+  (``policies.mlp.tanh_squash``), ``replay`` keeps ``u`` (``pre_tanh``), ``rsample`` draws it with gradients,
+  ``act`` is the squashed mean, and ``critic_encoder`` gives the SAC critics a small image encoder of their own.
 
 Actions are un-normalized with the checkpoint's dataset statistics (``unnorm_key``), or with the env's action
 bounds for a model built here. The value head reads the hidden state at the prompt's last token.
@@ -25,7 +29,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +52,8 @@ from policies.ar_vla.openvla_checkpoint import load_openvla
 from policies.ar_vla.openvla_oft import OpenVLAOFT
 from policies.ar_vla.prismatic_vision import pixel_values
 from policies.base import ActionSample, Policy, PolicySpec, as_float_tensor
-from policies.mlp import RunningNorm
+from policies.cnn.modeling import CNNCriticEncoder, CNNPolicyConfig
+from policies.mlp import RunningNorm, tanh_squash
 from policies.value_head import config_value_support, value_expectation, value_output, with_value_bins
 from policies.vlm.backbone import BACKBONE_CONFIG_NAME
 from policies.vlm.policy_base import _RESTORE_DIR, DTYPES, PROCESSOR_NAME, value_mlp
@@ -56,6 +61,9 @@ from policies.vlm.tokenizer import build_byte_tokenizer
 
 BOS, PAD = 1, 32000
 BYTE_OFFSET = 3  # the tiny byte tokenizer's ids shifted past <unk>/<s>/</s>
+# the CNNPolicyConfig keys CNNCriticEncoder reads: what ``policy.critic_cnn`` may set (squash=true)
+CRITIC_CNN_KEYS = ("vision_encoder", "freeze_vision", "image_size", "cnn_channels", "vision_dim", "text_encoder",
+                   "text_dim", "use_state")
 
 
 class OpenVLAPolicy(ARVLAPolicy):
@@ -113,11 +121,24 @@ class OpenVLAPolicy(ARVLAPolicy):
         self.register_buffer("action_ids", model.bins.token_ids.clone(), persistent=False)
         self.log_std = nn.Parameter(torch.full((cfg.action_dim,), float(config.log_std_init))) \
             if cfg.action_head == "l1" else None
+        self._check_squash()
         self.value_support = config_value_support(config)
         self.value_head = self._build_value_head_exact()
         self._finish_exact()
 
     # -- construction helpers ----------------------------------------------------------------------
+    def _check_squash(self) -> None:
+        """``policy.squash`` needs the L1 head's Gaussian; ``policy.critic_cnn`` may set only what the encoder reads."""
+        self.squash = bool(self.config.squash)
+        if self.squash and self.log_std is None:
+            raise ValueError(f"policy.squash=true needs the continuous L1 head ({self.config.architecture} with "
+                             f"action_head={self.config.action_head} has no Gaussian to squash): set "
+                             f"policy=openvla_oft policy.action_head=l1, or policy.squash=false")
+        unknown = sorted(set(self.config.critic_cnn) - set(CRITIC_CNN_KEYS))
+        if self.squash and unknown:
+            raise ValueError(f"policy.critic_cnn has keys {unknown} that the critics' CNNCriticEncoder does not read; "
+                             f"known: {list(CRITIC_CNN_KEYS)}")
+
     def _build_value_head_exact(self) -> nn.Module:
         """On the state (``value_from=state``) or the prompt's last hidden state; K outputs with ``value_bins``."""
         head = value_mlp(self.spec.state_dim, 256, 2) if self.config.value_from == "state" else value_mlp(self.cfg.llm_dim)
@@ -265,12 +286,48 @@ class OpenVLAPolicy(ARVLAPolicy):
     def _chunk(self, x: torch.Tensor) -> torch.Tensor:
         return x.reshape(x.shape[0], self.cfg.chunk_size, self.cfg.action_dim)
 
+    # -- the squashed actor (policy.squash, action_head=l1) -------------------------------------------------
+    def _squashed(self, dist: torch.distributions.Normal, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalized Gaussian sample ``u`` [B, T, A] -> (env-unit actions, log-prob): ``tanh`` then the
+        un-normalization's affine map (the statistics' ``hi - lo + eps`` where they apply, identity on dims kept
+        as predicted, e.g. the gripper); a zero-width statistic is widened to 1e-6 so its log-prob stays finite."""
+        m = self.stat_mask
+        low = torch.where(m, self.stat_low, -1.0)
+        high = torch.maximum(torch.where(m, self.stat_high + self.stat_eps, 1.0), low + 1e-6)
+        return tanh_squash(u, dist.log_prob(u), low, high)
+
+    def rsample(self, obs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterized squashed chunk with gradients (SAC's actor loss): (actions [B, T, A] in env units,
+        log-prob [B, T, A])."""
+        if not self.squash:
+            raise ValueError("rsample draws the tanh-squashed chunk: set policy.squash=true (action_head=l1)")
+        mean, _ = self._forward(obs, None)
+        dist = torch.distributions.Normal(mean, self.log_std.exp())
+        return self._squashed(dist, dist.rsample())
+
+    @property
+    def critic_image_keys(self) -> list[str]:
+        """The cameras the model reads (none for blank frames on a state-only env): SAC's critics read the same."""
+        return [] if self.blank_cameras else list(self.spec.image_keys)[: self.cfg.num_images]
+
+    def critic_encoder(self) -> nn.Module:
+        """A fresh small image encoder ``obs -> [B, F]`` for SAC's critics: the CNN family's ``CNNCriticEncoder``
+        over this model's cameras, shaped by ``policy.critic_cnn`` (CNNPolicyConfig's defaults: 64 px, small_cnn).
+        The critic loss trains it and never reaches the VLA backbone (7B parameters at the published size), whose
+        features follow the actor loss alone."""
+        cnn = CNNPolicyConfig(**{**dict(self.config.critic_cnn), "chunk_size": self.config.chunk_size})
+        return CNNCriticEncoder(cnn, replace(self.spec, image_keys=self.critic_image_keys))
+
     # -- the Policy interface ---------------------------------------------------------------------------
     @torch.no_grad()
     def sample(self, obs: dict[str, Any]) -> ActionSample:
         if self.log_std is not None:
             mean, value = self._forward(obs, None)
             x = mean + self.log_std.exp() * torch.randn_like(mean)
+            if self.squash:
+                actions, logp = self._squashed(torch.distributions.Normal(mean, self.log_std.exp()), x)
+                return ActionSample(actions, logp, value_expectation(value, self.value_support),
+                                    {"actions": actions, "pre_tanh": x})
             logp = torch.distributions.Normal(mean, self.log_std.exp()).log_prob(x)
             return ActionSample(self._to_env(x), logp, value_expectation(value, self.value_support),
                                 {"normalized_actions": x})
@@ -287,6 +344,8 @@ class OpenVLAPolicy(ARVLAPolicy):
         if self.log_std is not None:
             mean, value = self._forward(obs, None)
             dist = torch.distributions.Normal(mean, self.log_std.exp())
+            if self.squash:  # the Gaussian's entropy, before the squash (as policies.mlp)
+                return self._squashed(dist, replay["pre_tanh"].to(mean))[1], dist.entropy(), value
             return dist.log_prob(replay["normalized_actions"].to(mean)), dist.entropy(), value
         bins = replay["action_tokens"].reshape(-1, self.n_tokens).long()
         logp, value = self._forward(obs, bins)
@@ -296,7 +355,10 @@ class OpenVLAPolicy(ARVLAPolicy):
     @torch.no_grad()
     def act(self, obs: dict[str, Any]) -> torch.Tensor:
         if self.log_std is not None:
-            return self._to_env(self._forward(obs, None)[0])
+            mean = self._forward(obs, None)[0]
+            if self.squash:
+                return self._squashed(torch.distributions.Normal(mean, self.log_std.exp()), mean)[0]
+            return self._to_env(mean)
         if isinstance(self.model, OpenVLAOFT):
             return self._bins_to_env(self._forward(obs, None)[0].argmax(-1))
         return self._bins_to_env(self._generate(obs, greedy=True)[0])

@@ -102,14 +102,19 @@ def actor_problem(policy: Any, cfg: Any) -> str | None:
     must fit in memory and has no demonstrations."""
     if not callable(getattr(policy, "rsample", None)) or not getattr(policy, "squash", False):
         return (f"algorithm={cfg.name} needs a tanh-squashed actor with a reparameterized sample: "
-                f"use policy=mlp policy.squash=true (state) or policy=cnn policy.squash=true (cameras)")
+                f"use policy=mlp policy.squash=true (state), policy=cnn policy.squash=true (cameras) or "
+                f"policy=openvla_oft policy.action_head=l1 policy.squash=true (a VLA's continuous head)")
     return pixel_problem(policy, cfg) or unused_value_head_problem(policy, cfg)
 
 
 def critic_cameras(policy: Any) -> list[str]:
-    """The cameras the critics read, so the replay keeps them: a policy with a ``critic_encoder`` (policy=cnn)
-    gives its critics all of its cameras; none for a policy without one (the critics read the raw state)."""
-    return list(policy.spec.image_keys) if callable(getattr(policy, "critic_encoder", None)) else []
+    """The cameras the critics read, so the replay keeps them: a policy with a ``critic_encoder`` gives its
+    critics its ``critic_image_keys`` (the cameras its model reads: OpenVLA-OFT's first ``num_images``, none on
+    blank frames), else all of ``spec.image_keys`` (policy=cnn); none for a policy without one (the critics read
+    the raw state)."""
+    if not callable(getattr(policy, "critic_encoder", None)):
+        return []
+    return list(getattr(policy, "critic_image_keys", policy.spec.image_keys))
 
 
 def pixel_problem(policy: Any, cfg: Any) -> str | None:
