@@ -111,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--failures {args.failures}: only the PushCube expert has a failing variant; use --task pushcube",
               file=sys.stderr)
         return 2
+    loss = next((o.split("=", 1)[1] for o in overrides if o.startswith("algorithm.critic_loss=")), "mse")
+    if args.online_env_steps > 0 and not args.fresh_critics and loss != "mse":
+        print(f"algorithm.critic_loss={loss} cannot start from the offline IQL critics (they regress a scalar); add "
+              f"--fresh-critics or drop the override", file=sys.stderr)  # vlarl-train would refuse it after BC and IQL
+        return 2
     if args.eval_seed < EVAL_SEED_START:
         raise SystemExit(f"--eval-seed={args.eval_seed} would overlap demonstration seeds; use >= {EVAL_SEED_START}")
     system_env.apply()

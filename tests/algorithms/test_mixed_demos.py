@@ -150,3 +150,14 @@ def test_the_pushcube_recorder_writes_successes_and_a_failure_that_read_back(tmp
     assert float(td["step_rewards"].sum()) == 2 * 4 and int(td["truncated"].sum()) == 4  # chunks reaching the end
     assert main(["--task", "pickcube", "--out", str(tmp_path / "p.h5"), "--failures", "1"]) == 2
     assert not (tmp_path / "p.h5").exists()
+
+
+def test_offline_then_online_refuses_what_would_fail_only_after_imitation_and_iql(tmp_path, capsys):
+    from scripts.offline_then_online import main
+
+    assert main(["--task", "pickcube", "--failures", "3", "--out", str(tmp_path / "a")]) == 2
+    assert "only the PushCube expert" in capsys.readouterr().err
+    # vlarl-train refuses HL-Gauss critics started from IQL's scalar ones, but only after BC and IQL ran
+    assert main(["--out", str(tmp_path / "b"), "--", "algorithm.critic_loss=hl_gauss"]) == 2
+    assert "--fresh-critics" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
