@@ -52,7 +52,7 @@ def sft(args, demos: Path, out: Path) -> dict:
     probe.close()
     torch.manual_seed(args.seed)
     policy = make_policy(cfg.policy, spec)
-    episodes = read_maniskill_h5(demos, args.demos)
+    episodes = read_maniskill_h5(demos, args.demos, successful_only=True)
     t0 = time.time()
     losses = sft_train(policy, episodes, args.sft_epochs, args.batch_size, args.sft_lr, spec.instruction, args.seed,
                        lambda epoch, loss: log(f"    sft epoch {epoch + 1}/{args.sft_epochs} loss {loss:.4f}"))

@@ -67,7 +67,7 @@ def sft(args, overrides: list[str], demos: Path, out: Path) -> dict:
     probe.close()
     torch.manual_seed(args.seed)
     policy = make_policy(cfg.policy, spec)
-    episodes = read_maniskill_h5(demos, args.demos)
+    episodes = read_maniskill_h5(demos, args.demos, successful_only=True)
     t0 = time.time()
     bar = tqdm(total=args.sft_epochs, desc="sft", unit="epoch")
 

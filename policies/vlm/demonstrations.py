@@ -25,9 +25,12 @@ from policies.datasets.lerobot_v3 import INFO_PATH, LeRobotEpisode, read_lerobot
 __all__ = ["Episode", "LeRobotEpisode", "read_demonstrations", "read_lerobot_dataset", "read_maniskill_h5"]
 
 
-def read_maniskill_h5(path: str | os.PathLike, max_episodes: int | None = None) -> list[Episode]:
+def read_maniskill_h5(path: str | os.PathLike, max_episodes: int | None = None,
+                      successful_only: bool = False) -> list[Episode]:
     """Episodes of a ManiSkill state-observation trajectory file, in ``traj_<i>`` order, with ``success`` (True
-    where the file stores no flags) and ``final_state`` (the observation after the last action, when stored)."""
+    where the file stores no flags) and ``final_state`` (the observation after the last action, when stored).
+    ``successful_only`` skips failed episodes, and ``max_episodes`` then counts successes (what imitation reads
+    from a file that also holds failures)."""
     import h5py
 
     p = Path(path)
@@ -38,7 +41,9 @@ def read_maniskill_h5(path: str | os.PathLike, max_episodes: int | None = None) 
         names = sorted((k for k in f if k.startswith("traj_")), key=lambda k: int(k.split("_")[1]))
         if not names:
             raise ValueError(f"'{p}' has no traj_<i> groups; is it a ManiSkill trajectory file?")
-        for name in names[:max_episodes]:
+        for name in names:
+            if max_episodes is not None and len(episodes) >= max_episodes:
+                break
             g = f[name]
             if not isinstance(g.get("obs"), h5py.Dataset):
                 raise ValueError(f"'{p}'/{name}/obs is not an array; record demonstrations with obs_mode=state")
@@ -46,6 +51,8 @@ def read_maniskill_h5(path: str | os.PathLike, max_episodes: int | None = None) 
             obs = np.asarray(g["obs"], dtype=np.float32)
             L = len(actions)
             success = bool(np.asarray(g["success"])[-1]) if "success" in g and L else True
+            if successful_only and not success:
+                continue
             episodes.append(Episode(state=obs[:L], actions=actions, success=success,
                                     final_state=obs[L] if len(obs) > L else None))
     return episodes

@@ -63,6 +63,10 @@ def sft_train(policy: Any, episodes: list[Episode], epochs: int, batch_size: int
     """Normalization from the demonstrations, then ``epochs`` of ``sft_epoch`` with Adam; mean loss per epoch."""
     if not episodes:
         raise ValueError("no demonstration episodes to fine-tune on; record some first")
+    failed = sum(getattr(e, "success", None) is False for e in episodes)
+    if failed:  # imitation copies what it is shown: a failed episode would be learned as a way to act
+        raise ValueError(f"{failed} of {len(episodes)} demonstration episodes failed; imitate the successful ones "
+                         f"only (read_maniskill_h5(..., successful_only=True))")
     fit_state_normalization(policy, episodes)
     policy.train()
     optimizer = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=lr)

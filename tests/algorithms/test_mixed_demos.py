@@ -161,3 +161,19 @@ def test_offline_then_online_refuses_what_would_fail_only_after_imitation_and_iq
     assert main(["--out", str(tmp_path / "b"), "--", "algorithm.critic_loss=hl_gauss"]) == 2
     assert "--fresh-critics" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_imitation_refuses_failed_episodes_and_the_reader_can_skip_them(tmp_path):
+    """SFT copies what it is shown, so a failed episode is refused; ``successful_only`` reads the successes and
+    counts ``max_episodes`` among them (a file of success, failure, success gives both successes for 2)."""
+    from policies.vlm.sft import sft_train
+
+    path = tmp_path / "mixed.h5"
+    _write(path, flags=True)
+    every = read_maniskill_h5(path)
+    assert [e.success for e in every] == [True, False, True]
+    with pytest.raises(ValueError, match="1 of 3 demonstration episodes failed"):
+        sft_train(torch.nn.Linear(1, 1), every, 1, 4, 1e-3, "push")
+    kept = read_maniskill_h5(path, 2, successful_only=True)
+    assert [e.success for e in kept] == [True, True]
+    np.testing.assert_array_equal(kept[1].actions, every[2].actions)
