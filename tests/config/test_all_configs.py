@@ -32,6 +32,7 @@ COMPANIONS = {
     "algorithm/dsrl": ["policy=noise_steering", "policy.base_path={diffusion}"],
     "experiment/pushcube_mlp_rlpd": ["algorithm.demos={tmp}"],
     "experiment/pickcube_mlp_rlpd": ["algorithm.demos={tmp}"],
+    "experiment/pushcube_rlpd_fast": ["algorithm.demos={tmp}"],
     # noise steering (DSRL) wraps a saved diffusion policy: {diffusion} is a tiny one written for the test
     "policy/noise_steering": ["policy.base_path={diffusion}"],
     "experiment/pushcube_diffusion_dsrl": ["policy.base_path={diffusion}"],
