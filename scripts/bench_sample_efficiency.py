@@ -30,8 +30,7 @@ CONFIGS: dict[str, list[str]] = {
     # cheaper updates for the wall-time goal (scripts/bench_sac_update.py prints their cost per critic step)
     "rlpd_hl_gauss_5q_actor4": ["experiment=pushcube_mlp_rlpd", "algorithm.critic_loss=hl_gauss",
                                 "algorithm.num_critics=5", "algorithm.actor_every=4"],
-    "rlpd_hl_gauss_w64": ["experiment=pushcube_mlp_rlpd", "algorithm.critic_loss=hl_gauss",
-                          "algorithm.critic_hidden_sizes=[64,64]"],
+    "rlpd_hl_gauss_w64": ["experiment=pushcube_rlpd_fast"],  # HL-Gauss critics of width 64
     "rlpd_no_demos": ["experiment=pushcube_mlp_rlpd", "algorithm.demo_ratio=0.0"],
     "pickcube_ppo": ["env=maniskill_pickcube", "experiment_name=pickcube_mlp_ppo"],
     "pickcube_rlpd": ["experiment=pickcube_mlp_rlpd"],

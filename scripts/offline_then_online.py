@@ -101,15 +101,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from policies.vlm.demonstrations import read_maniskill_h5
     from policies.vlm.sft import fit_state_normalization
-    from scripts.pushcube_expert import EVAL_SEED_START, record_demos
+    from scripts.pushcube_expert import EVAL_SEED_START, failures_problem, record_demos
     from vlarl import system_env
     from vlarl.algorithms.critic_files import CRITICS_FILE, save_critics
-    from vlarl.algorithms.offline import IQL, OfflineConfig, filter_transitions, fit_offline, progress_mask
+    from vlarl.algorithms.offline import IQL, OfflineConfig, filter_transitions, fit_offline
     from vlarl.algorithms.replay import demo_transitions
 
-    if args.failures and args.task != "pushcube":
-        print(f"--failures {args.failures}: only the PushCube expert has a failing variant; use --task pushcube",
-              file=sys.stderr)
+    problem = failures_problem(args.task, args.failures)
+    if problem:
+        print(problem, file=sys.stderr)
         return 2
     loss = next((o.split("=", 1)[1] for o in overrides if o.startswith("algorithm.critic_loss=")), "mse")
     if args.online_env_steps > 0 and not args.fresh_critics and loss != "mse":
@@ -173,10 +173,7 @@ def main(argv: list[str] | None = None) -> int:
               spec.action_dim)
     t0 = time.time()
     fit_offline(iql, data, args.offline_steps // 2, generator=g)  # V and Q (and the actor) on every transition
-    kept, stats = filter_transitions(iql, data)
-    keep = progress_mask(iql.progress(data), iql.cfg.min_progress)  # the same mask, split by episode outcome
-    stats.update({"kept_successful": int(keep[~from_failed].sum()), "of_successful": int((~from_failed).sum()),
-                  "kept_failed": int(keep[from_failed].sum()), "of_failed": int(from_failed.sum())})
+    kept, stats = filter_transitions(iql, data, groups={"successful": ~from_failed, "failed": from_failed})
     log(f"    GR-RL filter kept {stats['kept']} of {stats['kept'] + stats['dropped']} transitions: "
         f"{stats['kept_successful']} of {stats['of_successful']} from successful episodes, "
         f"{stats['kept_failed']} of {stats['of_failed']} from failed ones")

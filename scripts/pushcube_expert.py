@@ -135,6 +135,18 @@ EXPERTS = {
 FORMATS = ("h5", "lerobot")
 
 
+def failures_problem(task: str, failures: int, fmt: str = "h5") -> str | None:
+    """Why ``failures`` failed episodes cannot be recorded for ``task`` in ``fmt`` (one line naming the fix), or None."""
+    if failures < 0:
+        return f"--failures {failures} must be >= 0"
+    if failures and task != "pushcube":
+        return f"--failures {failures}: only the PushCube expert has a failing variant; use --task pushcube"
+    if failures and fmt != "h5":
+        return (f"--failures {failures} needs --format h5: a LeRobot dataset keeps no final observation for a "
+                f"failed episode to bootstrap from")
+    return None
+
+
 def record_demos(out: str | Path, episodes: int, seed: int = 0, control_mode: str = "pd_ee_delta_pos",
                  max_steps: int = 0, speed: tuple[float, float] = (0.4, 0.8), log=print, fmt: str = "h5",
                  fps: int = 20, overwrite: bool = False, task: str = "pushcube", failures: int = 0) -> dict:
@@ -153,13 +165,9 @@ def record_demos(out: str | Path, episodes: int, seed: int = 0, control_mode: st
     if task not in EXPERTS:
         raise ValueError(f"task='{task}' has no scripted expert; choose one of {list(EXPERTS)}")
     expert = EXPERTS[task]
-    if failures < 0:
-        raise ValueError(f"failures={failures} must be >= 0")
-    if failures and task != "pushcube":
-        raise ValueError(f"failures={failures}: only the PushCube expert has a failing variant; use --task pushcube")
-    if failures and fmt != "h5":
-        raise ValueError(f"failures={failures} needs fmt='h5': a LeRobot dataset keeps no final observation for a "
-                         f"failed episode to bootstrap from")
+    problem = failures_problem(task, failures, fmt)
+    if problem:
+        raise ValueError(problem)
 
     if control_mode != "pd_ee_delta_pos":
         raise ValueError(f"control_mode='{control_mode}': the scripted experts drive the end effector; "
@@ -220,7 +228,7 @@ def record_demos(out: str | Path, episodes: int, seed: int = 0, control_mode: st
             else:
                 (failed if want_ok else skipped_ok).append(s)
             s += 1
-        sink.close(successes=episodes, failures=failures)
+        sink.close()
     except BaseException:
         sink.abort()
         raise
@@ -250,6 +258,7 @@ class _H5Sink:
         import h5py
 
         self.flags = flags  # write success [L] per episode and the counts (files that may hold failures)
+        self.counts = {"successes": 0, "failures": 0}
         self.f = h5py.File(out, "w")
         self.f.attrs["env_kwargs"] = json.dumps({"env_id": env_id, "control_mode": control_mode,
                                                  "obs_mode": "state"})
@@ -263,10 +272,11 @@ class _H5Sink:
             flags[-1] = success
             g.create_dataset("success", data=flags)
         g.attrs["seed"] = seed
+        self.counts["successes" if success else "failures"] += 1
 
-    def close(self, successes: int = 0, failures: int = 0) -> None:
+    def close(self) -> None:
         if self.flags:
-            self.f.attrs["successes"], self.f.attrs["failures"] = successes, failures
+            self.f.attrs.update(self.counts)
         self.f.close()
 
     def abort(self) -> None:
@@ -286,7 +296,7 @@ class _LeRobotSink:
         self.w.add_episode(instruction, state=states[: len(actions)], actions=actions, rewards=rewards, success=success,
                            extra={"seed": seed, **episode_quality(actions, rewards)})
 
-    def close(self, successes: int = 0, failures: int = 0) -> None:
+    def close(self) -> None:
         self.w.close()
 
     def abort(self) -> None:
@@ -306,9 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from vlarl import system_env
 
-    if args.failures and args.task != "pushcube":
-        print(f"--failures {args.failures}: only the PushCube expert has a failing variant; use --task pushcube",
-              file=sys.stderr)
+    problem = failures_problem(args.task, args.failures, args.format)
+    if problem:
+        print(problem, file=sys.stderr)
         return 2
     system_env.apply()
     torch.set_num_threads(1)

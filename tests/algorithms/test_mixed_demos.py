@@ -58,7 +58,7 @@ def _write(path, flags, outcomes=(True, False, True)):
         L = 3 if ok else 5
         obs = np.arange((L + 1) * 2, dtype=np.float32).reshape(L + 1, 2) + 100 * i
         sink.add(i, obs, np.full((L, 4), 0.1 * i, np.float32), np.zeros(L, np.float32), i, "push", success=ok)
-    sink.close(successes=sum(outcomes), failures=len(outcomes) - sum(outcomes))
+    sink.close()
 
 
 def test_success_flags_and_final_observations_survive_the_h5_file(tmp_path):
@@ -119,7 +119,7 @@ def test_the_filter_keeps_the_successes_forward_steps_and_drops_more_of_the_fail
     iql = IQL(_policy(), cfg, state_dim=1, chunk=1, action_dim=1)
     fit_offline(iql, data, steps=600, generator=torch.Generator().manual_seed(0))  # 300: V(0.9) still overshoots 1
     progress = iql.progress(data)
-    kept, stats = filter_transitions(iql, data)
+    kept, stats = filter_transitions(iql, data, groups={"failed": from_failed})
     assert (progress[~from_failed] > 0).float().mean() >= 0.9  # the successes' forward steps advance
     keep = progress > cfg.min_progress
     ok_kept = keep[~from_failed].float().mean()
@@ -127,6 +127,7 @@ def test_the_filter_keeps_the_successes_forward_steps_and_drops_more_of_the_fail
     assert fail_kept < ok_kept - 0.4, (float(fail_kept), float(ok_kept))
     assert int((~keep[from_failed]).sum()) > int((~keep[~from_failed]).sum())  # more failed transitions dropped
     assert stats["kept"] == int(keep.sum()) == kept.batch_size[0]
+    assert (stats["kept_failed"], stats["of_failed"]) == (int(keep[from_failed].sum()), int(from_failed.sum()))
 
 
 @pytest.mark.slow

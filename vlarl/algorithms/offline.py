@@ -185,9 +185,15 @@ def fit_offline(iql: IQL, transitions: Any, steps: int, train_critic: bool = Tru
     return history
 
 
-def filter_transitions(iql: IQL, transitions: Any) -> tuple[Any, dict[str, float]]:
-    """The GR-RL filter: the transitions whose progress is above ``cfg.min_progress``, and how many were dropped."""
+def filter_transitions(iql: IQL, transitions: Any,
+                       groups: dict[str, torch.Tensor] | None = None) -> tuple[Any, dict[str, float]]:
+    """The GR-RL filter: the transitions whose progress is above ``cfg.min_progress``, and how many were dropped;
+    ``groups`` (name -> bool mask [M], e.g. the transitions of failed episodes) adds ``kept_<name>`` and
+    ``of_<name>`` counts of the same decision."""
     keep = progress_mask(iql.progress(transitions), iql.cfg.min_progress)
     kept = int(keep.sum())
-    return transitions[keep], {"kept": kept, "dropped": int(keep.numel()) - kept,
-                               "kept_fraction": kept / max(1, keep.numel()) if keep.numel() else math.nan}
+    stats = {"kept": kept, "dropped": int(keep.numel()) - kept,
+             "kept_fraction": kept / max(1, keep.numel()) if keep.numel() else math.nan}
+    for name, mask in (groups or {}).items():
+        stats[f"kept_{name}"], stats[f"of_{name}"] = int(keep[mask].sum()), int(mask.sum())
+    return transitions[keep], stats

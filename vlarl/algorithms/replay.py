@@ -203,14 +203,10 @@ def demo_transitions(episodes: list[Any], chunk_size: int) -> TensorDict:
             rows["actions"].append(padded[i:i + T])
             rows["step_rewards"].append(rewards[i:i + T] * (torch.arange(T) < k))
             rows["step_mask"].append(torch.arange(T) < k)
-            if failed:
-                rows["terminated"].append(torch.tensor(False))
-                rows["truncated"].append(torch.tensor(ends))
-                rows["next_state"].append(final if ends else state[i + k])
-            else:
-                rows["terminated"].append(torch.tensor(ends))
-                rows["truncated"].append(torch.tensor(False))
-                rows["next_state"].append(state[L - 1] if ends else state[i + k])  # unused when terminated
+            rows["terminated"].append(torch.tensor(ends and not failed))
+            rows["truncated"].append(torch.tensor(ends and failed))
+            # at the end: a failure bootstraps from its final state (a success's is unused: it terminated)
+            rows["next_state"].append((final if failed else state[L - 1]) if ends else state[i + k])
     if not rows["state"]:
         raise ValueError("the demonstrations hold no steps")
     from tensordict import TensorDict
