@@ -37,7 +37,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from policies.ar_vla.modeling import _MASKED
-from policies.ar_vla.openvla_config import OpenVLAOFTPolicyConfig, OpenVLAPolicyConfig
 from policies.ar_vla.openvla import (
     EMPTY_TOKEN,
     PROMPT,
@@ -49,14 +48,15 @@ from policies.ar_vla.openvla import (
     tiny_config,
 )
 from policies.ar_vla.openvla_checkpoint import load_openvla
+from policies.ar_vla.openvla_config import OpenVLAOFTPolicyConfig, OpenVLAPolicyConfig
 from policies.ar_vla.openvla_oft import OpenVLAOFT
 from policies.ar_vla.prismatic_vision import pixel_values
 from policies.base import ActionSample, Policy, PolicySpec, as_float_tensor
 from policies.cnn.modeling import CNNCriticEncoder, CNNPolicyConfig
 from policies.mlp import RunningNorm, tanh_squash
+from policies.registry import register_policy
 from policies.value_head import config_value_support, value_expectation, value_output, with_value_bins
 from policies.vlm.backbone import BACKBONE_CONFIG_NAME
-from policies.registry import register_policy
 from policies.vlm.policy_base import DTYPES, PROCESSOR_NAME, VLAPolicy, value_mlp
 from policies.vlm.tokenizer import build_byte_tokenizer
 
