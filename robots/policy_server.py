@@ -261,6 +261,13 @@ class PolicyServer:
         infer_ms = (time.perf_counter() - t0) * 1e3
         return {"actions": actions if batched else actions[0], "server_timing": {"infer_ms": infer_ms}}
 
+    def handle(self, message: bytes | str) -> dict[str, Any]:
+        """One websocket message in, the reply dict out; ``RequestError`` / ``WireError`` name what is wrong with
+        a bad message (decoded here, on the worker thread, so a large message never stalls the event loop)."""
+        if isinstance(message, str):
+            raise RequestError("send binary msgpack-numpy messages, not text")
+        return self.infer(unpackb(message))
+
     # -- websocket side (event loop) -------------------------------------------------------------
     def authorized(self, headers: Any) -> bool:
         """True when no key is set, or ``headers`` carry ``Authorization: Api-Key <the key>`` (constant time)."""
@@ -311,10 +318,7 @@ class PolicyServer:
         async for message in ws:
             t0 = time.perf_counter()
             try:
-                if isinstance(message, str):
-                    raise RequestError("send binary msgpack-numpy messages, not text")
-                request = unpackb(message)
-                reply = await loop.run_in_executor(self._executor, self.infer, request)
+                reply = await loop.run_in_executor(self._executor, self.handle, message)
                 reply["server_timing"]["prev_total_ms"] = prev_total_ms
                 data = packb(reply)
                 self.metrics.served((time.perf_counter() - t0) * 1e3)  # counted before the client can see it
