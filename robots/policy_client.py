@@ -1,8 +1,8 @@
 """Thin robot-side client for the policy server.
 
 The client needs only ``websockets`` and ``msgpack`` (no torch), so it can run on the robot's PC
-while the model runs on a GPU machine. To hand a chunk out one action at a time, use openpi's
-``openpi_client.action_chunk_broker.ActionChunkBroker`` (it wraps this client's ``infer`` as well).
+while the model runs on a GPU machine. vlarl keeps no chunk broker: ``vlarl-deploy`` executes a chunk's first
+``replan_every`` actions, and openpi's client package ships its own ``ActionChunkBroker``.
 """
 
 from __future__ import annotations
