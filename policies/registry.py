@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
 _REGISTRY: dict[str, tuple[type, str]] = {}
@@ -119,3 +120,15 @@ def upgrade_saved(meta: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     elif arch is not None and arch not in ("lookalike", "hf"):
         raise ValueError(f"a '{name}' checkpoint with architecture='{arch}' is not a known layout")
     return name, {**meta, "policy": name, "config": config}
+
+
+def upgrade_run_config(policy: dict[str, Any]) -> dict[str, Any]:
+    """A run's saved ``policy`` node (``config.yaml``, for ``resume=``) in today's layout. Every look-alike config
+    main wrote before the split carries ``architecture`` (``lookalike`` / ``hf`` or an exact network): such a node
+    becomes its family's config with only the keys that config has (the rest were dead for it). A node without
+    ``architecture`` is today's and is returned as it is, so a misspelt key still fails where it is merged."""
+    if "architecture" not in policy:
+        return policy
+    name, meta = upgrade_saved({"policy": policy.get("name"), "config": policy})
+    known = {f.name for f in fields(policy_config_class(name))}
+    return {k: v for k, v in meta["config"].items() if k in known}

@@ -132,3 +132,29 @@ def test_no_new_dispatch_and_no_import_by_string_outside_the_registries():
         assert "__new__" not in text, rel
         if rel not in registries:
             assert not string_import.search(text), f"{rel} imports by string; register the family instead"
+
+
+@pytest.mark.parametrize("experiment,name", [("pushcube_flow_sft_rl", "smolvla"), ("pushcube_oft_sft_rl", "openvla_oft")])
+def test_a_run_saved_in_the_earlier_layout_resumes_as_its_network(experiment, name, tmp_path):
+    """``resume=<run dir>`` on a config.yaml written before the split (look-alike name + ``architecture`` +
+    the look-alike's dead keys) loads as the network's family with the same live values."""
+    import yaml
+
+    from vlarl.config.loader import ConfigError, load_saved_config, load_train_config, to_yaml
+
+    now = load_train_config([f"experiment={experiment}"])
+    assert now.policy.name == name
+    doc = yaml.safe_load(to_yaml(now))
+    old = "ar_vla" if name.startswith("openvla") else "flow_vla"
+    doc["policy"] = {**doc["policy"], "name": old, "architecture": name, "backbone": asdict(BackboneConfig()),
+                     "expert_width": 32, "decoding": "parallel"}
+    if old == "ar_vla":  # main's OpenVLA read it from backbone.gradient_checkpointing
+        doc["policy"].pop("gradient_checkpointing")
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(doc))
+    back = load_saved_config(tmp_path)
+    assert type(back.policy) is type(now.policy)
+    assert asdict(back.policy) == asdict(now.policy)
+    doc["policy"] = {**yaml.safe_load(to_yaml(now))["policy"], "chunk_sise": 3}  # today's layout: a typo still fails
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match="chunk_sise"):
+        load_saved_config(tmp_path)
