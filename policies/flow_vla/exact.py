@@ -135,7 +135,6 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
     resolved values in its own copy of the config (``self.config``), never in the caller's."""
 
     network: ClassVar[FlowNetwork]
-    time_scale = 1000.0
 
     def __init__(self, config: ExactFlowConfig, spec: PolicySpec, *, restore_dir: Path | None = None):
         super().__init__(config, spec)  # the network brings its own VLM (no look-alike backbone)
