@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -31,7 +32,7 @@ from vlarl.algorithms.registry import algorithm_spec
 from vlarl.algorithms.spec import SEED_STRIDE
 from vlarl.checkpoint import latest_checkpoint, save_checkpoint
 from vlarl.data.metrics import EpisodeStats
-from vlarl.logging import MetricLogger, RunProgress
+from vlarl.logging import LIBRARY_LOG, LIBRARY_LOG_ENV, MetricLogger, RunProgress, route_library_logs
 from vlarl.rewards import reward_camera, validate_reward_config
 from vlarl.scheduler.pipeline import EnvObs, StagedRollout
 from vlarl.scheduler.transport import TrajectoryRef, payload
@@ -391,6 +392,10 @@ def score_trajectory(traj: Any, worker: Any, gamma: float, fresh_episodes: bool)
 
 
 def run_training(cfg: Any, run_dir: str | Path) -> dict[str, Any]:
+    # library warnings that repeat per env go to <run_dir>/library.log, here and in the Ray workers started below
+    # (they inherit the variable); the terminal keeps the progress bar, the evaluation and the paths
+    previous = os.environ.get(LIBRARY_LOG_ENV)
+    os.environ[LIBRARY_LOG_ENV] = str(route_library_logs(Path(run_dir) / LIBRARY_LOG))
     runner = Runner(cfg, run_dir)
     try:
         runner.setup()
@@ -403,6 +408,11 @@ def run_training(cfg: Any, run_dir: str | Path) -> dict[str, Any]:
         raise named from e
     finally:
         runner.close()
+        if previous is None:
+            os.environ.pop(LIBRARY_LOG_ENV, None)
+        else:
+            os.environ[LIBRARY_LOG_ENV] = previous
+        route_library_logs(previous)  # this process's later envs: the caller's file, or once per message
 
 
 __all__ = ["Runner", "policy_spec_from_env", "run_training"]

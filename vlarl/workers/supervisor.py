@@ -72,6 +72,7 @@ class WorkerSupervisor:
         self.deaths: deque[int] = deque()  # iteration of each death inside the window
         self.counts = {f"{kind}_worker_{what}": 0 for kind in WORKER_KINDS for what in ("deaths", "restarts")}
         self.counts.update(episodes_dropped=0, actor_updates_lost=0)
+        self.actor_version: int | None = None  # updates the live actor has made (from syncs and finished updates)
 
     def metrics(self) -> dict[str, float]:
         """Run totals as ``faults/*`` metrics (deaths and restarts per worker kind, episodes dropped, actor
@@ -140,19 +141,26 @@ class WorkerSupervisor:
         ref = pending if pending is not None else train()
         while True:
             try:
-                return ray.get(ref)
+                metrics = ray.get(ref)
+                if self.actor_version is not None:
+                    self.actor_version += 1
+                return metrics
             except ray.exceptions.RayActorError as exc:
                 if dead_worker(exc, runner) != ("actor", 0):
                     raise
                 self._restart_actor(exc, runner, "training iteration")
                 ref = train()
 
-    def synced(self, runner: Any) -> int:
+    def synced(self, runner: Any, full: bool = False) -> int:
         """Actor -> rollout weight sync (``runner._sync_weights()``) that survives the death of either side;
-        returns the policy version the rollout worker holds."""
+        returns the policy version the rollout worker holds. ``full``: first every tensor of the policy, frozen
+        ones included (a new rollout worker holds its seed's, which ``init_from`` may have replaced)."""
         while True:
             try:
-                return runner._sync_weights()
+                if full:
+                    ray.get(runner.rollout.set_weights.remote(runner.actor.get_weights.remote()))
+                self.actor_version = int(runner._sync_weights())
+                return self.actor_version
             except ray.exceptions.RayActorError as exc:
                 which = dead_worker(exc, runner)
                 if which == ("actor", 0):
@@ -162,6 +170,7 @@ class WorkerSupervisor:
                                  f"rollout worker (weight sync, iteration {runner.iteration})",
                                  "re-creating it with the actor's weights")
                     self._restart_rollout(runner, sync=False)
+                    full = True
                 else:
                     raise
 
@@ -237,7 +246,7 @@ class WorkerSupervisor:
         ray.get(runner.rollout.reseed.remote(runner.cfg.seed + 1 + 7919 * (runner.iteration + 1)))
         self.counts["rollout_worker_restarts"] += 1
         if sync:
-            runner.rollout_version = self.synced(runner)
+            runner.rollout_version = self.synced(runner, full=True)
 
     def _restart_actor(self, exc: BaseException, runner: Any, during: str) -> None:
         """Record the actor's death, then a new actor from the latest checkpoint (policy, optimizer, RNG, KL
@@ -257,12 +266,13 @@ class WorkerSupervisor:
             state = ray.get(runner.actor.load.remote(str(ckpt)))
             ray.get(runner.actor.load_reference.remote(str(ckpt)))
             version = int(state.get("policy_version", state.get("iteration", 0)))
-        lost = max(0, int(runner.rollout_version) - version)  # updates the rollout had seen, now undone
+        made = self.actor_version if self.actor_version is not None else int(runner.rollout_version)
+        lost = max(0, made - version)  # updates the dead actor had made since the checkpoint, now undone
+        self.actor_version = version
         self.counts["actor_updates_lost"] += lost
         self.counts["actor_worker_restarts"] += 1
         print(f"[vlarl] actor worker restored from {where} at policy version {version}: {lost} update(s) lost",
-              flush=True)
-        runner.rollout_version = self.synced(runner)  # the rollout samples with the restored weights
+              flush=True)  # the rollout worker gets the restored weights at the next sync (the caller's)
 
 
 def _kill(handle: Any) -> None:
