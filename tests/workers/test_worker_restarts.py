@@ -100,3 +100,29 @@ def test_a_death_past_the_limit_stops_with_one_line_and_the_resume_command(tmp_p
     assert msg.startswith("actor worker (training iteration 1) died:") and "\n" not in msg, msg
     assert f"continue with `vlarl-train resume={tmp_path / 'run'}`" in msg
     assert isinstance(info.value.__cause__, ray.exceptions.RayActorError)
+
+
+def _replay_rows(checkpoint) -> int:
+    state = torch.load(checkpoint / "algorithm_state.pt", weights_only=False)
+    return int(next(iter(state["replay"]["online"]["rows"].values())).shape[0])
+
+
+@pytest.mark.slow  # a third Ray run (~60 s on the loaded 2-core machine); the PPO actor test above is the default
+def test_killed_off_policy_actor_comes_back_with_its_saved_replay(tmp_path, monkeypatch):
+    """SAC: the restored actor holds the replay its checkpoint saved, so after the run the replay has every
+    iteration's transitions (a fresh actor would hold only those collected after the death)."""
+    _kill_on_collect(monkeypatch, 4, "actor")
+    cfg = load_train_config([*SMALL, "algorithm=sac", "policy.squash=true", "algorithm.num_steps=2",
+                             "algorithm.learning_starts=8", "algorithm.batch_size=16", "algorithm.utd_ratio=1",
+                             "algorithm.critic_hidden_sizes=[16,16]", "total_env_steps=32", "checkpoint_every=2",
+                             "keep_checkpoints=0"])
+    (tmp_path / "run").mkdir()
+    final = run_training(cfg, tmp_path / "run")
+    assert final["iterations"] == 4
+    rows = _training_rows(tmp_path / "run")
+    assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
+    assert rows[-1]["faults/actor_worker_deaths"] == 1 and rows[-1]["faults/actor_updates_lost"] == 1
+    ckpt = tmp_path / "run" / "checkpoints"
+    per_iteration = 4 * 2  # envs x chunk steps: one chunk transition each
+    assert _replay_rows(ckpt / "iter_000002") == 2 * per_iteration
+    assert _replay_rows(ckpt / "iter_000004") == 4 * per_iteration  # 2 restored + iteration 3 again + iteration 4
