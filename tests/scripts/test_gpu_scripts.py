@@ -198,3 +198,74 @@ def test_maniskill_bench_cpu_smoke_says_it_ran_one_scene(capsys):
     assert row[3:5] == ["4", "1"]  # asked for 4, ran at 1
     ms, vl, ratio = float(row[5].replace(",", "")), float(row[6].replace(",", "")), float(row[7])
     assert ms > 0 and vl > 0 and ratio == pytest.approx(vl / ms, abs=0.05)  # table rounds steps/s
+
+
+# ---- scripts/gpu_vla_table.py (call 1 of the plan) and its memory estimate ---------------------------
+def test_memory_estimate_adds_weights_grads_adamw_and_activations():
+    est = _script("gpu_memory_estimate")
+    shapes = [(10, 4)]  # one attention layer seeing 10 tokens of width 4 at batch 1
+    full = est.predict_update_peak(params=1000, trainable=1000, lora=100, mode="full", batch=2, grad_ckpt=False,
+                                   layer_shapes=shapes)
+    assert full["weights_gib"] * 2**30 == 2000 and full["grads_gib"] * 2**30 == 2000
+    assert full["adamw_gib"] * 2**30 == 4000 and full["activations_gib"] * 2**30 == 34 * 10 * 4 * 2
+    lora = est.predict_update_peak(params=1000, trainable=1000, lora=100, mode="lora", batch=2, grad_ckpt=True,
+                                   layer_shapes=shapes)
+    assert lora["predicted_gib"] * 2**30 == pytest.approx(1100 * 2 + 100 * 2 + 400 + 2 * 10 * 4 * 2 + 34 * 10 * 4 * 2)
+    blind = est.predict_update_peak(params=1000, trainable=1000, lora=100, mode="full", batch=2, grad_ckpt=False,
+                                    layer_shapes=None)
+    assert not blind["complete"] and blind["activations_gib"] is None and blind["predicted_gib"] * 2**30 == 8000
+    lin = torch.nn.Sequential()
+    lin.add_module("q_proj", torch.nn.Linear(6, 4))
+    lin.add_module("head", torch.nn.Linear(4, 3))
+    assert est.lora_parameters(lin, rank=2) == 2 * (6 + 4)  # only the named projection gets an adapter
+
+
+def test_vla_table_dry_run_measures_and_predicts_every_row(tmp_path, capsys):
+    """The device command's dry run: each model in a child process with the packages the GPU image lacks made
+    unimportable, chunk times at two batch sizes, four updates (LoRA/full x grad-ckpt off/on) with a prediction
+    beside each; JSON and markdown written."""
+    import json
+
+    table = _script("gpu_vla_table")
+    assert table.main(["--dry-run", "--models", "pi0", "openvla_oft", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "[dry-run] on the device: PYTHONPATH=$PWD python3 scripts/gpu_vla_table.py --out $OUT" in out
+    data = json.loads((tmp_path / "vla_table.json").read_text())
+    assert data["head"]["sizes"] == "tiny" and data["head"]["batch"] == 2
+    lines = data["lines"]
+    for name in ("pi0", "openvla_oft"):
+        mine = [x for x in lines if x["model"] == name]
+        assert next(x for x in mine if x["what"] == "status")["status"] == "ok", mine
+        assert sorted(x["batch"] for x in mine if x["what"] == "chunk") == [1, 2]
+        ups = [x for x in mine if x["what"] == "update"]
+        assert [(u["mode"], u["grad_ckpt"]) for u in ups] == [("lora", False), ("full", False), ("lora", True),
+                                                               ("full", True)]
+        assert all(u["update_s"] > 0 and u["predicted_gib"] > 0 and "note" not in u for u in ups), ups
+        size = next(x for x in mine if x["what"] == "size")
+        assert ups[0]["trainable"] == size["lora_params"] < ups[1]["trainable"] == size["params"]
+    flow = [x for x in lines if x["model"] == "pi0" and x["what"] == "update"]
+    assert all(u["prediction_complete"] for u in flow)  # the flow update traces on the meta device
+    md = (tmp_path / "vla_table.md").read_text()
+    assert md.startswith("device: CPU (dry run)") and "| pi0 |" in md and "| openvla_oft |" in md
+    assert len([x for x in md.splitlines() if "| lora |" in x or "| full |" in x]) == 8
+
+
+def test_vla_table_stops_a_model_at_its_limit_and_goes_on(tmp_path, capsys):
+    table = _script("gpu_vla_table")
+    assert table.main(["--dry-run", "--models", "pi05", "--limit-s", "10", "--out", str(tmp_path)]) == 0
+    assert "pi05: stopped at its limit of 10 s" in capsys.readouterr().out
+    import json
+
+    status = [x for x in json.loads((tmp_path / "vla_table.json").read_text())["lines"] if x["what"] == "status"]
+    assert status[0]["status"] == "stopped at its limit of 10 s" and status[0]["wall_s"] < 60
+
+
+def test_vla_table_refusals_are_one_line_exit_2(tmp_path, capsys):
+    table = _script("gpu_vla_table")
+    assert table.main(["--models", "gpt5", "--out", str(tmp_path)]) == 2
+    assert table.main(["--dry-run", "--predictor", "nowhere:predict", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "unknown --models ['gpt5']" in err[0] and "--predictor nowhere:predict" in err[1]
+    assert not (tmp_path / "vla_table.json").exists()
+    with pytest.raises(ModuleNotFoundError, match="the GPU image lacks it"):
+        table._Lacking(["ray"]).find_spec("ray.util")
