@@ -269,3 +269,119 @@ def test_vla_table_refusals_are_one_line_exit_2(tmp_path, capsys):
     assert not (tmp_path / "vla_table.json").exists()
     with pytest.raises(ModuleNotFoundError, match="the GPU image lacks it"):
         table._Lacking(["ray"]).find_spec("ray.util")
+
+
+# ---- scripts/gpu_ppo_race.py ------------------------------------------------------------------------------
+def test_ppo_race_dry_run_stops_each_trainer_at_the_target(tmp_path, capsys):
+    """Stand-in trainers (ppo.py's evaluation lines on stdout; vlarl's metrics.jsonl) evaluate 0.0, 0.4, 0.95,
+    1.0 and would then run on: each is stopped at its first evaluation >= 0.9, and the table names the real
+    device commands."""
+    import json
+
+    race = _script("gpu_ppo_race")
+    assert race.main(["--dry-run", "--out", str(tmp_path), "--limit-s", "60"]) == 0
+    out = capsys.readouterr().out
+    assert "[dry-run] on the device, maniskill:" in out and "--env_id=PushCube-v1 --num_envs=1024" in out
+    assert "[dry-run] on the device, vlarl: " in out and "env=maniskill_gpu_pushcube device=cuda" in out
+    rows = json.loads((tmp_path / "ppo_race.json").read_text())["rows"]
+    assert [r["trainer"] for r in rows] == ["maniskill", "vlarl"]
+    for r in rows:
+        assert r["status"] == "reached" and r["stand_in"], r
+        assert [v for _, v in r["evals"]] == [0.0, 0.4, 0.95] and r["seconds_to_target"] == r["evals"][-1][0]
+    assert (tmp_path / "race_maniskill.log").read_text().count("eval_success_once_mean=") == 3
+    assert "| maniskill |" in (tmp_path / "ppo_race.md").read_text()
+
+
+def test_ppo_race_limit_and_refusals(tmp_path, capsys):
+    import json
+
+    race = _script("gpu_ppo_race")
+    assert race.main(["--dry-run", "--trainers", "maniskill", "--limit-s", "0.2", "--out", str(tmp_path)]) == 0
+    row = json.loads((tmp_path / "ppo_race.json").read_text())["rows"][0]
+    assert row["status"].startswith("not reached in") and row["seconds_to_target"] is None
+    assert race.main(["--maniskill-ppo", str(tmp_path / "nope.py"), "--out", str(tmp_path / "x")]) == 2
+    assert race.main(["--dry-run", "--target", "1.5", "--out", str(tmp_path / "y")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "no ManiSkill ppo.py at" in err[0] and "--target must be in (0, 1]" in err[1]
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    assert race.MANISKILL_EVAL.search("eval_success_once_mean=0.5").group(1) == "0.5"
+
+
+# ---- scripts/gpu_maniskill_carry.py -----------------------------------------------------------------------
+def _wheel(path: Path, files: dict[str, bytes]) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+        z.writestr("mani_skill-3.0.1.dist-info/RECORD", "stale\n")
+    return path
+
+
+def test_maniskill_carry_cuts_the_data_and_pip_installs_the_rest(tmp_path, capsys):
+    """A wheel named like mani-skill's: the Panda stays (not its camera add-on), other robots, environment maps
+    and ReplicaCAD's data go (its Python module stays); the new RECORD lists what is left with hashes; pip
+    installs the cut wheel offline; the batches carry the MANIFEST run_gpu_tests.sh reads."""
+    import hashlib
+    import zipfile
+
+    carry = _script("gpu_maniskill_carry")
+    files = {"mani_skill/__init__.py": b"x = 1\n", "mani_skill-3.0.1.dist-info/METADATA":
+             b"Metadata-Version: 2.1\nName: mani-skill\nVersion: 3.0.1\n",
+             "mani_skill-3.0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+             "mani_skill/assets/robots/panda/panda_v2.urdf": b"<robot/>",
+             "mani_skill/assets/robots/panda/franka_description/meshes/link0.glb": b"mesh",
+             "mani_skill/assets/robots/panda/realsense2_description/cam.stl": b"cam" * 100,
+             "mani_skill/assets/robots/fetch/fetch.urdf": b"fetch" * 100,
+             "mani_skill/assets/environment_maps/sky.ktx": b"sky" * 100,
+             "mani_skill/utils/scene_builder/replicacad/__init__.py": b"",
+             "mani_skill/utils/scene_builder/replicacad/metadata/scene.json": b"{}" * 100,
+             "mani_skill/utils/scene_builder/table/assets/table.glb": b"table"}
+    src = tmp_path / "src"
+    src.mkdir()
+    _wheel(src / "mani_skill-3.0.1-py3-none-any.whl", files)
+    assert carry.main(["--wheels", str(src), "--out", str(tmp_path / "ms")]) == 0
+    assert "(4 files dropped)" in capsys.readouterr().out
+    cut = tmp_path / "ms" / "b1" / "mani_skill-3.0.1-py3-none-any.whl"
+    names = set(zipfile.ZipFile(cut).namelist())
+    kept = {"mani_skill/__init__.py", "mani_skill/assets/robots/panda/panda_v2.urdf",
+            "mani_skill/assets/robots/panda/franka_description/meshes/link0.glb",
+            "mani_skill/utils/scene_builder/replicacad/__init__.py", "mani_skill/utils/scene_builder/table/assets/table.glb"}
+    assert kept <= names and not any(("fetch" in n or "environment_maps" in n or "realsense" in n
+                                      or "scene.json" in n) for n in names)
+    record = zipfile.ZipFile(cut).read("mani_skill-3.0.1.dist-info/RECORD").decode().splitlines()
+    assert len(record) == len(names) and "stale" not in record
+    manifest = (tmp_path / "ms" / "b1" / "MANIFEST").read_text().split()
+    assert manifest == [cut.name, "1", hashlib.sha256(cut.read_bytes()).hexdigest()]
+    site = tmp_path / "site"
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target",
+                          str(site), str(cut)], capture_output=True, text=True, timeout=120)
+    assert pip.returncode == 0, pip.stderr
+    assert (site / "mani_skill/assets/robots/panda/panda_v2.urdf").read_bytes() == b"<robot/>"
+    assert not (site / "mani_skill/assets/robots/fetch").exists()
+
+
+def test_maniskill_carry_refuses_a_wheel_larger_than_a_batch(tmp_path, capsys):
+    carry = _script("gpu_maniskill_carry")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "big-1.0-py3-none-any.whl").write_bytes(os.urandom(3 * 2**20))
+    assert carry.main(["--wheels", str(src), "--out", str(tmp_path / "ms"), "--batch-mib", "1"]) == 2
+    assert carry.main(["--out", str(tmp_path / "ms")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "larger than a batch" in err[0] and "exactly one of --wheels DIR and --download" in err[1]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("mani_skill") is None, reason="pip install -e .[maniskill]")
+def test_maniskill_carry_dry_run_runs_the_tasks_from_the_cut_packages(tmp_path):
+    """The cut applied to this machine's installed ManiSkill/SAPIEN/MuJoCo: state and RGB PushCube and PickCube
+    are made and stepped from the copy (CPU backend), so nothing these runs open was dropped."""
+    out = subprocess.run([sys.executable, str(ROOT / "scripts/gpu_maniskill_carry.py"), "--dry-run",
+                          str(tmp_path / "site")], capture_output=True, text=True, timeout=900,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+    for want in ("ok PushCube-v1 state", "ok PushCube-v1 rgb", "ok PickCube-v1 state", "ok PickCube-v1 rgb",
+                 "ok pytorch_kinematics + mujoco"):
+        assert want in out.stdout, out.stdout
+    assert not (tmp_path / "site/mani_skill/assets/robots/fetch").exists()
