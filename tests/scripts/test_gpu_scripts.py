@@ -385,3 +385,25 @@ def test_maniskill_carry_dry_run_runs_the_tasks_from_the_cut_packages(tmp_path):
                  "ok pytorch_kinematics + mujoco"):
         assert want in out.stdout, out.stdout
     assert not (tmp_path / "site/mani_skill/assets/robots/fetch").exists()
+
+
+def test_maniskill_call_dry_run_installs_across_two_calls_then_lists_the_runs(tmp_path):
+    """Calls 2 and 3: the first carried batch is stashed and the script stops (exit 3); with the second, every
+    wheel is whole and the two runs are listed, each under its time limit."""
+    wheels, _, _ = _batches(tmp_path)
+    env = {**os.environ, "VLARL_WHEEL_DIR": str(wheels), "VLARL_STASH": str(tmp_path / "stash"),
+           "VLARL_SITE": str(tmp_path / "site"), "OUT": str(tmp_path / "out")}
+    (wheels / "b2").rename(tmp_path / "b2_later")
+    call = lambda: subprocess.run(["bash", str(ROOT / "scripts/gpu/maniskill_call.sh"), "--dry-run"],  # noqa: E731
+                                  cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    first = call()
+    assert first.returncode == 3 and "carry the other gpu_wheels/ms batch" in first.stdout, first.stdout
+    (wheels / "b1").rename(tmp_path / "b1_done")
+    (tmp_path / "b2_later").rename(wheels / "b2")
+    second = call()
+    assert second.returncode == 0, second.stdout + second.stderr
+    runs = [x for x in second.stdout.splitlines() if x.startswith("[dry-run] timeout")]
+    assert len(runs) == 2, second.stdout
+    assert "timeout 150 python3 scripts/bench_maniskill_gpu.py" in runs[0] and "pushcube_state_4096" in runs[0]
+    assert "scripts/gpu_ppo_race.py" in runs[1] and "--maniskill-ppo gpu_wheels/ppo/ppo.py" in runs[1]
+    assert "vlarl itself not installed (VLARL_SKIP_SELF=1" in second.stdout  # the checkout is on PYTHONPATH
