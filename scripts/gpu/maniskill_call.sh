@@ -19,8 +19,8 @@ if [ "${1:-}" = "--dry-run" ]; then DRY=(--dry-run); shift; fi
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 PY="${VLARL_PYTHON:-python3}"
-BENCH_S="${VLARL_BENCH_S:-150}"
-RACE_S="${VLARL_RACE_S:-150}"
+BENCH_S="${VLARL_BENCH_S:-120}"
+RACE_S="${VLARL_RACE_S:-120}"
 if [ "${#DRY[@]}" = 1 ]; then
   OUT="${OUT:-$(mktemp -d)}"; export VLARL_STASH="${VLARL_STASH:-$(mktemp -d)/stash}"
   export VLARL_SITE="${VLARL_SITE:-$(mktemp -d)/site}"

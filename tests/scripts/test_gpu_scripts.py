@@ -404,6 +404,6 @@ def test_maniskill_call_dry_run_installs_across_two_calls_then_lists_the_runs(tm
     assert second.returncode == 0, second.stdout + second.stderr
     runs = [x for x in second.stdout.splitlines() if x.startswith("[dry-run] timeout")]
     assert len(runs) == 2, second.stdout
-    assert "timeout 150 python3 scripts/bench_maniskill_gpu.py" in runs[0] and "pushcube_state_4096" in runs[0]
+    assert "timeout 120 python3 scripts/bench_maniskill_gpu.py" in runs[0] and "pushcube_state_4096" in runs[0]
     assert "scripts/gpu_ppo_race.py" in runs[1] and "--maniskill-ppo gpu_wheels/ppo/ppo.py" in runs[1]
     assert "vlarl itself not installed (VLARL_SKIP_SELF=1" in second.stdout  # the checkout is on PYTHONPATH
