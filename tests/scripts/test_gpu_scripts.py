@@ -407,3 +407,18 @@ def test_maniskill_call_dry_run_installs_across_two_calls_then_lists_the_runs(tm
     assert "timeout 120 python3 scripts/bench_maniskill_gpu.py" in runs[0] and "pushcube_state_4096" in runs[0]
     assert "scripts/gpu_ppo_race.py" in runs[1] and "--maniskill-ppo gpu_wheels/ppo/ppo.py" in runs[1]
     assert "vlarl itself not installed (VLARL_SKIP_SELF=1" in second.stdout  # the checkout is on PYTHONPATH
+
+
+def test_vla_call_dry_run_puts_the_carried_transformers_first_then_runs_the_table(tmp_path):
+    """Call 1's wrapper: the carried transformers wheel goes into its own folder ahead of the image's (printed
+    in the dry run), then the table's dry run writes its files."""
+    (tmp_path / "tf").mkdir()
+    (tmp_path / "tf" / "transformers-5.24.0-py3-none-any.whl").write_bytes(b"wheel")
+    env = {**os.environ, "VLARL_PYTHON": sys.executable, "VLARL_TF_WHEELS": str(tmp_path / "tf"),
+           "OUT": str(tmp_path / "out"), "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(["bash", str(ROOT / "scripts/gpu/vla_call.sh"), "--dry-run", "--models", "smolvla"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    pip = next(x for x in out.stdout.splitlines() if x.startswith("[dry-run]") and "pip install" in x)
+    assert "--target /tmp/vlarl_tf" in pip and "transformers-5.24.0-py3-none-any.whl" in pip
+    assert "| smolvla |" in (tmp_path / "out" / "vla_table.md").read_text()
