@@ -197,7 +197,8 @@ def test_maniskill_bench_cpu_smoke_says_it_ran_one_scene(capsys):
     row = next(x for x in out.splitlines() if x.startswith("pushcube_state_1024")).split()
     assert row[3:5] == ["4", "1"]  # asked for 4, ran at 1
     ms, vl, ratio = float(row[5].replace(",", "")), float(row[6].replace(",", "")), float(row[7])
-    assert ms > 0 and vl > 0 and ratio == pytest.approx(vl / ms, abs=0.05)  # table rounds steps/s
+    # the table rounds steps/s to whole numbers: the printed ratio lies within what that rounding allows
+    assert ms > 0 and vl > 0 and (vl - 0.5) / (ms + 0.5) - 5e-4 <= ratio <= (vl + 0.5) / (ms - 0.5) + 5e-4
 
 
 # ---- scripts/gpu_vla_table.py (call 1 of the plan) and its memory estimate ---------------------------
