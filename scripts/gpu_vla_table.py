@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [p for p in (str(ROOT), str(ROOT / "scripts")) if p not in sys.path]
 
 MODELS = ("pi0", "smolvla", "pi05", "openvla_oft")  # most valuable first: the two memory goals
-LIMITS_S = {"pi0": 100, "smolvla": 60, "pi05": 80, "openvla_oft": 90}  # 330 s in all: call 1 runs under 390 s
+LIMITS_S = {"pi0": 90, "smolvla": 55, "pi05": 70, "openvla_oft": 85}  # 300 s in all: call 1 runs under 330 s
 IMAGE_LACKS = ("ray", "hydra", "omegaconf", "mani_skill", "sapien", "gymnasium", "diffusers")
 DEVICE_COMMAND = ("PYTHONPATH=$PWD python3 scripts/gpu_vla_table.py --out $OUT 2>&1 | tee $OUT/vla_table.log")
 

@@ -10,9 +10,10 @@
 # stash lives while the machine is warm), carries gpu_wheels/ms/b2 and gpu_wheels/ppo (ManiSkill's ppo.py);
 # with every wheel installed it runs, each under `timeout`:
 #   1. scripts/bench_maniskill_gpu.py: vlarl's env vs ManiSkillVectorEnv, state PushCube at 1024 and 4096 envs
-#      and RGB PushCube at 256 envs (-> $OUT/maniskill_gpu.txt);
+#      and RGB PushCube at 256 envs, 100 steps after 20 of warm-up (-> $OUT/maniskill_gpu.txt), limit 120 s;
 #   2. scripts/gpu_ppo_race.py: PushCube wall time to 90% held-out, ManiSkill's ppo.py (and vlarl-train where
-#      Ray and Hydra are importable; in this window they are not) (-> $OUT/ppo_race.md/.json, race logs).
+#      Ray and Hydra are importable; in this window they are not) (-> $OUT/ppo_race.md/.json, race logs),
+#      limit 110 s per trainer (the race's own), 140 s in all.
 set -uo pipefail
 DRY=()
 if [ "${1:-}" = "--dry-run" ]; then DRY=(--dry-run); shift; fi
@@ -20,7 +21,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 PY="${VLARL_PYTHON:-python3}"
 BENCH_S="${VLARL_BENCH_S:-120}"
-RACE_S="${VLARL_RACE_S:-120}"
+RACE_S="${VLARL_RACE_S:-110}"
 if [ "${#DRY[@]}" = 1 ]; then
   OUT="${OUT:-$(mktemp -d)}"; export VLARL_STASH="${VLARL_STASH:-$(mktemp -d)/stash}"
   export VLARL_SITE="${VLARL_SITE:-$(mktemp -d)/site}"
@@ -43,7 +44,7 @@ run() {  # <seconds> <log> <command...>: under timeout, output kept in $OUT/<log
   timeout "$limit" "$@" 2>&1 | tee "$OUT/$log"
 }
 [ "${#DRY[@]}" = 1 ] || nvidia-smi -L | tee "$OUT/gpu_probe.txt"
-run "$BENCH_S" maniskill_gpu.txt "$PY" scripts/bench_maniskill_gpu.py --steps 200 --rounds 2 \
+run "$BENCH_S" maniskill_gpu.txt "$PY" scripts/bench_maniskill_gpu.py --steps 100 --rounds 1 \
   --configs pushcube_state_1024 pushcube_state_4096 pushcube_rgb128_256
-run "$((RACE_S * 2 + 30))" ppo_race.txt "$PY" scripts/gpu_ppo_race.py --out "$OUT" --limit-s "$RACE_S" \
+run "$((RACE_S + 30))" ppo_race.txt "$PY" scripts/gpu_ppo_race.py --out "$OUT" --limit-s "$RACE_S" \
   --maniskill-ppo gpu_wheels/ppo/ppo.py "${DRY[@]}"

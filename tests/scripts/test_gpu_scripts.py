@@ -405,7 +405,8 @@ def test_maniskill_call_dry_run_installs_across_two_calls_then_lists_the_runs(tm
     assert second.returncode == 0, second.stdout + second.stderr
     runs = [x for x in second.stdout.splitlines() if x.startswith("[dry-run] timeout")]
     assert len(runs) == 2, second.stdout
-    assert "timeout 120 python3 scripts/bench_maniskill_gpu.py" in runs[0] and "pushcube_state_4096" in runs[0]
+    assert "timeout 120 python3 scripts/bench_maniskill_gpu.py --steps 100" in runs[0] and "pushcube_state_4096" in runs[0]
+    assert runs[1].startswith("[dry-run] timeout 140 ") and "--limit-s 110" in runs[1]
     assert "scripts/gpu_ppo_race.py" in runs[1] and "--maniskill-ppo gpu_wheels/ppo/ppo.py" in runs[1]
     assert "vlarl itself not installed (VLARL_SKIP_SELF=1" in second.stdout  # the checkout is on PYTHONPATH
 
@@ -423,3 +424,20 @@ def test_vla_call_dry_run_puts_the_carried_transformers_first_then_runs_the_tabl
     pip = next(x for x in out.stdout.splitlines() if x.startswith("[dry-run]") and "pip install" in x)
     assert "--target /tmp/vlarl_tf" in pip and "transformers-5.24.0-py3-none-any.whl" in pip
     assert "| smolvla |" in (tmp_path / "out" / "vla_table.md").read_text()
+
+
+def test_the_15_minute_plan_adds_up():
+    """docs/gpu.md's plan: the calls' timeout_s plus ~2 minutes of start fit 15 minutes with room for a rerun of
+    the shortest call, and each call's timeout covers the limits of the runs inside it."""
+    import re
+
+    plan = (ROOT / "docs/gpu.md").read_text().split("## The 15 minutes")[1].split("Total at")[0]
+    rows = [r for r in plan.splitlines() if re.match(r"\| \d", r)]
+    timeouts = [int(r.split("|")[4]) for r in rows]
+    assert len(timeouts) == 3 and 120 + sum(timeouts) + min(timeouts) <= 900, timeouts
+    table = _script("gpu_vla_table")
+    assert sum(table.LIMITS_S.values()) + 20 <= timeouts[0]  # call 1: the children's limits + install/probe
+    call = (ROOT / "scripts/gpu/maniskill_call.sh").read_text()
+    bench = int(re.search(r'BENCH_S="\$\{VLARL_BENCH_S:-(\d+)\}"', call).group(1))
+    race = int(re.search(r'RACE_S="\$\{VLARL_RACE_S:-(\d+)\}"', call).group(1))
+    assert bench + race + 30 + 15 <= timeouts[2]  # call 3: bench + race (+ its 30 s margin) + install
