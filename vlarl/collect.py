@@ -131,8 +131,8 @@ def rollout_attempts(policy: Any, env: Any, seeds: list[int], deterministic: boo
 def collect(policy: Any, env_cfg: Any, cfg: CollectConfig, log=print) -> dict[str, Any]:
     """Roll out ``policy`` until ``cfg.episodes`` episodes pass the filters; write them to ``cfg.output``.
     Returns the summary (kept / attempted episodes, mean quality of the kept ones, per-episode rows)."""
-    from policies.datasets.lerobot_writer import LeRobotDatasetWriter
     from simulators.registry import make_env
+    from vlarl.data.lerobot_writer import LeRobotDatasetWriter
 
     max_attempts = cfg.max_attempts or 4 * cfg.episodes
     kept: list[CollectedEpisode] = []
@@ -240,12 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     system_env.apply()
     torch.set_num_threads(int(os.environ.get("VLARL_TORCH_THREADS", "1")))
     from policies.base import CheckpointError, Policy
-    from policies.datasets.lerobot_writer import VIDEO_CODECS
     from simulators.base import EnvError
     from simulators.registry import make_env
     from vlarl.checkpoint import load_env_config
     from vlarl.checkpoint_files import check_checkpoint
     from vlarl.config import ConfigError
+    from vlarl.data.lerobot_writer import VIDEO_CODECS
     from vlarl.evaluation.cli import _env_from_saved
     from vlarl.evaluation.protocol import check_policy_fits_env
 

@@ -171,7 +171,8 @@ def save_rollout_episodes(traj: Any, camera: str, ended: torch.Tensor, directory
     """Write the complete episodes of ``traj`` (critic frames, env success) to ``directory/rollout_<k>.npz``."""
     from pathlib import Path
 
-    from policies.critics.rollouts import save_episodes, split_rollout
+    from policies.critics.rollouts import split_rollout
+    from vlarl.data.critic_episodes import save_episodes
 
     traj.require("episode_success", f"next_images.{camera}", why="reward.save_episodes")
     eps = split_rollout(traj.obs["images"][camera], traj.next_images[camera], ended, traj.episode_success,

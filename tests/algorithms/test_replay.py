@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from policies.datasets.episode import Episode
+from policies.episode import Episode
 from vlarl.algorithms.replay import MixedReplay, demo_transitions, trajectory_transitions
 from vlarl.data.trajectory import Trajectory
 

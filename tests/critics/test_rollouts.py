@@ -7,9 +7,10 @@ from pathlib import Path
 import torch
 
 from policies.critics import Critic
-from policies.critics.rollouts import load_episodes, save_episodes, split_rollout
+from policies.critics.rollouts import split_rollout
 from vlarl import rewards as R
 from vlarl.data import Trajectory
+from vlarl.data.critic_episodes import load_episodes, save_episodes
 from vlarl.workers.reward_worker import RewardWorker
 
 from .conftest import INSTRUCTION, moving_square_episode
