@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from tests.helpers.checkpoints import pushcube_checkpoint, tree_hash
-from vlarl.collect import CollectedEpisode, main, mean_squared_jerk, passes
+from vlarl.collect import CollectedEpisode, main, passes
 from vlarl.data.lerobot_v3 import read_episode_table, read_lerobot_dataset
+from vlarl.data.metrics import mean_squared_jerk
 
 ROOT = Path(__file__).resolve().parents[1]
 torch.set_num_threads(1)

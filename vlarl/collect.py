@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 from omegaconf import MISSING
 
+from vlarl.data.metrics import episode_quality
+
 PROG = "vlarl-collect"
 USAGE = __doc__.split("\n\n")[1]
 
@@ -66,21 +68,6 @@ class CollectedEpisode:
     images: dict[str, np.ndarray]
     success: bool
     instruction: str
-
-
-def mean_squared_jerk(actions: np.ndarray) -> float:
-    """Mean over steps and dims of the squared third difference of actions [L, A] (per control step); 0 for
-    episodes shorter than 4 steps, which have no third difference."""
-    a = np.asarray(actions, np.float64).reshape(len(actions), -1)
-    if len(a) < 4:
-        return 0.0
-    return float((np.diff(a, n=3, axis=0) ** 2).mean())
-
-
-def episode_quality(actions: np.ndarray, rewards: np.ndarray) -> dict[str, float]:
-    """The per-episode statistics written to the episode table (``quality/...``)."""
-    return {"quality/length": float(len(actions)), "quality/return": float(np.sum(rewards)),
-            "quality/mean_squared_jerk": mean_squared_jerk(actions)}
 
 
 def passes(ep: CollectedEpisode, success_only: bool, max_length: int) -> bool:

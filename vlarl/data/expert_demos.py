@@ -25,7 +25,7 @@ import numpy as np
 
 from simulators.base import HELD_OUT_SEED_START
 from simulators.maniskill_experts import EXPERTS, scripted_pushcube_action
-from vlarl.collect import episode_quality, mean_squared_jerk
+from vlarl.data.metrics import episode_quality, mean_squared_jerk
 
 #: the first held-out evaluation seed: demonstration seeds stay below it
 EVAL_SEED_START = HELD_OUT_SEED_START
