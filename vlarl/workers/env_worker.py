@@ -35,7 +35,9 @@ class EnvWorker:
 
         system_env.apply()
         route_library_logs()  # per-env simulator warnings to the run's library.log, not the terminal
-        bind(placement)
+        device = bind(placement)
+        if device is not None and device.startswith("cuda"):
+            torch.cuda.set_device(device)  # a GPU simulator builds on this worker's bound GPU, not on cuda:0
         self.env_cfg, self.num_envs, self.worker_index = env_cfg, num_envs, worker_index
         self.envs: list[Any] = []
         self.set_stages(stages)
