@@ -18,6 +18,7 @@ from simulators.registry import make_env
 from simulators.validation import check_reply
 from vlarl.data.builder import cat_results, step_summary
 from vlarl.data.trajectory import cat_obs
+from vlarl.logging import route_library_logs
 from vlarl.scheduler.placement import WorkerPlacement, bind
 from vlarl.scheduler.timeline import Spans
 from vlarl.scheduler.transport import from_wire, to_wire
@@ -33,6 +34,7 @@ class EnvWorker:
         from vlarl import system_env
 
         system_env.apply()
+        route_library_logs()  # per-env simulator warnings to the run's library.log, not the terminal
         device = bind(placement)
         if device is not None and device.startswith("cuda"):
             torch.cuda.set_device(device)  # a GPU simulator builds on this worker's bound GPU, not on cuda:0
