@@ -19,7 +19,7 @@ is then credited only with what came after it, which matters with dense rewards 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -27,12 +27,41 @@ import torch
 from simulators.base import training_seed
 from vlarl.algorithms.off_policy import behaviour_version_of
 from vlarl.algorithms.ppo import step_mask_of
-from vlarl.algorithms.spec import (SEED_STRIDE, AlgorithmSpec, Collector, episode_horizon, register_algorithm,
-                                  unused_value_head_problem)
-from vlarl.algorithms.update import UpdateBatch, choice_problem, clipped_update, clipped_update_problem
+from vlarl.algorithms.spec import (
+    SEED_STRIDE,
+    AlgorithmSpec,
+    Collector,
+    episode_horizon,
+    register_algorithm,
+    unused_value_head_problem,
+)
+from vlarl.algorithms.update import (
+    ClippedUpdateConfig,
+    UpdateBatch,
+    choice_problem,
+    clipped_update,
+    clipped_update_problem,
+    uses_kl_reference,
+)
 from vlarl.data.trajectory import Trajectory
 
 SCORES = ("success", "return", "reward_to_go")
+
+
+@dataclass
+class GRPOConfig(ClippedUpdateConfig):
+    """GRPO: groups of ``group_size`` envs start from one shared reset state; one episode each;
+    advantage = (score - group mean) / (group std + eps), no critic."""
+
+    name: str = "grpo"
+    num_steps: int = 0  # chunk steps per episode; 0 = ceil(env max_episode_steps / chunk)
+    norm_adv: bool = False  # group normalization already scales advantages
+    group_size: int = 8
+    score: str = "success"  # "success" (success_once) | "return" (episode return) | "reward_to_go"
+    scale_by_std: bool = True  # False = mean-centering only ("Dr. GRPO")
+    adv_eps: float = 1e-6
+    filter_groups: bool = False  # drop all-success and all-fail groups (zero learning signal)
+    dynamic_sampling_rounds: int = 0  # extra rollout rounds to refill filtered groups; 0 = off
 
 
 def group_reset_ids(num_envs: int, group_size: int, base: int) -> list[int]:
@@ -337,6 +366,6 @@ def validate_grpo(alg: Any, num_envs: int) -> str | None:
 
 
 # GRPO scores undiscounted episodes, each starting at the batch's first step
-register_algorithm(AlgorithmSpec(name="grpo", update=grpo_update, validate=validate_grpo,
+register_algorithm(AlgorithmSpec(name="grpo", config=GRPOConfig, update=grpo_update, validate=validate_grpo,
                                  discount=lambda alg: 1.0, collect=collect_groups, fresh_episodes=True,
-                                 check_policy=unused_value_head_problem))
+                                 uses_reference=uses_kl_reference, check_policy=unused_value_head_problem))

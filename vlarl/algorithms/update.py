@@ -21,7 +21,39 @@ from vlarl.algorithms.hl_gauss import bins_to_value
 from vlarl.algorithms.kl import KL_ESTIMATORS, kl_estimate
 from vlarl.algorithms.losses import ppo_policy_loss_elementwise, value_loss_elementwise
 from vlarl.algorithms.off_policy import behaviour_weights, staleness_mask
+from vlarl.algorithms.spec import AlgorithmConfig
 from vlarl.data.trajectory import index_obs
+
+
+@dataclass
+class ClippedUpdateConfig(AlgorithmConfig):
+    """Knobs of the clipped-surrogate update (``clipped_update``) that PPO and GRPO share.
+
+    Every key changes behaviour (tests/algorithms/test_config_keys.py shows each one); knobs added after the
+    spine default to "off" so the embedded PPO run is unchanged."""
+
+    update_epochs: int = 4
+    num_minibatches: int = 8
+    clip_low: float = 0.2  # ratio lower clip: 1 - clip_low
+    clip_high: float = 0.2  # ratio upper clip: 1 + clip_high (> clip_low = "clip-higher")
+    dual_clip: float = 0.0  # c > 1: for A < 0 bound the loss by -c * A (Ye et al. 2020); 0 = off
+    ent_coef: float = 0.0
+    max_grad_norm: float = 0.5  # 0 = no clipping (the norm is still measured and logged)
+    skip_nonfinite_grads: bool = True  # skip (and count) an optimizer step whose gradient has NaN/inf
+    target_kl: float = 0.1  # stop the epoch loop early when approx KL exceeds this; 0 = never
+    norm_adv: bool = True  # zero-mean unit-std over the whole batch (all workers), before minibatching
+    logprob_level: str = "chunk"  # "token" | "action" | "chunk": where the PPO ratio is taken
+    loss_agg_mode: str = "token-mean"  # "token-mean" | "seq-mean-token-mean" | "traj-mean"
+    kl_coef: float = 0.0  # penalty weight of KL(policy || frozen reference policy); 0 = off
+    kl_estimator: str = "k3"  # "k1" | "k2" | "k3" (Schulman's estimators of KL from samples)
+    max_staleness: int = -1  # drop samples from policies more than this many versions old; -1 = keep all
+    decoupled: bool = False  # AReaL decoupled PPO: clip against the proximal (current) policy
+    behaviour_weight_cap: float = 5.0  # decoupled only: clip pi_prox / pi_behaviour at this value
+
+
+def uses_kl_reference(alg: ClippedUpdateConfig) -> bool:
+    """``AlgorithmSpec.uses_reference`` of the clipped update: a KL penalty needs the frozen starting policy."""
+    return alg.kl_coef > 0
 
 
 @dataclass
