@@ -156,7 +156,7 @@ class Capability:
             return f"{needed_by} needs {self.name} ({self.meaning}), which policy={name} has switched off: set {self.switch}"
         switch = f" with {self.switch}" if self.switch else ""
         return (f"{needed_by} needs {self.name} ({self.meaning}), which policy={name} does not have; policies that "
-                f"have it: {', '.join(self.families()) or 'none registered'}{switch}")
+                f"have it: {', '.join(f'policy={f}' for f in self.families()) or 'none registered'}{switch}")
 
 
 def _any_class_has(cls: type, protocol: type) -> bool:
