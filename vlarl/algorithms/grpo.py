@@ -39,7 +39,7 @@ from vlarl.algorithms.update import (
     ClippedUpdateConfig,
     UpdateBatch,
     choice_problem,
-    clipped_update,
+    clipped_algorithm_update,
     clipped_update_problem,
     uses_kl_reference,
 )
@@ -293,21 +293,18 @@ def grpo_batch(traj: Trajectory, cfg: Any, version: int = 0) -> tuple[UpdateBatc
     return batch, info
 
 
-def grpo_update(
-    policy: Any,
-    optimizer: torch.optim.Optimizer,
-    traj: Trajectory,
-    cfg: Any,
-    generator: torch.Generator | None = None,
-    reference: Any | None = None,
-    version: int = 0,
-) -> dict[str, float]:
-    """Group advantages, then the shared clipped update (no value loss); returns diagnostics."""
+def grpo_rollout_batch(traj: Trajectory, cfg: GRPOConfig, version: int) -> tuple[UpdateBatch | None,
+                                                                                 dict[str, float], bool]:
+    """GRPO on one grouped rollout: group advantages, then the shared clipped update (no value loss); the group
+    counts of the rollout side's selection join the metrics (nothing to train when no group was kept)."""
+    counts = _group_counts(traj)
     if traj.num_envs == 0:
-        return {"samples": 0.0, "epochs": 0.0, **{f"{k}": v for k, v in _group_counts(traj).items()}}
+        return None, {"samples": 0.0, "epochs": 0.0, **counts}, False
     batch, info = grpo_batch(traj, cfg, version)
-    out = clipped_update(policy, optimizer, batch, cfg, generator, reference, version)
-    return {**out, **info, **_group_counts(traj)}
+    return batch, {**info, **counts}, False
+
+
+grpo_update = clipped_algorithm_update(grpo_rollout_batch)
 
 
 def _group_counts(traj: Trajectory) -> dict[str, float]:

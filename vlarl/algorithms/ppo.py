@@ -27,7 +27,7 @@ from vlarl.algorithms.update import (
     ClippedUpdateConfig,
     UpdateBatch,
     choice_problem,
-    clipped_update,
+    clipped_algorithm_update,
     clipped_update_problem,
     uses_kl_reference,
 )
@@ -106,24 +106,14 @@ def ppo_batch(traj: Trajectory, cfg: Any, version: int = 0) -> UpdateBatch:
     )
 
 
-def ppo_update(
-    policy: Any,
-    optimizer: torch.optim.Optimizer,
-    traj: Trajectory,
-    cfg: Any,
-    generator: torch.Generator | None = None,
-    reference: Any | None = None,
-    version: int = 0,
-) -> dict[str, float]:
-    """Run ``cfg.update_epochs`` epochs of minibatch PPO on ``traj``; returns mean diagnostics.
-
-    ``version`` = number of updates already made (for staleness and critic warm-up).
-    """
-    batch = ppo_batch(traj, cfg, version)
+def ppo_rollout_batch(traj: Trajectory, cfg: PPOConfig, version: int) -> tuple[UpdateBatch, dict[str, float], bool]:
+    """PPO on one rollout: GAE advantages and returns, then ``cfg.update_epochs`` epochs of minibatch steps; the
+    first ``critic_warmup_iterations`` updates (``version`` = updates already made) train the value head only."""
     warmup = version < cfg.critic_warmup_iterations
-    out = clipped_update(policy, optimizer, batch, cfg, generator, reference, version, value_only=warmup)
-    out["critic_warmup"] = float(warmup)
-    return out
+    return ppo_batch(traj, cfg, version), {"critic_warmup": float(warmup)}, warmup
+
+
+ppo_update = clipped_algorithm_update(ppo_rollout_batch)
 
 
 def validate_ppo(alg: Any, num_envs: int) -> str | None:

@@ -9,6 +9,7 @@ aggregation by ``loss_agg_mode``; then gradient clipping and a skip of non-finit
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,7 @@ from vlarl.algorithms.kl import KL_ESTIMATORS, kl_estimate
 from vlarl.algorithms.losses import ppo_policy_loss_elementwise, value_loss_elementwise
 from vlarl.algorithms.off_policy import behaviour_weights, staleness_mask
 from vlarl.algorithms.spec import AlgorithmConfig
-from vlarl.data.trajectory import index_obs
+from vlarl.data.trajectory import Trajectory, index_obs
 
 
 @dataclass
@@ -203,6 +204,29 @@ def clipped_update(
         var_y = ret.var()
         out["explained_variance"] = float(1 - (ret - old_v).var() / var_y) if var_y > 0 else float("nan")
     return out
+
+
+#: ``batch_fn(traj, cfg, version) -> (batch or None, info, value_only)``: what an algorithm trained by
+#: ``clipped_update`` says about one rollout (None: nothing to train on; ``info`` joins the metrics)
+BatchFn = Callable[[Trajectory, Any, int], tuple[UpdateBatch | None, dict[str, float], bool]]
+
+
+def clipped_algorithm_update(batch_fn: BatchFn) -> Callable[..., dict[str, float]]:
+    """The ``AlgorithmSpec.update`` of an algorithm that differs from the others only in how it turns a rollout
+    into an ``UpdateBatch`` (PPO: GAE; GRPO: group advantages): build the batch, run ``clipped_update`` on it
+    (``reference``: the frozen KL target; ``version``: updates already made), return its metrics and ``info``."""
+
+    def update(policy: Any, optimizer: torch.optim.Optimizer, traj: Trajectory, cfg: Any,
+               generator: torch.Generator | None = None, reference: Any | None = None,
+               version: int = 0) -> dict[str, float]:
+        batch, info, value_only = batch_fn(traj, cfg, version)
+        if batch is None:
+            return info
+        out = clipped_update(policy, optimizer, batch, cfg, generator, reference, version, value_only=value_only)
+        return {**out, **info}
+
+    update.__doc__ = batch_fn.__doc__
+    return update
 
 
 def choice_problem(alg: Any, key: str, options: tuple[str, ...]) -> str | None:
