@@ -12,6 +12,7 @@ with ``getattr`` at run time:
   for off-policy critics, optionally ``critic_image_keys`` (which cameras it reads; default all);
 * ``SFT``: ``sft_loss(obs, actions [B, T, A]) -> scalar`` (behaviour cloning, ``policies.vlm.sft``);
 * ``BinnedValueConfig`` (PPO's ``value_loss=hl_gauss``): a policy *config* that can ask for a binned value head;
+* ``LoRAConfig`` (export's merge): a policy *config* whose family fine-tunes through LoRA adapters;
 * ``INSTRUCTION_TOKENS`` (export of a VLM policy): the instruction is tokenized once, outside the traced
   graph, and the policy can be told to use those tokens (``instruction_tokens`` / ``fixed_instruction``).
 
@@ -101,6 +102,14 @@ class BinnedValueConfig(Protocol):
     value_min: float
     value_max: float
     value_sigma_ratio: float
+
+
+@runtime_checkable
+class LoRAConfig(Protocol):
+    """A policy config whose family can fine-tune through LoRA adapters (``lora``: a dataclass with ``rank``;
+    the VLM families); export merges them and records ``rank=0``."""
+
+    lora: Any
 
 
 class FixedInstructionTokens:
@@ -202,5 +211,5 @@ def critic_cameras(policy: Any) -> list[str]:
 
 
 __all__ = ["BinnedValueConfig", "CAPABILITIES", "CRITIC_IMAGE_ENCODER", "INSTRUCTION_TOKENS", "NOISE_STEERING", "REPARAMETERIZED", "SFT",
-           "Capability", "CriticImageEncoder", "FixedInstructionTokens", "InstructionTokens", "NoiseSteering",
+           "Capability", "CriticImageEncoder", "FixedInstructionTokens", "InstructionTokens", "LoRAConfig", "NoiseSteering",
            "ReparameterizedSampling", "SelectsCriticCameras", "SupportsSFT", "critic_cameras"]

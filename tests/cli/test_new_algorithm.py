@@ -105,7 +105,8 @@ def test_a_plugin_algorithm_refuses_keys_and_policies_it_does_not_take(plugin, t
     """Refusals of the plugin's own config and declared capability: one line, exit 2, nothing written."""
     common = ["plugins=[reinforce_plugin]", plugin["searchpath"], "algorithm=reinforce_plugin"]
     cases = [
-        (["policy.squash=true", "algorithm.num_minibatches=4"], "unknown config key 'algorithm.num_minibatches'"),
+        (["policy.squash=true", "algorithm.num_minibatches=4"], "unknown config key 'algorithm.num_minibatches'. "
+         "Valid keys of algorithm: ['anneal_lr', 'gamma', 'lr', 'name', 'normalize', 'num_steps']"),
         ([], "algorithm=reinforce_plugin needs reparameterized sampling"),  # policy=mlp unsquashed
         (["policy.squash=true", "algorithm.gamma=2"], "algorithm.gamma=2.0 must lie in [0, 1]"),
     ]

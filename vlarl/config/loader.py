@@ -172,7 +172,8 @@ def _compose(config_name: str, overrides: list[str]) -> DictConfig:
         except Exception as exc:  # Hydra raises several types; all become one clear line
             hint = None
             try:
-                hint = compose(config_name=config_name, overrides=[o for o in overrides if "=" in o and "." not in o.split("=")[0]])
+                hint = compose(config_name=config_name, overrides=[o for o in overrides if "=" in o and (
+                    "." not in o.split("=")[0] or o.startswith("hydra.searchpath="))])
             except Exception:
                 hint = None
             raise ConfigError(friendly_error(exc, hint)) from exc
