@@ -12,7 +12,7 @@ with ``getattr`` at run time:
   for off-policy critics, optionally ``critic_image_keys`` (which cameras it reads; default all);
 * ``SFT``: ``sft_loss(obs, actions [B, T, A]) -> scalar`` (behaviour cloning, ``policies.vlm.sft``);
 * ``BinnedValueConfig`` (PPO's ``value_loss=hl_gauss``): a policy *config* that can ask for a binned value head;
-* ``LoRAConfig`` (export's merge): a policy *config* whose family fine-tunes through LoRA adapters;
+* ``LoRAAdapted`` (export's merge): a policy *config* whose family fine-tunes through LoRA adapters;
 * ``INSTRUCTION_TOKENS`` (export of a VLM policy): the instruction is tokenized once, outside the traced
   graph, and the policy can be told to use those tokens (``instruction_tokens`` / ``fixed_instruction``).
 
@@ -105,7 +105,7 @@ class BinnedValueConfig(Protocol):
 
 
 @runtime_checkable
-class LoRAConfig(Protocol):
+class LoRAAdapted(Protocol):
     """A policy config whose family can fine-tune through LoRA adapters (``lora``: a dataclass with ``rank``;
     the VLM families); export merges them and records ``rank=0``."""
 
@@ -114,7 +114,8 @@ class LoRAConfig(Protocol):
 
 class FixedInstructionTokens:
     """Mixin giving ``InstructionTokens`` to a policy whose tokenizer is its ``_text(instructions, batch)``
-    method (``policies.ar_vla.openvla_policy``): the one place that knows that method's name."""
+    method (``policies.vlm.policy_base.VLAPolicy`` and every VLM family under it, OpenVLA's and the exact flow
+    model's overrides included): the one place outside those classes that knows that method's name."""
 
     def instruction_tokens(self, instructions: list[str], batch: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self._text(instructions, batch)  # type: ignore[attr-defined]
@@ -211,5 +212,5 @@ def critic_cameras(policy: Any) -> list[str]:
 
 
 __all__ = ["BinnedValueConfig", "CAPABILITIES", "CRITIC_IMAGE_ENCODER", "INSTRUCTION_TOKENS", "NOISE_STEERING", "REPARAMETERIZED", "SFT",
-           "Capability", "CriticImageEncoder", "FixedInstructionTokens", "InstructionTokens", "LoRAConfig", "NoiseSteering",
+           "Capability", "CriticImageEncoder", "FixedInstructionTokens", "InstructionTokens", "LoRAAdapted", "NoiseSteering",
            "ReparameterizedSampling", "SelectsCriticCameras", "SupportsSFT", "critic_cameras"]

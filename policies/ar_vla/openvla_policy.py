@@ -52,7 +52,6 @@ from policies.ar_vla.openvla_checkpoint import load_openvla
 from policies.ar_vla.openvla_oft import OpenVLAOFT
 from policies.ar_vla.prismatic_vision import pixel_values
 from policies.base import ActionSample, Policy, PolicySpec, as_float_tensor
-from policies.capabilities import FixedInstructionTokens
 from policies.cnn.modeling import CNNCriticEncoder, CNNPolicyConfig
 from policies.mlp import RunningNorm, tanh_squash
 from policies.value_head import config_value_support, value_expectation, value_output, with_value_bins
@@ -67,7 +66,7 @@ CRITIC_CNN_KEYS = ("vision_encoder", "freeze_vision", "image_size", "cnn_channel
                    "text_dim", "use_state")
 
 
-class OpenVLAPolicy(ARVLAPolicy, FixedInstructionTokens):
+class OpenVLAPolicy(ARVLAPolicy):
     """Built by ``ARVLAPolicy`` when ``config.architecture`` names an exact architecture."""
 
     def __init__(self, config: Any, spec: PolicySpec):

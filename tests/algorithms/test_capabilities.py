@@ -14,6 +14,7 @@ import torch
 from policies.base import PolicySpec
 from policies.capabilities import (
     CRITIC_IMAGE_ENCODER,
+    INSTRUCTION_TOKENS,
     NOISE_STEERING,
     REPARAMETERIZED,
     SFT,
@@ -39,6 +40,7 @@ def test_the_registry_says_which_families_have_each_capability():
     assert NOISE_STEERING.families() == ["noise_steering"]
     assert "cnn" in CRITIC_IMAGE_ENCODER.families() and "mlp" not in CRITIC_IMAGE_ENCODER.families()
     assert {"cnn", "diffusion", "flow_vla"} <= set(SFT.families()) and "mlp" not in SFT.families()
+    assert INSTRUCTION_TOKENS.families() == ["ar_vla", "diffusion", "flow_vla"]  # the VLM families (VLAPolicy)
 
 
 def test_a_built_policy_has_a_capability_only_when_switched_on():

@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from policies.capabilities import LoRAConfig
+from policies.capabilities import LoRAAdapted
 from vlarl.export.graph import (
     ActGraph,
     ExportError,
@@ -196,7 +196,7 @@ def merge_lora(policy: Any) -> int:
             parent = policy.get_submodule(name.rsplit(".", 1)[0]) if "." in name else policy
             setattr(parent, name.rsplit(".", 1)[-1], module.base_layer)
             merged += 1
-    lora = policy.config.lora if isinstance(policy.config, LoRAConfig) else None
+    lora = policy.config.lora if isinstance(policy.config, LoRAAdapted) else None
     if merged and lora is not None and dataclasses.is_dataclass(lora):
         policy.config = dataclasses.replace(policy.config, lora=dataclasses.replace(lora, rank=0))
     return merged
