@@ -10,7 +10,7 @@ with ``getattr`` at run time:
   ``noise_spec`` (the box the noise lives in, a ``PolicySpec``);
 * ``CRITIC_IMAGE_ENCODER`` (pixel SAC): ``critic_encoder() -> nn.Module`` mapping ``obs -> features [B, F]``
   for off-policy critics, optionally ``critic_image_keys`` (which cameras it reads; default all);
-* ``SFT``: ``sft_loss(obs, actions [B, T, A]) -> scalar`` (behaviour cloning, ``policies.vlm.sft``);
+* ``SFT``: ``sft_loss(obs, actions [B, T, A]) -> scalar`` (behaviour cloning, ``vlarl.data.sft``);
 * ``BinnedValueConfig`` (PPO's ``value_loss=hl_gauss``): a policy *config* that can ask for a binned value head;
 * ``LoRAAdapted`` (export's merge): a policy *config* whose family fine-tunes through LoRA adapters;
 * ``INSTRUCTION_TOKENS`` (export of a VLM policy): the instruction is tokenized once, outside the traced

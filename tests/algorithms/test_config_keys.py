@@ -70,8 +70,8 @@ def make_traj(seed: int = 0) -> Trajectory:
         truncated=trunc,
         final_values=torch.randn(N, B, generator=g),
         next_value=torch.randn(B, generator=g),
-        extras={"step_mask": step_mask, "step_rewards": step_rewards, "episode_success": ep_success,
-                "episode_return": ep_return, "policy_version": version},
+        step_mask=step_mask, step_rewards=step_rewards, episode_success=ep_success, episode_return=ep_return,
+        policy_version=version,
     )
 
 
@@ -331,8 +331,8 @@ def soft_traj(policy, noise: bool = False, seed: int = 3) -> Trajectory:
         replay={k: torch.stack([s.replay[k] for s in samples]) for k in keys},
         logprob=torch.stack([s.logprob for s in samples]), values=torch.zeros(2, B), rewards=step_rewards.sum(-1),
         dones=dones, truncated=torch.zeros(2, B), final_values=torch.zeros(2, B), next_value=torch.zeros(B),
-        extras={"step_rewards": step_rewards, "step_mask": torch.ones(2, B, T, dtype=torch.bool),
-                "next_state": torch.randn(2, B, D, generator=g)})
+        step_rewards=step_rewards, step_mask=torch.ones(2, B, T, dtype=torch.bool),
+        next_state=torch.randn(2, B, D, generator=g))
 
 
 def train_soft(policy_cfg, cfg) -> torch.Tensor:

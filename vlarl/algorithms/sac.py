@@ -247,7 +247,7 @@ class SACState:
         self.high = torch.tensor(spec.action_high, dtype=torch.float32, device=device)
         self.replay = MixedReplay(cfg.buffer_size, sac.demo_ratio)
         if sac.demos:  # state-only (pixel_demos_problem refuses them for a pixel actor)
-            from policies.vlm.demonstrations import read_demonstrations
+            from vlarl.data.demonstrations import read_demonstrations
 
             episodes = read_demonstrations(sac.demos, max_episodes=sac.num_demos, cameras=[])
             self.replay.add_demos(demo_transitions(episodes, T))
