@@ -18,6 +18,7 @@ Q0 = np.array([0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785])
 
 
 def _layer(mode="ee_delta", dt=0.1, **kw) -> SafetyLayer:
+    kw.setdefault("joint_checks", False)  # the Cartesian rules on their own (tests/robots/test_joint_safety.py: joints)
     layer = SafetyLayer(SafetyConfig(**kw), mode, dt)
     layer.reset(np.array([0.5, 0.0, 0.4]), DOWN, Q0)
     return layer
