@@ -299,6 +299,8 @@ class Watchdog:
         self._closed = threading.Event()
         self.trip_reason: str | None = None
         self.trips = 0
+        self.polls = 0
+        self.tripped_event = threading.Event()  # set after a trip's stop ran (tests wait on it, not on a clock)
         self._thread = threading.Thread(target=self._run, name="safety-watchdog", daemon=True)
         self._thread.start()
 
@@ -320,9 +322,11 @@ class Watchdog:
     def reset(self) -> None:
         with self._lock:
             self.trip_reason, self._deadline = None, None
+            self.tripped_event.clear()
 
     def _run(self) -> None:
         while not self._closed.wait(self.poll):
+            self.polls += 1  # checks done; tests wait for a number of them instead of sleeping
             with self._lock:
                 armed = self._deadline is not None and self.trip_reason is None
                 late = armed and self.clock() > self._deadline
@@ -340,6 +344,7 @@ class Watchdog:
                     self.on_trip(reason)
                 except Exception:  # the stop itself may fail when the link is gone
                     log.exception("watchdog: stopping the arm failed")
+                self.tripped_event.set()
 
     def _safe_link_ok(self) -> bool:
         try:
@@ -363,6 +368,7 @@ class OperatorStop:
 
     def __init__(self, stream: IO[str] | None = None, on_stop: Callable[[], Any] | None = None):
         self._event = threading.Event()
+        self.lines = 0  # lines read (a test waits for its line to be read, not for a clock)
         self.on_stop = on_stop
         self._stream = stream if stream is not None else sys.stdin
         self._thread = threading.Thread(target=self._run, name="operator-stop", daemon=True)
@@ -370,6 +376,7 @@ class OperatorStop:
 
     def _run(self) -> None:
         for line in self._stream:
+            self.lines += 1
             if line.strip().lower() in self.STOP_WORDS:
                 log.error("operator stop")
                 self.trigger()

@@ -35,7 +35,7 @@ import numpy as np
 SIM_PORTS = (1337, 1338)  # libfranka's robot and gripper command ports
 DEFAULTS = ["chunk_size=2", "env.goal_radius=0.05", "hil.learner.bc_weight=1.0", "hil.interventions.device=scripted",
             "hil.interventions.protocol=graded", "hil.interventions.graded_episodes=[5,10]", "operator_stop=false",
-            "env.safety.watchdog_timeout=1.0"]
+            "env.safety.watchdog_timeout=1.0", "env.franky.home_dynamics_factor=0.3"]
 
 
 def free_loopback_host() -> str:
@@ -167,6 +167,39 @@ def fault_kind(text: str) -> str:
     return text.split(":")[0][:60] or "other"
 
 
+def summarize(rows: list[dict[str, Any]], exits: list[str], env: Any, mon: Monitor, cfg: Any, args: Any,
+              wall: float, host: str) -> dict[str, Any]:
+    """What the soak measured so far (written after every episode, so a cut-short soak still reports)."""
+    kinds: Counter[str] = Counter()
+    for r in rows:
+        if r.get("fault"):
+            kinds[f"episode cut: {fault_kind(r['fault'])}"] += 1
+        for f in r.get("recovered_faults", []):
+            kinds[f"{'evaluation' if f.startswith('eval') else 'start motion'}: {fault_kind(f)}"] += 1
+    kinds["watchdog trips"] = env.watchdog.trips
+    kinds["recoveries"] = env.recoveries
+    kinds["run exits"] = len(exits)
+    evals = [(r["episode"], r["eval/success"]) for r in rows if "eval/success" in r]
+    cmd, meas = np.asarray(mon.cmd_ratio), np.asarray(mon.measured_ratio)
+    return {
+        "complete": False, "episodes": len(rows), "wall_s": round(wall, 1), "host": host,
+        "commands": len(cmd), "commanded_above_fraction": int((cmd > args.limit_fraction).sum()),
+        "commanded_max_ratio": float(cmd.max()) if cmd.size else 0.0,
+        "commanded_max_abs": np.abs(np.asarray(mon.commanded)).max(0).round(3).tolist() if mon.commanded else [],
+        "samples": len(meas), "measured_above_fraction": int((meas > args.limit_fraction).sum()),
+        "measured_max_ratio": float(meas.max()) if meas.size else 0.0,
+        "measured_max_abs": mon.measured_max.round(3).tolist(),
+        "measured_above_by_phase": dict(mon.above_by_phase),
+        "tilt_vertical_max_deg": max(mon.tilt_vertical, default=0.0),
+        "episode_turn_from_home_max_deg": max(mon.episode_tilt, default=0.0),
+        "episodes_outside_tilt_envelope": int(sum(t > cfg.env.max_tilt_deg for t in mon.episode_tilt)),
+        "rehomes": env.rehomes, "start_faults": len(env.start_faults), "driver_ready_waits": env.driver.ready_waits,
+        "faults": dict(kinds), "run_exits": exits, "evals": evals,
+        "final_heldout_success": evals[-1][1] if evals else None,
+        "clamps_by_rule": dict(mon.clamp_rules),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--episodes", type=int, default=250)
@@ -212,12 +245,22 @@ def main(argv: list[str] | None = None) -> int:
         policy_dir = initial_policy(cfg, env)
         writer = writer_factory(int(cfg.env.policy_hz), cfg.video_codec)
         resume = False
+        segment: list[dict[str, Any]] = []  # rows of the run segment in progress (run returns them at its end)
+
+        def progress(row: dict[str, Any]) -> None:
+            segment.append(row)
+            mon.end_episode()
+            partial = summarize([*rows, *segment], exits, env, mon, cfg, args, time.monotonic() - t0, host)
+            (out / "soak.json").write_text(json.dumps(partial, indent=1))
+
         while True:
             try:
-                rows += run(cfg.hil, env, policy_dir, cfg.output, writer, read_episode, resume=resume,
-                            on_episode=lambda row: mon.end_episode())
+                segment.clear()
+                run(cfg.hil, env, policy_dir, cfg.output, writer, read_episode, resume=resume, on_episode=progress)
+                rows.extend(segment)
                 break
             except (RobotLinkError, RuntimeError) as exc:  # a run exit: counted, then resumed as a user would
+                rows.extend(segment)
                 exits.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
                 logging.error("run exit %d: %s; resuming", len(exits), exits[-1])
                 if len(exits) > args.max_run_exits:
@@ -228,41 +271,15 @@ def main(argv: list[str] | None = None) -> int:
         env.close()
         sim.terminate()
         sim.wait(10)
-    wall = time.monotonic() - t0
-
-    kinds: Counter[str] = Counter()
-    for r in rows:
-        if r.get("fault"):
-            kinds[f"episode cut: {fault_kind(r['fault'])}"] += 1
-        for f in r.get("recovered_faults", []):
-            kinds[f"{'evaluation' if f.startswith('eval') else 'start motion'}: {fault_kind(f)}"] += 1
-    kinds["watchdog trips"] = env.watchdog.trips
-    kinds["recoveries"] = env.recoveries
-    kinds["run exits"] = len(exits)
-    evals = [(r["episode"], r["eval/success"]) for r in rows if "eval/success" in r]
-    cmd, meas = np.asarray(mon.cmd_ratio), np.asarray(mon.measured_ratio)
-    summary = {
-        "episodes": len(rows), "wall_s": round(wall, 1), "host": host,
-        "commands": len(cmd), "commanded_above_fraction": int((cmd > args.limit_fraction).sum()),
-        "commanded_max_ratio": float(cmd.max()) if cmd.size else 0.0,
-        "commanded_max_abs": np.abs(np.asarray(mon.commanded)).max(0).round(3).tolist() if mon.commanded else [],
-        "samples": len(meas), "measured_above_fraction": int((meas > args.limit_fraction).sum()),
-        "measured_max_ratio": float(meas.max()) if meas.size else 0.0,
-        "measured_max_abs": mon.measured_max.round(3).tolist(),
-        "measured_above_by_phase": dict(mon.above_by_phase),
-        "tilt_vertical_max_deg": max(mon.tilt_vertical, default=0.0),
-        "episode_turn_from_home_max_deg": max(mon.episode_tilt, default=0.0),
-        "episodes_outside_tilt_envelope": int(sum(t > cfg.env.max_tilt_deg for t in mon.episode_tilt)),
-        "rehomes": env.rehomes, "start_faults": len(env.start_faults), "driver_ready_waits": env.driver.ready_waits,
-        "faults": dict(kinds), "run_exits": exits, "evals": evals,
-        "final_heldout_success": evals[-1][1] if evals else None,
-        "clamps_by_rule": dict(mon.clamp_rules),
-    }
+    summary = summarize(rows, exits, env, mon, cfg, args, time.monotonic() - t0, host)
+    kinds, evals, wall = summary["faults"], summary["evals"], summary["wall_s"]
+    cmd_n, meas_n = summary["commands"], summary["samples"]
+    summary["complete"] = True
     (out / "soak.json").write_text(json.dumps(summary, indent=1))
     print(f"\nsoak: {len(rows)} episodes in {wall / 60:.1f} wall minutes on franky-sim at {host}")
-    print(f"commanded joint velocities: {summary['commanded_above_fraction']} of {len(cmd)} above "
+    print(f"commanded joint velocities: {summary['commanded_above_fraction']} of {cmd_n} above "
           f"{args.limit_fraction} of the FR3 limits (max {summary['commanded_max_ratio']:.2f})")
-    print(f"measured joint velocities:  {summary['measured_above_fraction']} of {len(meas)} samples above "
+    print(f"measured joint velocities:  {summary['measured_above_fraction']} of {meas_n} samples above "
           f"{args.limit_fraction} (max {summary['measured_max_ratio']:.2f}; per joint {summary['measured_max_abs']})")
     print(f"  where: {dict(mon.above_by_phase)}")
     print(f"tool: max {summary['tilt_vertical_max_deg']:.1f} deg from vertical; max turn from home in an episode "

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from waits import wait_until
 
 from policies.base import Policy
 from robots.cameras import CameraConfig
@@ -113,16 +114,19 @@ def test_watchdog_stops_arm_when_policy_stalls_then_recovers(franky_sim):
     cfg = _cfg()
     cfg.safety.watchdog_timeout = 0.25
     env = FrankaEnv(cfg)
+    skew = [0.0]
+    env.watchdog.clock = lambda: time.monotonic() + skew[0]  # an injected clock: the stall is a jump of it
     try:
         env.reset()
         move = np.zeros((1, 4, 7), np.float32)
         move[0, :, 0] = 0.01
         env.chunk_step(move)
-        assert env.driver.robot.is_in_control
-        time.sleep(1.0)  # the policy "stalls"
+        assert env.driver.robot.is_in_control and not env.watchdog.tripped
+        skew[0] = 1.0  # the policy "stalls" for 1 s of the watchdog's clock
+        assert env.watchdog.tripped_event.wait(30)  # bounded: a hang fails here, no timing is asserted
         assert env.watchdog.tripped and "late" in env.watchdog.trip_reason
         assert not env.driver.robot.is_in_control and not env.driver.tracking
-        assert np.abs(env.driver.read().dq).max() < 0.05  # at rest
+        assert wait_until(lambda: np.abs(env.driver.read().dq).max() < 0.05, 30)  # comes to rest
         p_stop = _ee(env)
         env.chunk_step(move)  # next chunk: recover and resume
         assert env.recoveries == 1 and not env.watchdog.tripped and env.driver.robot.is_in_control
@@ -216,10 +220,8 @@ def test_joint_mode_and_gripper_thresholds(franky_sim):
         hold(0.9, 2)  # above gripper_close_above: close
         hold(0.5, 10)  # back inside the band: stays closed
         assert env.safety.last.gripper_closed
-        deadline = time.monotonic() + 5.0  # the gripper runs on its own thread at 0.1 m/s
-        while env.driver.read().gripper_width > 0.01 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert env.driver.read().gripper_width < min(width0, 0.01)  # the gripper closed
+        # the gripper runs on its own thread at 0.1 m/s: wait for the width (bounded), then check it
+        assert wait_until(lambda: env.driver.read().gripper_width < min(width0, 0.01), 60)  # the gripper closed
     finally:
         env.close()
 
