@@ -39,8 +39,8 @@ DEFAULTS = ["chunk_size=2", "env.goal_radius=0.05", "hil.learner.bc_weight=1.0",
 
 
 def free_loopback_host() -> str:
-    """A 127.0.0.x (x >= 2) whose libfranka ports are free; ValueError when every one is taken."""
-    for last in range(2, 250):
+    """A 127.0.0.x (x >= 100: the tests use .1-.59) whose libfranka ports are free; ValueError when none is."""
+    for last in range(100, 250):
         host = f"127.0.0.{last}"
         ok = True
         for port in SIM_PORTS:
@@ -52,7 +52,7 @@ def free_loopback_host() -> str:
                     ok = False
         if ok:
             return host
-    raise ValueError("every loopback address 127.0.0.2-249 has its libfranka ports taken; stop a franky-sim")
+    raise ValueError("every loopback address 127.0.0.100-249 has its libfranka ports taken; stop a franky-sim")
 
 
 def start_franky_sim(host: str, log_path: Path) -> subprocess.Popen:
