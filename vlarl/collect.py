@@ -182,6 +182,19 @@ def _fail(msg: str) -> int:
     return 2
 
 
+def refuse_unknown_top_level(args: list[str], schema: type) -> None:
+    """One line for a misspelt top-level key of a small CLI's schema (Hydra's own hint would name TrainConfig's
+    keys); ``env.*`` and other nested keys are left to Hydra."""
+    from vlarl.config.loader import ConfigError
+
+    valid = sorted(f.name for f in fields(schema))
+    for key in (a.split("=", 1)[0] for a in args if "=" in a):
+        if "." not in key and key not in valid:
+            close = difflib.get_close_matches(key, valid, n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise ConfigError(f"unknown config key '{key}'.{hint} Valid keys: {valid}")
+
+
 def load_config(args: list[str]) -> CollectConfig:
     """Compose ``configs/collect.yaml`` + overrides (Hydra, as ``vlarl-eval``) into a typed ``CollectConfig``."""
     from hydra.core.config_store import ConfigStore
@@ -189,12 +202,7 @@ def load_config(args: list[str]) -> CollectConfig:
 
     from vlarl.config.loader import ConfigError, _compose, friendly_error, register_schemas
 
-    valid = sorted(f.name for f in fields(CollectConfig))
-    for key in (a.split("=", 1)[0] for a in args if "=" in a):
-        if "." not in key and key not in valid:  # top-level keys are checked here: Hydra's hint names TrainConfig's
-            close = difflib.get_close_matches(key, valid, n=1)
-            hint = f" Did you mean '{close[0]}'?" if close else ""
-            raise ConfigError(f"unknown config key '{key}'.{hint} Valid keys: {valid}")
+    refuse_unknown_top_level(args, CollectConfig)
     register_schemas()
     ConfigStore.instance().store(name="collect_schema", node=CollectConfig)
     cfg = _compose("collect", args)
