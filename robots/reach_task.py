@@ -40,6 +40,11 @@ from simulators.registry import register_env
 
 log = logging.getLogger(__name__)
 
+
+def _limit_norm(vec: np.ndarray, limit: float) -> np.ndarray:
+    n = float(np.linalg.norm(vec))
+    return vec if n <= limit else vec * (limit / n)
+
 HELD_OUT_SEED = 1_000_000  # evaluation starts are drawn from seeds at or above this; training below
 
 
@@ -60,6 +65,10 @@ class FrankaReachConfig(FrankaEnvConfig):
     start_high: list[float] = field(default_factory=lambda: [0.42, 0.05, 0.50])
     start_tolerance: float = 0.01  # m: the start motion ends this close to the drawn start
     max_start_steps: int = 40  # safety-filtered steps the start motion may take
+    # start motions need not be fast: the tracker overshoots fast references (franky-sim: joints at 0.95 of the FR3
+    # limits in start motions at the policy's 0.25 m/s, 0 above 0.6 of them in the episodes)
+    start_speed: float = 0.12  # m/s of the start motion's reference
+    start_angular_speed: float = 0.4  # rad/s of its turn back to the home orientation
     dense_scale: float = 1.0
     success_bonus: float = 1.0
     position_only: bool = True
@@ -88,6 +97,9 @@ class FrankaReachEnv(FrankaEnv):
         if cfg.max_tilt_deg <= 0 or cfg.joint_envelope < 0 or cfg.max_start_attempts < 1:
             raise EnvError(f"env.max_tilt_deg={cfg.max_tilt_deg} must be > 0, env.joint_envelope={cfg.joint_envelope} "
                            f">= 0 and env.max_start_attempts={cfg.max_start_attempts} >= 1")
+        if cfg.start_speed <= 0 or cfg.start_angular_speed <= 0:
+            raise EnvError(f"env.start_speed={cfg.start_speed} and env.start_angular_speed={cfg.start_angular_speed} "
+                           "must be > 0")
         if cfg.goal_radius <= 0 or cfg.max_start_steps < 1:
             raise EnvError(f"env.goal_radius={cfg.goal_radius} must be > 0 and env.max_start_steps="
                            f"{cfg.max_start_steps} >= 1")
@@ -155,7 +167,8 @@ class FrankaReachEnv(FrankaEnv):
         self.safety.clamps = []  # the episode's clamps start now
 
     def _start_motion(self) -> None:
-        """Safety-filtered P-steps toward the drawn start (and the home orientation), at the policy rate."""
+        """Safety-filtered P-steps toward the drawn start (and the home orientation) at ``start_speed`` /
+        ``start_angular_speed``, at the policy rate."""
         t_next = time.perf_counter()
         for _ in range(self.cfg.max_start_steps):
             if not self.cfg.safety.dry_run and (self.watchdog.tripped or not self.driver.link_ok()):
@@ -169,7 +182,9 @@ class FrankaReachEnv(FrankaEnv):
             if (np.linalg.norm(self.start - r.pos) < self.cfg.start_tolerance and np.linalg.norm(target_err) < 1e-3
                     and np.linalg.norm(rot_err) < 1e-3):
                 break
-            target, _ = self.safety.filter(np.concatenate([target_err, rot_err, [0.0]]))
+            step = np.concatenate([_limit_norm(target_err, self.cfg.start_speed * self.dt),
+                                   _limit_norm(rot_err, self.cfg.start_angular_speed * self.dt), [0.0]])
+            target, _ = self.safety.filter(step)
             if not self.cfg.safety.dry_run:
                 self.driver.track(target, self.cfg.action_mode)
                 self.start_commands += 1

@@ -109,6 +109,7 @@ class Monitor:
         env.safety.filter = counted
         self.phase = "idle"  # idle | homing | tracking: where each measured sample was taken
         self.above_by_phase: Counter[str] = Counter()
+        self.worst: tuple[float, list[float], list[float], str] = (0.0, [], [], "")  # ratio, q, dq, phase
         home = env.driver.move_home
 
         def move_home() -> None:
@@ -138,6 +139,9 @@ class Monitor:
                 continue
             self.measured_max = np.maximum(self.measured_max, np.abs(r.dq))
             self.measured_ratio.append(self.ratio(r.q, r.dq))
+            if self.measured_ratio[-1] > self.worst[0]:
+                self.worst = (self.measured_ratio[-1], np.round(r.q, 3).tolist(), np.round(r.dq, 3).tolist(),
+                              "episode" if self.env.elapsed else "start motion or reset")
             if self.measured_ratio[-1] > self.limit_fraction:
                 phase = "tracking" if self.env.driver.tracking else self.phase
                 self.above_by_phase[f"{phase}, {'episode' if self.env.elapsed else 'start motion'}"] += 1
@@ -190,6 +194,7 @@ def summarize(rows: list[dict[str, Any]], exits: list[str], env: Any, mon: Monit
         "measured_max_ratio": float(meas.max()) if meas.size else 0.0,
         "measured_max_abs": mon.measured_max.round(3).tolist(),
         "measured_above_by_phase": dict(mon.above_by_phase),
+        "measured_worst": {"ratio": mon.worst[0], "q": mon.worst[1], "dq": mon.worst[2], "phase": mon.worst[3]},
         "tilt_vertical_max_deg": max(mon.tilt_vertical, default=0.0),
         "episode_turn_from_home_max_deg": max(mon.episode_tilt, default=0.0),
         "episodes_outside_tilt_envelope": int(sum(t > cfg.env.max_tilt_deg for t in mon.episode_tilt)),
