@@ -74,6 +74,7 @@ class FrankyDriver:
     def __init__(self, config: FrankyConfig, clock: Callable[[], float] = time.monotonic):
         self.cfg = config
         self.clock = clock  # injectable: the wait for rest is bounded on this clock
+        self.reconnects = 0  # links re-established by recover() after libfranka lost them
         self.ready_waits = 0  # motions that had to wait for the arm to come to rest first
         self.robot: Any = None
         self.gripper: Any = None
@@ -96,8 +97,9 @@ class FrankyDriver:
         rt = {"ignore": franky.RealtimeConfig.Ignore, "enforce": franky.RealtimeConfig.Enforce}
         if self.cfg.realtime not in rt:
             raise ValueError(f"robot.franky.realtime='{self.cfg.realtime}' is unknown; choose 'ignore' or 'enforce'")
+        self._realtime = rt[self.cfg.realtime]
         try:
-            self.robot = franky.Robot(self.cfg.ip, realtime_config=rt[self.cfg.realtime])
+            self.robot = franky.Robot(self.cfg.ip, realtime_config=self._realtime)
             self.robot.recover_from_errors()
             if self.cfg.gripper:
                 self.gripper = franky.Gripper(self.cfg.ip)
@@ -274,8 +276,16 @@ class FrankyDriver:
         self.stop()
         try:
             ok = bool(self.robot.recover_from_errors())
-        except Exception as exc:
-            raise RobotLinkError(f"error recovery failed ({type(exc).__name__}: {exc})") from exc
+        except Exception as exc:  # the link itself is gone (libfranka's NetworkException): connect again, once
+            log.warning("error recovery failed (%s: %s); connecting to the arm again", type(exc).__name__, exc)
+            try:
+                with self._lock:
+                    self.robot = self._franky.Robot(self.cfg.ip, realtime_config=self._realtime)
+                ok = bool(self.robot.recover_from_errors())
+            except Exception as exc2:
+                raise RobotLinkError(f"error recovery failed ({type(exc2).__name__}: {exc2}); the link to "
+                                     f"{self.cfg.ip} did not come back") from exc2
+            self.reconnects += 1
         return ok or not self.robot.has_errors
 
     def close(self) -> None:

@@ -182,6 +182,7 @@ def summarize(rows: list[dict[str, Any]], exits: list[str], env: Any, mon: Monit
             kinds[f"{'evaluation' if f.startswith('eval') else 'start motion'}: {fault_kind(f)}"] += 1
     kinds["watchdog trips"] = env.watchdog.trips
     kinds["recoveries"] = env.recoveries
+    kinds["reconnects"] = env.driver.reconnects
     kinds["run exits"] = len(exits)
     evals = [(r["episode"], r["eval/success"]) for r in rows if "eval/success" in r]
     cmd, meas = np.asarray(mon.cmd_ratio), np.asarray(mon.measured_ratio)
