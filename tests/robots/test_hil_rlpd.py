@@ -190,7 +190,7 @@ def _free_loopback_host() -> str:
                     ok = False
         if ok:
             return host
-    # worded so that VLARL_REQUIRE_ALL=1 turns it into a failure (tests/conftest.py: "are taken" = a busy machine)
+    # not one of tests/conftest.py's ALLOWED_SKIPS: under VLARL_REQUIRE_ALL=1 this busy machine fails the run
     pytest.skip(f"libfranka ports {SIM_PORTS} are taken on every loopback address 127.0.0.2-59; stop a franky-sim")
 
 
