@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from policies.base import Policy, PolicySpec, as_float_tensor
+from policies.capabilities import FixedInstructionTokens
 from policies.mlp import RunningNorm
 from policies.vlm.backbone import build_backbone, has_backbone_files, save_backbone_files
 
@@ -70,7 +71,7 @@ def value_mlp(dim: int, hidden: int | None = None, layers: int = 1) -> nn.Sequen
 VALUE_SOURCES = ("hidden", "state")
 
 
-class VLAPolicy(Policy):
+class VLAPolicy(Policy, FixedInstructionTokens):
     """Base for VLM policies; ``config`` needs ``backbone``, ``lora``, ``freeze_vlm``, ``freeze_vision``,
     ``use_state``, ``dtype``. Subclasses add their action head and call ``_finish_init()`` last."""
 
