@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from robots.cameras import CameraConfig, make_camera
 from robots.franky_driver import FrankyConfig, FrankyDriver, RobotLinkError, RobotReading
@@ -202,11 +201,11 @@ class FrankaEnv(SteppedEnv):
 
     def _outcome(self, reward: float = 0.0, success: bool = False, truncated: bool = False,
                  executed: bool = True) -> StepOutcome:
-        return StepOutcome(reward=torch.tensor([reward], dtype=torch.float64), terminated=torch.tensor([success]),
-                           truncated=torch.tensor([truncated]), success=torch.tensor([success]),
-                           executed=torch.tensor([executed]))
+        return StepOutcome(reward=np.array([reward]), terminated=np.array([success]),
+                           truncated=np.array([truncated]), success=np.array([success]),
+                           executed=np.array([executed]))
 
-    def step_once(self, actions: torch.Tensor, active: torch.Tensor) -> StepOutcome:
+    def step_once(self, actions: np.ndarray, active: np.ndarray) -> StepOutcome:
         """One action through the safety layer, held for ``1 / policy_hz`` s. Success ends the episode
         (terminated); an operator stop or a link fault ends it before the action runs, a watchdog trip
         after it (truncated)."""
@@ -214,7 +213,7 @@ class FrankaEnv(SteppedEnv):
             self.driver.stop()
             self._fault = "operator stop"
             return self._outcome(truncated=True, executed=False)
-        policy_action = actions[0].numpy()
+        policy_action = actions[0]
         obs_before, prev = self._obs, self.safety.last
         command, intervened = self._command(policy_action)
         target, clamps = self.safety.filter(command)
@@ -247,7 +246,7 @@ class FrankaEnv(SteppedEnv):
     def observe(self) -> Obs:
         return self._obs
 
-    def end_chunk(self, done: torch.Tensor, episode: dict[str, torch.Tensor]) -> None:
+    def end_chunk(self, done: np.ndarray, episode: dict[str, np.ndarray]) -> None:
         """Record a finished episode and go home for the next one (unless a fault stopped the arm)."""
         self.watchdog.kick()  # the deadline for the next chunk starts now
         fault = self._fault

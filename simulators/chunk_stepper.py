@@ -33,14 +33,16 @@ import torch
 
 from simulators.base import BatchedEnv, ChunkStepResult, EnvError, Obs
 
+#: an array of the stepper's kind: numpy on the host, a torch tensor on a device (see ``ChunkStepper``)
+Array = np.ndarray | torch.Tensor
 #: ``observer(t, stepped)``: called after control step ``t`` of a chunk; ``stepped: bool [B]``
-StepObserver = Callable[[int, torch.Tensor], None]
+StepObserver = Callable[[int, Array], None]
 
 
 @dataclass
 class StepOutcome:
-    """One control step of every env; tensors ``[B]`` on the env's stepper device. Rows of envs that were
-    not active are ignored.
+    """One control step of every env: arrays ``[B]`` of the stepper's kind (numpy for a host stepper, torch
+    on the device otherwise). Rows of envs that were not active are ignored.
 
     reward:     float [B]; any float dtype (episode returns are summed in float64, rewards stored float32).
     terminated: bool [B]; the task ended (success, or a failure the task defines).
@@ -52,11 +54,11 @@ class StepOutcome:
                 ``truncated`` True; that step is then masked out and the episode ends there.
     """
 
-    reward: torch.Tensor
-    terminated: torch.Tensor
-    truncated: torch.Tensor
-    success: torch.Tensor
-    executed: torch.Tensor | None = None
+    reward: Array
+    terminated: Array
+    truncated: Array
+    success: Array
+    executed: Array | None = None
 
 
 def check_actions(actions: torch.Tensor | np.ndarray, num_envs: int, action_dim: int,
@@ -76,37 +78,79 @@ def check_actions(actions: torch.Tensor | np.ndarray, num_envs: int, action_dim:
     return a
 
 
-class ChunkStepper:
-    """The chunk bookkeeping of ``num_envs`` envs on ``device``: the action box, the time limit and the
-    running episodes' return (float64), length and ``success_once``, carried across chunks.
+class _Host:
+    """numpy arrays: a chunk's per-step bookkeeping costs ~1 us an operation instead of a torch op's ~5."""
 
-    ``max_episode_steps`` <= 0 means no time limit of ours; ``ignore_terminations`` runs every episode to
-    the time limit (a task's success or failure does not end it).
+    where = staticmethod(np.where)
+
+    @staticmethod
+    def zeros(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        return np.zeros(shape, dtype=getattr(np, dtype))
+
+    @staticmethod
+    def f32(x: np.ndarray) -> np.ndarray:
+        return x.astype(np.float32)
+
+    @staticmethod
+    def out(x: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(x)
+
+
+class _Device:
+    """torch tensors on one device (a GPU batch): nothing leaves the device."""
+
+    where = staticmethod(torch.where)
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def zeros(self, shape: tuple[int, ...], dtype: str) -> torch.Tensor:
+        return torch.zeros(shape, dtype=getattr(torch, dtype), device=self.device)
+
+    @staticmethod
+    def f32(x: torch.Tensor) -> torch.Tensor:
+        return x.float()
+
+    @staticmethod
+    def out(x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+class ChunkStepper:
+    """The chunk bookkeeping of ``num_envs`` envs: the action box, the time limit and the running episodes'
+    return (float64), length and ``success_once``, carried across chunks.
+
+    ``device`` None: a host env (scenes stepped in Python, the arm); its per-step arrays (``active``, the
+    ``StepOutcome``, the observer's ``stepped``) are numpy and the results CPU tensors over them. A device:
+    everything is a torch tensor there, with no copy to the host. ``max_episode_steps`` <= 0 means no time
+    limit of ours; ``ignore_terminations`` runs every episode to the time limit.
     """
 
     def __init__(self, num_envs: int, action_low: np.ndarray, action_high: np.ndarray, max_episode_steps: int,
-                 device: torch.device | str = "cpu", ignore_terminations: bool = False):
+                 device: torch.device | str | None = None, ignore_terminations: bool = False):
         self.num_envs = int(num_envs)
-        self.device = torch.device(device)
+        self.device = None if device is None else torch.device(device)
+        self.xp = _Host() if self.device is None else _Device(self.device)
         self.low = torch.as_tensor(np.asarray(action_low), dtype=torch.float32, device=self.device)
         self.high = torch.as_tensor(np.asarray(action_high), dtype=torch.float32, device=self.device)
         self.max_episode_steps = int(max_episode_steps)
         self.ignore_terminations = bool(ignore_terminations)
-        self.ret = torch.zeros(self.num_envs, dtype=torch.float64, device=self.device)
-        self.length = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
-        self.success_once = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        self.ret = self.xp.zeros((self.num_envs,), "float64")
+        self.length = self.xp.zeros((self.num_envs,), "int64")
+        self.success_once = self.xp.zeros((self.num_envs,), "bool")
 
-    def start_episodes(self, rows: torch.Tensor | None = None) -> None:
-        """Forget the running episodes of ``rows`` (bool [B] or indices; None = all): after a reset."""
+    def start_episodes(self, rows: Array | None = None) -> None:
+        """Forget the running episodes of ``rows`` (bool [B]; None = all): after a reset."""
         sel = slice(None) if rows is None else rows
         self.ret[sel] = 0.0
         self.length[sel] = 0
         self.success_once[sel] = False
 
-    def actions(self, actions: torch.Tensor | np.ndarray) -> torch.Tensor:
-        """Checked actions clipped to the action box: float32 [B, T, A] on the stepper's device."""
+    def actions(self, actions: torch.Tensor | np.ndarray) -> Array:
+        """Checked actions clipped to the action box: float32 [B, T, A] (numpy for a host stepper)."""
         a = check_actions(actions, self.num_envs, int(self.low.shape[0]), self.device)
-        return torch.maximum(torch.minimum(a, self.high), self.low)
+        a = torch.maximum(torch.minimum(a, self.high), self.low)
+        return a.numpy() if self.device is None else a
 
     def run(self, env: SteppedEnv, actions: torch.Tensor | np.ndarray,
             observer: StepObserver | None = None) -> ChunkStepResult:
@@ -114,56 +158,56 @@ class ChunkStepper:
         a = self.actions(actions)
         env.begin_chunk()
         B, T, _ = a.shape
-        dev = self.device
-        rewards = torch.zeros(B, T, dtype=torch.float32, device=dev)
-        terminated = torch.zeros(B, T, dtype=torch.bool, device=dev)
-        truncated = torch.zeros(B, T, dtype=torch.bool, device=dev)
-        step_mask = torch.zeros(B, T, dtype=torch.bool, device=dev)
-        success = torch.zeros(B, T, dtype=torch.bool, device=dev)
-        done = torch.zeros(B, dtype=torch.bool, device=dev)
+        xp = self.xp
+        rewards = xp.zeros((B, T), "float32")
+        terminated, truncated, step_mask, success = (xp.zeros((B, T), "bool") for _ in range(4))
+        done = xp.zeros((B,), "bool")
+        limit = self.max_episode_steps
         for t in range(T):
             active = ~done
             out = env.step_once(a[:, t], active)
             stepped = active if out.executed is None else active & out.executed
-            r = torch.where(stepped, out.reward.to(torch.float64), 0.0)
-            step_mask[:, t] = stepped
+            r = xp.where(stepped, out.reward, 0.0)
             rewards[:, t] = r
-            success[:, t] = out.success & stepped
-            self.ret += r
+            self.ret += r  # in float64, step by step: the return of the rewards as the env gave them
             self.length += stepped
-            term = active & out.terminated if not self.ignore_terminations else torch.zeros_like(active)
-            trunc = out.truncated
-            if self.max_episode_steps > 0:
-                trunc = trunc | (self.length >= self.max_episode_steps)
+            step_mask[:, t] = stepped
+            success[:, t] = out.success & stepped
+            term = active & out.terminated if not self.ignore_terminations else done & False
+            trunc = out.truncated | (self.length >= limit) if limit > 0 else out.truncated
             trunc = active & trunc & ~term
             terminated[:, t] = term
             truncated[:, t] = trunc
             done |= term | trunc
             if observer is not None:
                 observer(t, stepped)
-            if bool(done.all()):
+            if done.all():
                 break
         return self._finish(env, rewards, terminated, truncated, step_mask, success, done)
 
-    def _finish(self, env: SteppedEnv, rewards: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
-                step_mask: torch.Tensor, success: torch.Tensor, done: torch.Tensor) -> ChunkStepResult:
+    def _finish(self, env: SteppedEnv, rewards: Array, terminated: Array, truncated: Array, step_mask: Array,
+                success: Array, done: Array) -> ChunkStepResult:
         """Episode metrics of the envs in ``done``, ``final_obs``, then the env's auto-reset."""
+        xp = self.xp
         self.success_once |= success.any(1)
-        ended = terminated | truncated  # one True per finished env: its episode's last step
+        at_end = (success & (terminated | truncated)).any(1)  # success at each finished episode's last step
         nan = float("nan")
-        episode = {
-            "success_once": torch.where(done, self.success_once.float(), nan),
-            "success_at_end": torch.where(done, (success & ended).any(1).float(), nan),
-            "return": torch.where(done, self.ret.float(), nan),
-            "episode_len": torch.where(done, self.length.float(), nan),
+        episode = {  # the names of ``simulators.base.EPISODE_METRICS``; NaN where no episode ended
+            "success_once": xp.where(done, xp.f32(self.success_once), nan),
+            "success_at_end": xp.where(done, xp.f32(at_end), nan),
+            "return": xp.where(done, xp.f32(self.ret), nan),
+            "episode_len": xp.where(done, xp.f32(self.length), nan),
         }
+        episode = {k: xp.f32(v) for k, v in episode.items()}
         any_done = bool(done.any())
         final_obs = env.observe() if any_done else None
         if any_done:
             self.start_episodes(done)
         env.end_chunk(done, episode)
-        return ChunkStepResult(obs=env.observe(), rewards=rewards, terminated=terminated, truncated=truncated,
-                               step_mask=step_mask, final_obs=final_obs, done=done, episode=episode, success=success)
+        return ChunkStepResult(obs=env.observe(), rewards=xp.out(rewards), terminated=xp.out(terminated),
+                               truncated=xp.out(truncated), step_mask=xp.out(step_mask), final_obs=final_obs,
+                               done=xp.out(done), episode={k: xp.out(v) for k, v in episode.items()},
+                               success=xp.out(success))
 
 
 class SteppedEnv(BatchedEnv):
@@ -178,19 +222,20 @@ class SteppedEnv(BatchedEnv):
         from a stop here)."""
 
     @abc.abstractmethod
-    def step_once(self, actions: torch.Tensor, active: torch.Tensor) -> StepOutcome:
+    def step_once(self, actions: Array, active: Array) -> StepOutcome:
         """One control step: ``actions: float32 [B, A]`` (clipped) for every env, ``active: bool [B]`` the
-        envs still inside their episode (the rest may be stepped or not; their rows are ignored)."""
+        envs still inside their episode (the rest may be stepped or not; their rows are ignored). Arrays of
+        the stepper's kind (numpy for a host stepper)."""
 
     @abc.abstractmethod
     def observe(self) -> Obs:
         """The batched observation, each env as of its last executed step (or its reset)."""
 
     @abc.abstractmethod
-    def end_chunk(self, done: torch.Tensor, episode: dict[str, torch.Tensor]) -> None:
+    def end_chunk(self, done: Array, episode: dict[str, Array]) -> None:
         """After a chunk's last step: reset the envs in ``done: bool [B]`` (auto-reset) so that ``observe``
         shows their next episode. ``episode``: the finished episodes' metrics ({name: float32 [B]}, NaN
-        where not done), for an env that records them."""
+        where not done), for an env that records them. Arrays of the stepper's kind."""
 
     def render_rows(self, rows: list[int]) -> list[np.ndarray] | None:
         """uint8 [H, W, 3] frames of the envs ``rows`` now, or None when the env was built without rendering.

@@ -179,19 +179,17 @@ class SerialBatchedEnv(SteppedEnv):
         if not self._obs:
             raise EnvError("chunk_step called before reset(); call env.reset(seed=...) first")
 
-    def step_once(self, actions: torch.Tensor, active: torch.Tensor) -> StepOutcome:
+    def step_once(self, actions: np.ndarray, active: np.ndarray) -> StepOutcome:
         """Step every active scene once (in env order); a finished scene waits for its auto-reset."""
-        a = actions.numpy()
-        B = self.num_envs
-        reward = np.zeros(B, dtype=np.float64)
-        flags = np.zeros((4, B), dtype=bool)  # terminated, truncated, success, executed
-        for i in active.nonzero().flatten().tolist():
-            r = self._scene_call("step", i, self.step_scene, a[i])
-            self._raw[i] = r.obs
-            reward[i] = r.reward
-            flags[:, i] = (r.terminated, r.truncated, r.success, True)
-        term, trunc, succ, _ = torch.from_numpy(flags)
-        return StepOutcome(reward=torch.from_numpy(reward), terminated=term, truncated=trunc, success=succ)
+        reward = np.zeros(self.num_envs, dtype=np.float64)
+        term, trunc, succ = flags = np.zeros((3, self.num_envs), dtype=bool)
+        for i, on in enumerate(active.tolist()):
+            if on:
+                r = self._scene_call("step", i, self.step_scene, actions[i])
+                self._raw[i] = r.obs
+                reward[i] = r.reward
+                flags[:, i] = r.terminated, r.truncated, r.success
+        return StepOutcome(reward=reward, terminated=term, truncated=trunc, success=succ)
 
     def observe(self) -> Obs:
         for i, raw in enumerate(self._raw):  # each scene's last step, converted once per chunk
@@ -200,8 +198,8 @@ class SerialBatchedEnv(SteppedEnv):
                 self._raw[i] = None
         return self._stack(self._obs)
 
-    def end_chunk(self, done: torch.Tensor, episode: dict[str, torch.Tensor]) -> None:
-        for i in done.nonzero().flatten().tolist():
+    def end_chunk(self, done: np.ndarray, episode: dict[str, np.ndarray]) -> None:
+        for i in np.flatnonzero(done).tolist():
             self._episode_count[i] += 1
             seed, state_id = self._auto_reset_args(i)
             self._obs[i] = self._scene_call("auto-reset", i, self.reset_scene, seed, state_id)
