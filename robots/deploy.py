@@ -5,7 +5,8 @@
     vlarl-deploy robot=franka_sim server=127.0.0.1:8000      # policy served by robots.serve
 
 The policy is either loaded locally (``checkpoint``, a ``save_pretrained`` directory) or reached
-over the openpi-compatible websocket (``server=host:port``). Every episode (observations, executed
+over the openpi-compatible websocket (``server=host:port``; a server started with an API key needs the same
+key in ``VLARL_POLICY_API_KEY`` here). Every episode (observations, executed
 and requested actions, clamps) is written to ``<output>/episodes.hdf5`` in the robomimic layout SFT reads.
 Press Enter (or ``s``/``q`` + Enter) in the terminal to stop the arm at any time.
 """

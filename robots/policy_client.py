@@ -1,16 +1,16 @@
-"""Thin robot-side client for the policy server, and a broker that hands out a chunk one action at a time.
+"""Thin robot-side client for the policy server.
 
 The client needs only ``websockets`` and ``msgpack`` (no torch), so it can run on the robot's PC
-while the model runs on a GPU machine.
+while the model runs on a GPU machine. vlarl keeps no chunk broker: ``vlarl-deploy`` executes a chunk's first
+``replan_every`` actions, and openpi's client package ships its own ``ActionChunkBroker``.
 """
 
 from __future__ import annotations
 
 import http.client
+import os
 import time
 from typing import Any
-
-import numpy as np
 
 from robots.wire import packb, unpackb
 
@@ -31,21 +31,40 @@ def healthz(host: str, port: int, timeout: float = 2.0) -> bool:
         return False
 
 
-class PolicyClient:
-    """Synchronous websocket client; ``infer(obs) -> {"actions": [T, A], ...}``. Latency kept per call."""
+API_KEY_ENV = "VLARL_POLICY_API_KEY"  # read by the server CLI and by clients not given a key
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 8000, connect_timeout: float = 10.0):
+
+class PolicyClient:
+    """Synchronous websocket client; ``infer(obs) -> {"actions": [T, A], ...}``. Latency kept per call.
+
+    ``api_key`` (default: ``$VLARL_POLICY_API_KEY``) is sent as openpi's client sends it,
+    ``Authorization: Api-Key <key>``. A server that refuses the connection (wrong key, full) raises
+    ``ConnectionError`` with the server's reason.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 8000, connect_timeout: float = 10.0,
+                 api_key: str | None = None):
+        from websockets.exceptions import ConnectionClosed, InvalidHandshake
         from websockets.sync.client import connect
 
         self.uri = f"ws://{host}:{port}"
+        api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
+        headers = {"Authorization": f"Api-Key {api_key}"} if api_key else None
         try:
-            self._ws = connect(self.uri, compression=None, max_size=None, open_timeout=connect_timeout).__enter__()
-        except OSError as exc:
+            self._ws = connect(self.uri, compression=None, max_size=None, open_timeout=connect_timeout,
+                               additional_headers=headers).__enter__()  # the context form: no deprecation warning
+        except (OSError, InvalidHandshake) as exc:
             raise ConnectionError(
                 f"cannot reach the policy server at {self.uri} ({exc}); start it with "
                 f"`python -m robots.serve checkpoint=<dir> port={port}` or fix policy.server"
             ) from exc
-        self.metadata: dict[str, Any] = unpackb(self._ws.recv())
+        try:
+            self.metadata: dict[str, Any] = unpackb(self._ws.recv(timeout=connect_timeout))
+        except (ConnectionClosed, TimeoutError) as exc:
+            self._ws.close()
+            rcvd = getattr(exc, "rcvd", None)
+            why = f"{rcvd.reason} (code {rcvd.code})" if rcvd is not None else "no metadata"
+            raise ConnectionError(f"policy server at {self.uri} refused the connection: {why}") from exc
         self.latencies_ms: list[float] = []
 
     def infer(self, obs: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
@@ -65,34 +84,3 @@ class PolicyClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-class ActionChunkBroker:
-    """Query the policy once per ``replan_every`` steps and serve the chunk's actions in order.
-
-    ``infer`` is anything with ``infer(obs) -> {"actions": [T, A]}`` (``PolicyClient``, or a local
-    policy wrapper). ``replan_every`` = 0 uses the whole chunk.
-    """
-
-    def __init__(self, infer: Any, replan_every: int = 0):
-        self._infer = infer
-        self.replan_every = replan_every
-        self._chunk: np.ndarray | None = None
-        self._index = 0
-
-    def reset(self) -> None:
-        self._chunk, self._index = None, 0
-
-    def action(self, obs: dict[str, Any]) -> np.ndarray:
-        """One action ``[A]`` for ``obs`` (a new chunk is requested when the current one is used up)."""
-        limit = len(self._chunk) if self._chunk is not None else 0
-        if self.replan_every > 0:
-            limit = min(limit, self.replan_every)
-        if self._chunk is None or self._index >= limit:
-            actions = np.asarray(self._infer.infer(obs)["actions"], dtype=np.float32)
-            if actions.ndim != 2:
-                raise PolicyServerError(f"expected actions [T, A] from the policy, got {list(actions.shape)}")
-            self._chunk, self._index = actions, 0
-        a = self._chunk[self._index]
-        self._index += 1
-        return a

@@ -28,4 +28,8 @@ if [[ "$EXTRAS" == *all* || "$EXTRAS" == *robot* ]]; then
   "$VENV/bin/python" -m pip install -q --no-deps openpi-client
 fi
 VLARL_PYTHON="$VENV/bin/python" bash "$ROOT/scripts/setup_system.sh"
+# ManiSkill's motion planner (vlarl-demos) needs numpy<2: a small environment of its own beside .venv
+if [[ "$EXTRAS" == *all* || "$EXTRAS" == *maniskill* ]]; then
+  VLARL_PYTHON="$VENV/bin/python" bash "$ROOT/scripts/setup_planner.sh"
+fi
 echo "[setup] done: activate with 'source $VENV/bin/activate'"

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from policies.base import Policy
-from robots.policy_client import ActionChunkBroker, PolicyClient, PolicyServerError, healthz
+from robots.policy_client import PolicyClient, PolicyServerError, healthz
 from robots.policy_server import PolicyServer
 from robots.wire import WireError, packb, unpackb
 
@@ -103,18 +103,6 @@ def test_healthz_and_batched_requests(server):
         out = client.infer(batch)["actions"]
         assert out.shape == (3, 4, 7)
         np.testing.assert_allclose(out[0], out[2])
-
-
-def test_action_chunk_broker_serves_chunk_in_order(server):
-    rng = np.random.default_rng(3)
-    with PolicyClient("127.0.0.1", server.port) as client:
-        req = _request(rng)
-        chunk = client.infer(req)["actions"]
-        broker = ActionChunkBroker(client, replan_every=3)
-        got = [broker.action(req) for _ in range(4)]
-        np.testing.assert_allclose(np.stack(got[:3]), chunk[:3], atol=1e-6)
-        np.testing.assert_allclose(got[3], chunk[0], atol=1e-6)  # replanned after 3 steps
-        assert len(client.latencies_ms) == 3
 
 
 class _SlowPolicy(torch.nn.Module):

@@ -1,0 +1,123 @@
+"""Demonstrations from ManiSkill's own motion planner, converted by ManiSkill's own replay.
+
+Two steps, each ManiSkill's code run as it ships:
+
+1. ``maniskill_planner_job.py`` runs the task's motion-planning solution (``mani_skill.examples.motionplanning``)
+   and records ``pd_joint_pos`` trajectories. ManiSkill 3.0.1's solutions need ``mplib==0.1.1``, which crashes
+   with numpy 2 (the numpy vlarl's environment has), so the job runs with the interpreter of a planner
+   environment of its own (``scripts/setup_planner.sh`` makes ``.venv-planner``; ``VLARL_PLANNER_PYTHON`` points
+   elsewhere).
+2. ``mani_skill.trajectory.replay_trajectory`` (in vlarl's environment, the one the policy trains in) replays
+   them into the control mode and observation mode the policy trains on; only replays that succeed are kept.
+
+Seeds start at ``seed`` (default 0), far below the held-out evaluation seeds (1,000,000 and up).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from simulators.base import EnvError
+
+#: tasks whose motion-planning solution ships with ManiSkill 3.0.1 (``maniskill_planner_job._solutions``)
+PLANNER_TASKS = ("PushCube-v1", "PullCube-v1", "PickCube-v1", "StackCube-v1", "PegInsertionSide-v1",
+                 "PlugCharger-v1", "PlaceSphere-v1", "LiftPegUpright-v1", "PullCubeTool-v1", "DrawTriangle-v1",
+                 "StackPyramid-v1")
+#: control modes ManiSkill's replay converts ``pd_joint_pos`` into (``mani_skill.trajectory.utils.actions``)
+CONVERTIBLE_CONTROL = ("pd_joint_pos", "pd_joint_delta_pos", "pd_joint_target_delta_pos", "pd_joint_vel",
+                       "pd_ee_delta_pos", "pd_ee_delta_pose", "pd_ee_target_delta_pos", "pd_ee_target_delta_pose")
+OBS_MODES = ("state", "rgb")
+JOB = Path(__file__).with_name("maniskill_planner_job.py")
+SETUP_HINT = "bash scripts/setup_planner.sh"
+
+
+@dataclass
+class PlannedDemos:
+    """What one planning + conversion produced: the converted ManiSkill trajectory file and its counts."""
+
+    h5: Path
+    planned: int  # successful planner episodes
+    attempts: int  # seeds tried by the planner
+    converted: int  # episodes whose replay in the target control mode succeeded (those in ``h5``)
+    seeds: list[int]
+
+
+def planner_python() -> Path:
+    """The planner environment's interpreter: ``$VLARL_PLANNER_PYTHON`` or ``<repo>/.venv-planner/bin/python``."""
+    given = os.environ.get("VLARL_PLANNER_PYTHON")
+    return Path(given) if given else Path(__file__).resolve().parent.parent / ".venv-planner" / "bin" / "python"
+
+
+def check_request(task: str, control_mode: str, obs_mode: str) -> None:
+    """One-line refusals (``EnvError``) for what the planner or the replay cannot do; runs nothing."""
+    if task not in PLANNER_TASKS:
+        raise EnvError(f"env.task='{task}' has no ManiSkill motion-planning solution; choose one of "
+                       f"{list(PLANNER_TASKS)} (or record a scripted expert, scripts/pushcube_expert.py)")
+    if control_mode not in CONVERTIBLE_CONTROL:
+        raise EnvError(f"env.control_mode='{control_mode}' cannot be made from the planner's pd_joint_pos by "
+                       f"ManiSkill's replay; choose one of {list(CONVERTIBLE_CONTROL)}")
+    if obs_mode not in OBS_MODES:
+        raise EnvError(f"env.obs_mode='{obs_mode}' is not recorded; choose one of {list(OBS_MODES)}")
+    py = planner_python()
+    if not py.exists():
+        raise EnvError(f"the motion planner's environment '{py}' does not exist; make it with `{SETUP_HINT}` "
+                       f"(ManiSkill's planner needs mplib 0.1.1 and numpy<2) or set VLARL_PLANNER_PYTHON")
+
+
+def _run(cmd: list[str], what: str, log) -> str:
+    proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if proc.returncode not in (0,) and not proc.stdout.strip():
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise EnvError(f"{what} failed (exit {proc.returncode}): {tail}")
+    for line in proc.stderr.splitlines():
+        if line.startswith("seed "):
+            log(f"[planner] {line}")
+    return proc.stdout
+
+
+def plan_and_convert(task: str, episodes: int, control_mode: str, obs_mode: str, work_dir: str | os.PathLike,
+                     seed: int = 0, max_attempts: int = 0, log=print) -> PlannedDemos:
+    """Plan ``episodes`` successful episodes of ``task`` from seed ``seed`` on, replay them into
+    ``control_mode``/``obs_mode``; returns the converted file (in ``work_dir``) and the counts."""
+    check_request(task, control_mode, obs_mode)
+    work = Path(work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    out = _run([str(planner_python()), str(JOB), "--task", task, "--episodes", str(episodes), "--seed", str(seed),
+                "--max-attempts", str(max_attempts), "--out-dir", str(work), "--name", "planned"],
+               f"ManiSkill's motion planner on {task}", log)
+    summary = json.loads(out.strip().splitlines()[-1])
+    if not summary["successes"]:
+        raise EnvError(f"ManiSkill's motion planner solved none of {summary['attempts']} seeds of {task}; "
+                       f"raise max_attempts or pick another task")
+    raw = Path(summary["file"])
+    before = set(work.glob("*.h5"))
+    _run([sys.executable, "-m", "mani_skill.trajectory.replay_trajectory", "--traj-path", str(raw),
+          "--target-control-mode", control_mode, "--obs-mode", obs_mode, "--sim-backend", "physx_cpu",
+          "--save-traj", "--record-rewards", "--reward-mode", "sparse"],
+         f"ManiSkill's replay_trajectory into {control_mode}/{obs_mode}", log)
+    made = sorted(set(work.glob("*.h5")) - before)
+    if len(made) != 1:
+        raise EnvError(f"ManiSkill's replay wrote {len(made)} trajectory files in '{work}'; expected one")
+    converted = _count_episodes(made[0])
+    return PlannedDemos(made[0], summary["successes"], summary["attempts"], converted, summary["seeds"])
+
+
+def _count_episodes(h5: Path) -> int:
+    import h5py
+
+    with h5py.File(h5, "r") as f:
+        return sum(1 for k in f if k.startswith("traj_"))
+
+
+def move_trajectory(src: Path, dst: Path) -> None:
+    """Move a ManiSkill trajectory file and its ``.json`` beside it to ``dst`` (``.h5``)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(src), str(dst))
+    if src.with_suffix(".json").exists():
+        shutil.move(str(src.with_suffix(".json")), str(dst.with_suffix(".json")))

@@ -1,0 +1,77 @@
+"""``vlarl-demos``: ManiSkill's own motion planner, converted by ManiSkill's own replay into the training control
+mode, written as a ManiSkill trajectory file and a LeRobot v3.0 dataset; the demonstrations replay to success in
+vlarl's own env from the same seeds (so seeds, observations and actions mean the same thing on both sides); and
+every refusal is one line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simulators.maniskill_demos import planner_python
+from tests.helpers.checkpoints import tree_hash
+from vlarl.demos import main
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _refusal(capsys, world: Path, args: list[str], match: str) -> None:
+    before = tree_hash(world)
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("vlarl-demos: error:") and match in err[0], err
+    assert tree_hash(world) == before and not (world / "out").exists()
+
+
+def test_refusals_are_one_line_exit_2_and_write_nothing(world, capsys, monkeypatch):
+    _refusal(capsys, world, ["output=out", "env=maniskill", "env.task=PokeCube-v1"],
+             "has no ManiSkill motion-planning solution")
+    _refusal(capsys, world, ["output=out", "env=maniskill_pushcube", "env.control_mode=pd_ee_pose"],
+             "cannot be made from the planner's pd_joint_pos")
+    _refusal(capsys, world, ["output=out", "env=robosuite_lift"], "choose a ManiSkill env config")
+    _refusal(capsys, world, ["env=maniskill_pushcube"], "missing output=")
+    _refusal(capsys, world, ["output=out", "episodez=3"], "Did you mean 'episodes'")
+    _refusal(capsys, world, ["output=out", "episodes=0"], "episodes and fps must be >= 1")
+    monkeypatch.setenv("VLARL_PLANNER_PYTHON", str(world / "no-such-env" / "python"))
+    _refusal(capsys, world, ["output=out", "env=maniskill_pushcube"], "scripts/setup_planner.sh")
+
+
+def test_planner_demos_replay_to_success_in_vlarl_env(world, capsys):
+    if not planner_python().exists():
+        pytest.skip("the motion planner's environment is not installed: bash scripts/setup_planner.sh")
+    from simulators.maniskill import ManiSkillConfig
+    from simulators.registry import make_env
+    from vlarl.data.demonstrations import read_maniskill_h5
+    from vlarl.data.lerobot_v3 import read_lerobot_dataset
+
+    args = ["output=out", "env=maniskill_pushcube", "env.control_mode=pd_ee_delta_pos", "episodes=2", "seed=3"]
+    assert main(args) == 0, capsys.readouterr().err
+    episodes = read_maniskill_h5(world / "out" / "trajectories.h5")
+    assert len(episodes) == 2 and all(e.success for e in episodes)
+    lerobot = read_lerobot_dataset(world / "out" / "lerobot")
+    assert len(lerobot) == 2
+    np.testing.assert_allclose(lerobot[0].state, episodes[0].state, atol=1e-6)
+
+    # the same seeds in vlarl's env: the first observation matches and the planner's actions solve the task
+    cfg = ManiSkillConfig(task="PushCube-v1", control_mode="pd_ee_delta_pos", obs_mode="state",
+                          reward_mode="sparse", max_episode_steps=200)
+    env = make_env(cfg, num_envs=1)
+    try:
+        for seed, ep in zip((3, 4), episodes, strict=True):
+            obs = env.reset(seed=[seed])
+            np.testing.assert_allclose(np.asarray(obs["state"])[0], ep.state[0], atol=1e-4)
+            solved = False
+            for a in ep.actions:
+                res = env.chunk_step(a[None, None, :])
+                solved = solved or bool(res.episode["success_once"][0] > 0.5) or bool(res.done[0])
+                if res.done[0]:
+                    break
+            assert solved, f"seed {seed}: the planner's converted actions did not solve PushCube in vlarl's env"
+    finally:
+        env.close()
