@@ -75,6 +75,7 @@ class SerialBatchedEnv(SteppedEnv):
     max_episode_steps: int
     instructions: list[str]
     ignore_terminations: bool = False
+    one_env_at_a_time = True  # each scene runs its chunk in turn (see ``SteppedEnv``)
 
     # -- what a simulator implements ------------------------------------------------------------
     @abc.abstractmethod
@@ -180,7 +181,7 @@ class SerialBatchedEnv(SteppedEnv):
             raise EnvError("chunk_step called before reset(); call env.reset(seed=...) first")
 
     def step_once(self, actions: np.ndarray, active: np.ndarray) -> StepOutcome:
-        """Step every active scene once (in env order); a finished scene waits for its auto-reset."""
+        """Step the active scene(s) once; a finished scene waits for its auto-reset."""
         reward = np.zeros(self.num_envs, dtype=np.float64)
         term, trunc, succ = flags = np.zeros((3, self.num_envs), dtype=bool)
         for i, on in enumerate(active.tolist()):

@@ -159,3 +159,15 @@ def test_observer_frames_on_a_real_serial_simulator():
         assert not np.array_equal(after, frames[0][-1])
     finally:
         env.close()
+
+
+def test_one_env_at_a_time_runs_each_envs_chunk_in_turn():
+    """A serial simulator's order: env 0's chunk (until its episode ends), then env 1's, one row per call."""
+    env = CountdownEnv(ends=[2, 100], max_steps=0)
+    env.one_env_at_a_time = True
+    env.reset()
+    seen = []
+    res = env.chunk_step(_actions(2, 3), observer=lambda t, stepped: seen.append((t, np.flatnonzero(stepped).tolist())))
+    assert seen == [(0, [0]), (1, [0]), (0, [1]), (1, [1]), (2, [1])]
+    assert res.step_mask.tolist() == [[True, True, False], [True, True, True]]
+    assert res.done.tolist() == [True, False] and res.episode["episode_len"][0] == 2.0
