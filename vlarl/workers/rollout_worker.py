@@ -24,7 +24,13 @@ from vlarl.data.trajectory import Trajectory, cat_obs, split_obs
 from vlarl.scheduler import collective
 from vlarl.scheduler.placement import WorkerPlacement, bind
 from vlarl.scheduler.timeline import Spans
-from vlarl.scheduler.transport import from_wire, to_wire, trajectory_info
+from vlarl.scheduler.transport import from_wire, to_device, to_wire, trajectory_info
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the kernels queued on ``device`` (CUDA only), so a wall-clock timing covers them."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 class RolloutWorker:
@@ -63,7 +69,7 @@ class RolloutWorker:
         tail = None  # the per-stage tail values computed as each stage ended (values_after)
         if not b.has_tail(num_steps):
             tail = tuple(self.values(*next_inputs(b.worker_results(num_steps - 1))))
-        traj = b.build(num_steps, tail)
+        traj = to_device(b.build(num_steps, tail), "cpu")  # GPU-simulator replies + CPU samples: one device
         self.builder = None
         return to_wire(traj), trajectory_info(traj)
 
@@ -196,10 +202,12 @@ class RolloutWorker:
         for S in stages:
             parts = split_obs(full, S)
             self.policy.sample(parts[0])  # warm-up at this batch size
+            synchronize(self.device)  # CUDA runs asynchronously: time the kernels, not their launches
             t = time.perf_counter()
             for _ in range(repeats):
                 for part in parts:
                     self.policy.sample(part)
+            synchronize(self.device)
             out[int(S)] = (time.perf_counter() - t) / repeats
         return out
 
