@@ -27,6 +27,8 @@ from torch.distributed._tools.mem_tracker import MemTracker
 
 from policies.base import PolicySpec
 
+_TOTAL = "Total"  # MemTracker's key of the all-categories sum in a snapshot
+
 
 class _NoHook:
     """Stands in for a gradient-hook handle of a frozen parameter (nothing to remove)."""
@@ -49,6 +51,14 @@ class FrozenAwareMemTracker(MemTracker):
             if not p.requires_grad and self._param_to_grad_hook_handles.get(p, None) is None:
                 self._param_to_grad_hook_handles[p] = (_NoHook(), _NoHook())
         return super()._track_module_params_and_buffers(module, install_grad_hooks)
+
+    def _update_peak_stats(self, peak_state: Any) -> None:
+        """The device-wide peak only: the per-module peaks (unused here) cost a pass over every module per op,
+        which made one published pi0 rollout trace take over 10 minutes."""
+        for dev, snap in self._curr_mem_snap.items():
+            if self._peak_mem.get(dev, 0) < snap[_TOTAL]:
+                self._peak_mem[dev] = snap[_TOTAL]
+                self._peak_mem_snap[dev] = dict(snap)
 
 
 @dataclass
@@ -94,12 +104,12 @@ def _phase(tracker: MemTracker) -> PhaseMemory:
     keys = {k.name if hasattr(k, "name") else str(k): v for k, v in snap.items()}
     return PhaseMemory(parameters=keys.get("PARAM", 0), buffers=keys.get("BUFFER", 0), gradients=keys.get("GRAD", 0),
                        optimizer=keys.get("OPT", 0), activations=keys.get("ACT", 0) + keys.get("TEMP", 0),
-                       inputs=keys.get("OTH", 0), peak=snap["Total"], start=0)
+                       inputs=keys.get("OTH", 0), peak=snap[_TOTAL], start=0)
 
 
 def _start_total(tracker: MemTracker) -> int:
     snaps = tracker.get_tracker_snapshot("current")
-    return sum(s["Total"] for s in snaps.values())
+    return sum(s[_TOTAL] for s in snaps.values())
 
 
 def probe_obs(spec: PolicySpec, batch: int) -> dict[str, Any]:
@@ -110,8 +120,8 @@ def probe_obs(spec: PolicySpec, batch: int) -> dict[str, Any]:
             "instruction": [spec.instruction or "probe"] * batch}
 
 
-class _Rollout(torch.nn.Module):
-    """One root module per phase: ``MemTracker`` attributes module calls to a single root call."""
+class RolloutStep(torch.nn.Module):
+    """Rollout inference as one root module call (``MemTracker`` attributes module calls to one root call)."""
 
     def __init__(self, policy: torch.nn.Module) -> None:
         super().__init__()
@@ -122,8 +132,9 @@ class _Rollout(torch.nn.Module):
             return self.policy.sample(obs)
 
 
-class _Update(torch.nn.Module):
-    """The loss of ``vlarl.algorithms.update.clipped_update`` for one minibatch (chunk-level ratio, token-mean)."""
+class UpdateLoss(torch.nn.Module):
+    """The loss of ``vlarl.algorithms.update.clipped_update`` for one minibatch: re-score the sampled chunk,
+    chunk-level clipped surrogate (token-mean), entropy term, value loss; with the same library functions."""
 
     def __init__(self, policy: torch.nn.Module, clip: float = 0.2, vf_coef: float = 0.5) -> None:
         super().__init__()
@@ -147,6 +158,30 @@ class _Update(torch.nn.Module):
             v = value_loss_elementwise(value, value.detach(), torch.zeros_like(value))
             loss = loss + self.vf_coef * v.mean()
         return loss
+
+
+def update_step(policy: torch.nn.Module, optimizer: torch.optim.Optimizer, obs: dict[str, Any], sample: Any,
+                max_grad_norm: float) -> None:
+    """One optimizer step as the actor takes it: loss, backward, gradient clipping, Adam, gradients freed."""
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    loss = UpdateLoss(policy)(obs, sample.replay, sample.logprob)
+    loss.backward()
+    if params:
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else float("inf"))
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def make_optimizer(policy: torch.nn.Module) -> torch.optim.Optimizer:
+    """The actor worker's Adam (foreach) over the trainable parameters, its state created by one zero step."""
+    params = [p for p in policy.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=1e-4, eps=1e-5, foreach=True)
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    if params:
+        opt.step()
+    opt.zero_grad(set_to_none=True)
+    return opt
 
 
 def trace_policy(policy_cfg: Any, spec: PolicySpec, rollout_batch: int, micro_batch: int,
@@ -177,13 +212,13 @@ def trace_policy(policy_cfg: Any, spec: PolicySpec, rollout_batch: int, micro_ba
 def _trace(policy: torch.nn.Module, spec: PolicySpec, rollout_batch: int, micro_batch: int,
            max_grad_norm: float) -> tuple[PhaseMemory, PhaseMemory]:
     """Both phases of ``trace_policy``; runs inside its ``FakeTensorMode``."""
-    policy.to_empty(device="cpu")
+    _to_fake_storage(policy)
     obs = probe_obs(spec, rollout_batch)
     tracker = FrozenAwareMemTracker()
     tracker.track_external(policy, *_tensors(obs))
     start = _start_total(tracker)
     with tracker:
-        _Rollout(policy)(obs)
+        RolloutStep(policy)(obs)
     rollout = _phase(tracker)
     rollout.start = start
     del obs
@@ -191,29 +226,38 @@ def _trace(policy: torch.nn.Module, spec: PolicySpec, rollout_batch: int, micro_
     obs = probe_obs(spec, micro_batch)
     with torch.no_grad():
         sample = policy.sample(obs)
-    params = [p for p in policy.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=1e-4, eps=1e-5, foreach=True)  # the actor worker's optimizer
-    for p in params:
-        p.grad = torch.zeros_like(p)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
+    opt = make_optimizer(policy)
     tracker = FrozenAwareMemTracker()
     tracker.track_external(policy, opt, *_tensors(obs), *sample.replay.values(), sample.logprob)
     start = _start_total(tracker)
     with tracker:
-        loss = _Update(policy)(obs, sample.replay, sample.logprob)
-        loss.backward()
-        if params:
-            torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else float("inf"))
-            opt.step()
-        opt.zero_grad(set_to_none=True)
+        update_step(policy, opt, obs, sample, max_grad_norm)
     update = _phase(tracker)
     update.start = start
     return rollout, update
+
+
+def _to_fake_storage(policy: torch.nn.Module) -> None:
+    """Give the meta-device parameters fake CPU storage, keeping tied weights tied.
+
+    ``Module.to_empty`` replaces each module's parameters one by one, so a parameter two modules share (pi0's
+    ``lm_head`` = its token embeddings: 527 M weights) would become two; the run builds one, so the ties are
+    restored afterwards."""
+    owners: dict[int, list[tuple[torch.nn.Module, str]]] = {}
+    for module in policy.modules():
+        for name, p in module._parameters.items():
+            if p is not None:
+                owners.setdefault(id(p), []).append((module, name))
+    policy.to_empty(device="cpu")
+    for shared in owners.values():
+        first_module, first_name = shared[0]
+        for module, name in shared[1:]:
+            module._parameters[name] = first_module._parameters[first_name]
 
 
 def _tensors(obs: dict[str, Any]) -> list[torch.Tensor]:
     return [obs["state"], *obs["images"].values()]
 
 
-__all__ = ["FrozenAwareMemTracker", "PhaseMemory", "PolicyTrace", "probe_obs", "trace_policy"]
+__all__ = ["FrozenAwareMemTracker", "PhaseMemory", "PolicyTrace", "RolloutStep", "UpdateLoss", "make_optimizer",
+           "probe_obs", "trace_policy", "update_step"]
