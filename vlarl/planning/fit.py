@@ -113,6 +113,11 @@ def choose_fit(cfg: Any, gpu_memory_gb: float, planner: Planner | None = None) -
         overrides = recipe_overrides(cfg.policy, recipe) + [f"algorithm.num_minibatches={nm}"]
         return FitChoice(recipe, nm, mb, planner.device_bytes(recipe, mb), budget, overrides)
 
+    smallest = planner.device_bytes(recipes[-1], sizes[-1][1])  # the least memory any setting needs
+    if smallest > budget:
+        raise PlanError(f"placement.gpu_memory_gb={gpu_memory_gb:g}: nothing fits; the smallest setting (micro-batch "
+                        f"1, {recipes[-1].label()}) needs {smallest / GIB:.2f} GiB; use a larger GPU, a smaller "
+                        f"policy.size, or fewer env.num_envs per env worker")
     nm0, mb0 = sizes[0]
     for recipe in recipes:  # 1. the configured micro-batch
         if planner.device_bytes(recipe, mb0) <= budget:
@@ -133,10 +138,7 @@ def choose_fit(cfg: Any, gpu_memory_gb: float, planner: Planner | None = None) -
         for recipe in level_recipes:
             if planner.device_bytes(recipe, mb) <= budget:
                 return choice(recipe, nm, mb)
-    smallest = min(planner.device_bytes(r, sizes[-1][1]) for r in recipes)
-    raise PlanError(f"placement.gpu_memory_gb={gpu_memory_gb:g}: nothing fits; the smallest setting (micro-batch 1, "
-                    f"{recipes[-1].label()}) needs {smallest / GIB:.2f} GiB; use a larger GPU, a smaller policy.size, "
-                    f"or fewer env.num_envs per env worker")
+    raise AssertionError("unreachable: the smallest setting fits, so step 2 finds it")
 
 
 def apply_fit(cfg: Any) -> FitChoice | None:

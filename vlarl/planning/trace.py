@@ -25,7 +25,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed._tools.mem_tracker import MemTracker
 
-from policies.base import PolicySpec
+from policies.base import ActionSample, PolicySpec
 
 _TOTAL = "Total"  # MemTracker's key of the all-categories sum in a snapshot
 
@@ -218,14 +218,15 @@ def _trace(policy: torch.nn.Module, spec: PolicySpec, rollout_batch: int, micro_
     tracker.track_external(policy, *_tensors(obs))
     start = _start_total(tracker)
     with tracker:
-        RolloutStep(policy)(obs)
+        sample = RolloutStep(policy)(obs)
     rollout = _phase(tracker)
     rollout.start = start
-    del obs
-
+    # the update re-scores rows of that rollout: its replay, repeated or cut to micro_batch rows (a second
+    # sample() would cost as much to trace as the rollout did)
+    rows = torch.arange(micro_batch) % rollout_batch
+    sample = ActionSample(sample.actions[rows], sample.logprob[rows], None,
+                          {k: v[rows] for k, v in sample.replay.items()})
     obs = probe_obs(spec, micro_batch)
-    with torch.no_grad():
-        sample = policy.sample(obs)
     opt = make_optimizer(policy)
     tracker = FrozenAwareMemTracker()
     tracker.track_external(policy, opt, *_tensors(obs), *sample.replay.values(), sample.logprob)
