@@ -1,7 +1,7 @@
 """The memory planner, checked and tabulated.
 
     python scripts/bench_planner.py check       # predicted vs measured peak RSS growth, small configs (CPU)
-    python scripts/bench_planner.py published   # docs/one_gpu.md's table: published sizes, traced on the CPU
+    python scripts/bench_planner.py published [pi0 ...]  # docs/one_gpu.md's table: published sizes, on the CPU
 
 ``check``: for each small configuration, the planner's predicted growth of one update (and of rollout inference)
 over what is resident when it starts, next to the peak RSS growth of the same code run for real in a fresh
@@ -69,13 +69,15 @@ def published_rows(recipes: list[Recipe], fewest: str) -> list[Recipe]:
     return [r for r in (Recipe("full", "bfloat16", True), Recipe(fewest, "bfloat16", True)) if r in recipes]
 
 
-def published() -> int:
+def published(names: list[str]) -> int:
     print("| policy | recipe | params (B) | trained (M) | rollout peak, 8 rows | update: weights | grads | Adam "
           f"| activations, {MICRO_BATCH} rows | update peak | device peak | 24 GB | 48 GB | 80 GB | traced in |")
     print("|" + "---|" * 15)
     for name, fewest, overrides in PUBLISHED:
+        if names and name not in names:
+            continue
         cfg = load_train_config(["~experiment", *PUBLISHED_ENV, *overrides, "policy.freeze_vlm=false"])
-        for recipe in published_rows(recipes_from(cfg.policy), fewest):
+        for recipe in published_rows(recipes_from(cfg.policy), fewest)[::-1 if "--fewest-first" in names else 1]:
             t0 = time.perf_counter()
             try:
                 tr = trace_policy(apply_recipe(cfg.policy, recipe), probe_spec(cfg.env), cfg.env.num_envs, MICRO_BATCH)
@@ -98,7 +100,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["check"]:
         return check()
     if argv[:1] == ["published"]:
-        return published()
+        return published(argv[1:])
     print(__doc__)
     return 2
 

@@ -8,7 +8,15 @@ from __future__ import annotations
 import pytest
 
 from vlarl.config import load_train_config
-from vlarl.planning.fit import ALLOCATOR_HEADROOM, GIB, PlanError, Planner, choose_fit, micro_batches
+from vlarl.planning.fit import (
+    ALLOCATOR_HEADROOM,
+    GIB,
+    PlanError,
+    Planner,
+    apply_fit,
+    choose_fit,
+    micro_batches,
+)
 from vlarl.planning.knobs import Recipe, apply_recipe, configured_recipe, recipes_from
 
 MLP = ["policy=mlp", "policy.hidden_sizes=[64,64]", "env.num_envs=4", "env.num_workers=2", "algorithm.num_steps=8",
@@ -20,7 +28,7 @@ def _gb_for(nbytes: int) -> float:
     return (nbytes + 64) / (GIB * (1 - ALLOCATOR_HEADROOM))
 
 
-def test_auto_fit_picks_the_largest_micro_batch_that_fits():
+def test_auto_fit_picks_the_largest_micro_batch_that_fits(capsys):
     cfg = load_train_config(MLP)
     planner = Planner(cfg)
     (recipe,) = recipes_from(cfg.policy)  # the MLP declares no dtype / checkpointing / LoRA knob
@@ -34,9 +42,12 @@ def test_auto_fit_picks_the_largest_micro_batch_that_fits():
     assert (fit.micro_batch, fit.num_minibatches) == (16, 2)
     assert fit.predicted_bytes == half <= fit.budget_bytes < full
 
-    # the same through the config loader: placement.gpu_memory_gb rewrites algorithm.num_minibatches and says so
+    # what vlarl-train does with placement.gpu_memory_gb: rewrite the config and say so
     fitted = load_train_config([*MLP, f"placement.gpu_memory_gb={gb!r}"])
+    assert fitted.algorithm.num_minibatches == 1  # the loader leaves the config as written
+    assert apply_fit(fitted).micro_batch == 16
     assert fitted.algorithm.num_minibatches == 2
+    assert "memory plan: full/fp32/no-ckpt, micro-batch 16" in capsys.readouterr().out
 
 
 def test_nothing_fits_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):

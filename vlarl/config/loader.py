@@ -149,11 +149,6 @@ def load_train_config(overrides: list[str] | None = None) -> Any:
     except Exception as exc:
         raise ConfigError(friendly_error(exc, cfg)) from exc
     validate_train_config(obj)
-    if obj.placement.gpu_memory_gb > 0:  # fit to one GPU: vlarl.planning sets the knobs or refuses (PlanError)
-        from vlarl.planning.fit import apply_fit
-
-        apply_fit(obj)
-        validate_train_config(obj)
     return obj
 
 

@@ -141,6 +141,32 @@ def choose_fit(cfg: Any, gpu_memory_gb: float, planner: Planner | None = None) -
     raise AssertionError("unreachable: the smallest setting fits, so step 2 finds it")
 
 
+def predict_update_memory(overrides: list[str], micro_batch: int | None = None,
+                          rollout_batch_rows: int | None = None) -> dict[str, int]:
+    """Predicted allocator bytes of the run ``vlarl-train <overrides>`` would start, for a GPU check to compare.
+
+    ``update_peak`` is what ``torch.cuda.max_memory_allocated()`` should read after
+    ``torch.cuda.reset_peak_memory_stats()`` taken with the policy, its Adam state (after a first step) and one
+    minibatch of ``micro_batch`` rows resident, then one optimizer step (loss, backward, clipping, Adam,
+    ``zero_grad(set_to_none=True)``); ``update_start`` is what was resident then. ``rollout_peak`` likewise for
+    ``policy.sample`` of ``rollout_batch_rows`` rows under ``torch.no_grad()`` in a process holding only the policy.
+    Defaults: the config's own micro-batch and rollout batch. Keys: parameters, buffers, gradients, optimizer,
+    activations (at the update's peak), update_peak, update_start, rollout_peak, rollout_start, device_peak.
+    """
+    from vlarl.config import load_train_config
+    from vlarl.config.construct import probe_spec
+
+    cfg = load_train_config(list(overrides))
+    mb = micro_batch or micro_batches(cfg)[0][1]
+    rb = rollout_batch_rows or rollout_batch(cfg)
+    tr = trace_policy(cfg.policy, probe_spec(cfg.env), rb, mb, float(getattr(cfg.algorithm, "max_grad_norm", 0.5)))
+    u = tr.update
+    return {"parameters": u.parameters, "buffers": u.buffers, "gradients": u.gradients, "optimizer": u.optimizer,
+            "activations": u.activations + u.inputs, "update_peak": u.peak, "update_start": u.start,
+            "rollout_peak": tr.rollout.peak, "rollout_start": tr.rollout.start,
+            "device_peak": device_bytes(tr, cfg.placement.mode)}
+
+
 def apply_fit(cfg: Any) -> FitChoice | None:
     """With ``placement.gpu_memory_gb`` > 0, set ``cfg`` to the chosen fit (in place) and print the choice."""
     gb = float(getattr(cfg.placement, "gpu_memory_gb", 0.0) or 0.0)
@@ -154,5 +180,5 @@ def apply_fit(cfg: Any) -> FitChoice | None:
 
 
 __all__ = ["ALLOCATOR_HEADROOM", "CUDA_CONTEXT_BYTES", "FitChoice", "PlanError", "Planner", "apply_fit",
-           "budget_bytes", "choose_fit", "configured_recipe", "device_bytes", "micro_batches", "rollout_batch",
-           "update_rows"]
+           "budget_bytes", "choose_fit", "configured_recipe", "device_bytes", "micro_batches",
+           "predict_update_memory", "rollout_batch", "update_rows"]
