@@ -30,7 +30,7 @@ BASE = ["~experiment", "env.num_envs=2", "env.num_workers=1", "algorithm.num_ste
 CHECKS = [
     ("mlp 3x2048", ["policy=mlp", "policy.hidden_sizes=[2048,2048,2048]"], 4096, 4096),
     ("pi0 tiny (expert only)", ["policy=pi0"], 64, 128),
-    ("smolvla tiny (full)", ["policy=smolvla", "policy.freeze_vlm=false"], 64, 128),
+    ("smolvla tiny (full)", ["policy=smolvla", "policy.freeze_vlm=false"], 512, 128),
     ("openvla_oft tiny (full)", ["policy=openvla_oft", "env=maniskill_pushcube_rgb"], 32, 64),
 ]
 

@@ -173,23 +173,20 @@ def update_step(policy: torch.nn.Module, optimizer: torch.optim.Optimizer, obs: 
 
 
 def make_optimizer(policy: torch.nn.Module) -> torch.optim.Optimizer:
-    """The actor worker's Adam (foreach) over the trainable parameters, its state created by one zero step."""
+    """The actor worker's Adam (foreach) over the trainable parameters. Its state appears at the first step, and
+    only for parameters that got a gradient (a trainable weight the loss never reaches, like pi0's unused expert
+    ``lm_head``, has none), so callers take one real warm-up ``update_step`` before measuring."""
     params = [p for p in policy.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=1e-4, eps=1e-5, foreach=True)
-    for p in params:
-        p.grad = torch.zeros_like(p)
-    if params:
-        opt.step()
-    opt.zero_grad(set_to_none=True)
-    return opt
+    return torch.optim.Adam(params, lr=1e-4, eps=1e-5, foreach=True)
 
 
 def trace_policy(policy_cfg: Any, spec: PolicySpec, rollout_batch: int, micro_batch: int,
                  max_grad_norm: float = 0.5) -> PolicyTrace:
     """Trace rollout inference ([rollout_batch] rows) and one steady-state update ([micro_batch] rows).
 
-    The update is the second of two: the first, untracked, creates Adam's state, so the traced one starts with
-    parameters, buffers, optimizer state and its minibatch resident, as every update of a run after the first.
+    The update is the second of two: the first, untracked, creates Adam's state (for the parameters that get a
+    gradient), so the traced one starts with parameters, buffers, optimizer state and its minibatch resident, as
+    every update of a run after the first.
     """
     from policies.registry import make_policy
 
@@ -228,6 +225,7 @@ def _trace(policy: torch.nn.Module, spec: PolicySpec, rollout_batch: int, micro_
                           {k: v[rows] for k, v in sample.replay.items()})
     obs = probe_obs(spec, micro_batch)
     opt = make_optimizer(policy)
+    update_step(policy, opt, obs, sample, max_grad_norm)  # untracked: creates Adam's state, as a run's first update
     tracker = FrozenAwareMemTracker()
     tracker.track_external(policy, opt, *_tensors(obs), *sample.replay.values(), sample.logprob)
     start = _start_total(tracker)
