@@ -1,7 +1,7 @@
 """Record real episodes: robomimic-style HDF5 (``HDF5EpisodeRecorder``) or a LeRobot v3.0 dataset
 (``LeRobotEpisodeRecorder``), both demonstration formats vlarl's SFT reads.
 
-The LeRobot recorder is handed its writer (``policies.datasets.lerobot_writer.LeRobotDatasetWriter`` or
+The LeRobot recorder is handed its writer (``vlarl.data.lerobot_writer.LeRobotDatasetWriter`` or
 anything with its ``add_episode`` / ``close``) by whoever builds it: robots may import nothing of ``policies``
 but ``policies.base``, so the writer is injected from above (vlarl or a script) rather than imported here.
 Per frame it stores ``observation.state``, the executed ``action`` (the SFT label), the ``policy_action`` the

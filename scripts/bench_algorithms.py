@@ -36,8 +36,8 @@ def rollout(policy, N: int, B: int, D: int, g: torch.Generator) -> Trajectory:
         logprob=torch.stack([s.logprob for s in samples]), values=torch.stack([s.value for s in samples]),
         rewards=torch.randn(N, B, generator=g), dones=dones, truncated=torch.zeros(N, B),
         final_values=torch.zeros(N, B), next_value=torch.zeros(B),
-        extras={"step_mask": torch.ones(N, B, T, dtype=torch.bool), "step_rewards": torch.randn(N, B, T, generator=g),
-                "episode_success": ep, "episode_return": ep, "policy_version": torch.zeros(N, B)},
+        step_mask=torch.ones(N, B, T, dtype=torch.bool), step_rewards=torch.randn(N, B, T, generator=g),
+        episode_success=ep, episode_return=ep, policy_version=torch.zeros(N, B),
     )
 
 

@@ -212,17 +212,17 @@ def policy_obs(batch: int, device: str) -> dict[str, Any]:
 
 # ---- measurements --------------------------------------------------------------------------------------
 @torch.no_grad()
-def time_chunk(row: Row, model: nn.Module, device: str, dtype: torch.dtype) -> float:
-    """Seconds for one action chunk at B=1 (after one warm-up), under autocast (see ``precision``)."""
+def time_chunk(row: Row, model: nn.Module, device: str, dtype: torch.dtype, batch: int = 1) -> float:
+    """Seconds for one action chunk of ``batch`` samples (after one warm-up), under autocast (see ``precision``)."""
     hook = _hook(row, "bench_chunk")
-    if hook is not None:  # the module's own: one action chunk at B=1
-        run = lambda: hook(model, 1, device, dtype)  # noqa: E731
+    if hook is not None:  # the module's own: one action chunk
+        run = lambda: hook(model, batch, device, dtype)  # noqa: E731
     elif row.family == "flow":
-        inputs = flow_inputs(model, 1, device, dtype)
-        noise = torch.randn(1, model.chunk_size, model.max_action_dim, device=device, dtype=dtype)
+        inputs = flow_inputs(model, batch, device, dtype)
+        noise = torch.randn(batch, model.chunk_size, model.max_action_dim, device=device, dtype=dtype)
         run = lambda: model.sample_actions(inputs, noise)  # noqa: E731
     elif row.family == "policy":
-        obs = policy_obs(1, device)
+        obs = policy_obs(batch, device)
         run = lambda: model.act(obs)  # noqa: E731
     else:
         raise Skip(f"no chunk protocol for family '{row.family}': add bench_chunk() to {row.module}")
@@ -294,7 +294,9 @@ def ppo_step_loss(row: Row, model: nn.Module, batch: int, device: str, dtype: to
         prefix = model.encode_prefix(inputs)
         v = model.velocity(prefix, inputs, x, t).float()
         mean = x.float() - v / model.num_steps
-        logprob = torch.distributions.Normal(mean, 0.1).log_prob(x_next.float()).sum((1, 2))
+        # validate_args=False: no data-dependent check, so the same loss also runs on the meta device
+        # (gpu_memory_estimate traces the update's layer shapes there)
+        logprob = torch.distributions.Normal(mean, 0.1, validate_args=False).log_prob(x_next.float()).sum((1, 2))
     elif row.family == "policy":
         obs = policy_obs(batch, device)
         with torch.no_grad():

@@ -8,7 +8,7 @@
    reader LeRobot falls back to when torchcodec cannot load (the torchcodec wheels need CUDA torch); its
    compiled ops cannot load on CPU torch, so the two operator schemas its Python side registers are declared
    first (``shim_torchvision_ops``).
-2. Writes a small dataset with ``policies.datasets.lerobot_writer`` (two tasks, two cameras of different sizes,
+2. Writes a small dataset with ``vlarl.data.lerobot_writer`` (two tasks, two cameras of different sizes,
    rewards, success, two episodes per file so files and chunks roll over).
 3. Re-runs itself inside that venv, offline, where ``lerobot.datasets.lerobot_dataset.LeRobotDataset(repo_id,
    root=...)`` loads the dataset and every frame is read with ``dataset[i]``.
@@ -113,7 +113,7 @@ def make_episodes() -> list[dict]:
 def compare(root: Path, arrays: dict, meta: dict, episodes: list[dict], codec: str) -> list[tuple[str, bool, str]]:
     import numpy as np
 
-    from policies.datasets.lerobot_v3 import read_lerobot_dataset
+    from vlarl.data.lerobot_v3 import read_lerobot_dataset
 
     checks = []
     want_state = np.concatenate([e["state"] for e in episodes])
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
     sys.path.insert(0, str(ROOT))
-    from policies.datasets.lerobot_writer import LeRobotDatasetWriter
+    from vlarl.data.lerobot_writer import LeRobotDatasetWriter
 
     python = ensure_env()
     episodes = make_episodes()

@@ -33,27 +33,14 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from scripts.sft_then_rl import BIN, _run, evaluate, log  # noqa: E402  (after the sys.path line above)
+from vlarl.experiments import Stages, command, prepare, split_overrides, training_policy
 
 #: --task -> the RLPD experiment whose policy, env and algorithm settings every phase uses
 EXPERIMENTS = {"pushcube": "pushcube_mlp_rlpd", "pickcube": "pickcube_mlp_rlpd"}
 
 
-def setup(demos: Path, experiment: str):
-    """The experiment's config and policy spec (as ``vlarl-train`` builds them), from one probe env."""
-    from simulators.registry import make_env
-    from vlarl.config import load_train_config
-    from vlarl.runner import policy_spec_from_env
-
-    cfg = load_train_config([f"experiment={experiment}", f"algorithm.demos={demos}"])
-    probe = make_env(cfg.env, num_envs=1)
-    spec = policy_spec_from_env(probe.spec)
-    probe.close()
-    return cfg, spec
+STAGES = Stages("offline_then_online")
+log = STAGES.log
 
 
 def fresh_policy(cfg, spec, seed: int):
@@ -65,17 +52,17 @@ def fresh_policy(cfg, spec, seed: int):
 
 
 def save(policy, cfg, out: Path) -> Path:
-    from vlarl.checkpoint import ENV_CONFIG_NAME
+    from vlarl.data.sft import save_policy_dir
 
-    policy.save_pretrained(out)
-    (out / ENV_CONFIG_NAME).write_text(json.dumps(asdict(cfg.env), indent=2))  # vlarl-eval reads the env from it
-    return out
+    return save_policy_dir(policy, cfg.env, out)
+
+
+def evaluate(checkpoint: Path, out: Path, args, stage: str) -> dict:
+    return STAGES.evaluate(checkpoint, out, args.eval_episodes, args.eval_seed, args.eval_envs, stage)
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    overrides = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[: argv.index("--")] if "--" in argv else argv
+    argv, overrides = split_overrides(argv)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
     p.add_argument("--task", default="pushcube", choices=sorted(EXPERIMENTS), help="ManiSkill task (scripted expert)")
@@ -99,13 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-seed", type=int, default=1_000_000)
     p.add_argument("--eval-envs", type=int, default=8)
     args = p.parse_args(argv)
-    from policies.vlm.demonstrations import read_maniskill_h5
-    from policies.vlm.sft import fit_state_normalization
-    from scripts.pushcube_expert import EVAL_SEED_START, failures_problem, record_demos
-    from vlarl import system_env
     from vlarl.algorithms.critic_files import CRITICS_FILE, save_critics
     from vlarl.algorithms.offline import IQL, OfflineConfig, filter_transitions, fit_offline
     from vlarl.algorithms.replay import demo_transitions
+    from vlarl.data.demonstrations import read_maniskill_h5
+    from vlarl.data.expert_demos import EVAL_SEED_START, failures_problem, record_demos
+    from vlarl.data.sft import fit_state_normalization
 
     problem = failures_problem(args.task, args.failures)
     if problem:
@@ -118,10 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.eval_seed < EVAL_SEED_START:
         raise SystemExit(f"--eval-seed={args.eval_seed} would overlap demonstration seeds; use >= {EVAL_SEED_START}")
-    system_env.apply()
-    torch.set_num_threads(1)
-    out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare(args.out)
     res: dict = {"task": args.task, "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "overrides": overrides}
     demos = Path(args.demo_file) if args.demo_file else out / "demos.h5"
     if not demos.is_file():
@@ -139,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
     log("1/4 imitation (behaviour cloning: IQL's actor step with beta = 0)")
     experiment = EXPERIMENTS[args.task]
-    cfg, spec = setup(demos, experiment)
-    bc = fresh_policy(cfg, spec, args.seed)
+    cfg, spec, bc = training_policy([f"experiment={experiment}", f"algorithm.demos={demos}"], args.seed)
     fit_state_normalization(bc, episodes)
     data = demo_transitions(episodes, bc.chunk_size)
     iql_cfg = OfflineConfig(gamma=cfg.algorithm.gamma, beta=0.0, expectile=args.expectile,
@@ -193,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     if online:
         log("3/4 online RLPD from the offline policy")
         run_dir = out / "online"
-        _run([str(BIN / "vlarl-train"), f"experiment={experiment}", f"algorithm.demos={demos}",
+        STAGES.run([command("vlarl-train"), f"experiment={experiment}", f"algorithm.demos={demos}",
               f"algorithm.num_demos={len(episodes)}", f"init_from={out / 'offline'}", f"run_dir={run_dir}",
               f"seed={args.seed}", f"total_env_steps={args.online_env_steps}", "eval.video_episodes=0",
               "eval.every_iterations=0", *([] if args.fresh_critics else [f"algorithm.critics_from={critics}"]),

@@ -22,16 +22,11 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from scripts.sft_then_rl import BIN, _run, evaluate, log  # noqa: E402  (after the sys.path line above)
+from vlarl.experiments import Stages, command, prepare, read_metrics, split_overrides, training_policy
 
 EXPERIMENT = "pushcube_diffusion_dsrl"
 # the env of the experiment (its policy keys belong to policy=noise_steering), with the base family
@@ -39,31 +34,24 @@ SFT_OVERRIDES = ["policy=diffusion", "policy.chunk_size=4", "env.control_mode=pd
                  "env.ignore_terminations=false"]
 
 
+STAGES = Stages("pushcube_diffusion_dsrl")
+log = STAGES.log
+
+
 def sft(args, demos: Path, out: Path) -> dict:
     """A diffusion policy built as ``vlarl-train policy=diffusion`` builds it, fine-tuned on the demonstrations."""
-    from policies.registry import make_policy
-    from policies.vlm.demonstrations import read_maniskill_h5
-    from policies.vlm.sft import sft_train
-    from simulators.registry import make_env
-    from vlarl.checkpoint import ENV_CONFIG_NAME
-    from vlarl.config import load_train_config
-    from vlarl.runner import policy_spec_from_env
+    from vlarl.data.demonstrations import read_maniskill_h5
+    from vlarl.data.sft import sft_and_save
 
-    cfg = load_train_config(SFT_OVERRIDES)
-    probe = make_env(cfg.env, num_envs=1)
-    spec = policy_spec_from_env(probe.spec)
-    probe.close()
-    torch.manual_seed(args.seed)
-    policy = make_policy(cfg.policy, spec)
+    cfg, spec, policy = training_policy(SFT_OVERRIDES, args.seed)
     episodes = read_maniskill_h5(demos, args.demos, successful_only=True)
-    t0 = time.time()
-    losses = sft_train(policy, episodes, args.sft_epochs, args.batch_size, args.sft_lr, spec.instruction, args.seed,
-                       lambda epoch, loss: log(f"    sft epoch {epoch + 1}/{args.sft_epochs} loss {loss:.4f}"))
-    policy.save_pretrained(out)
-    (out / ENV_CONFIG_NAME).write_text(json.dumps(asdict(cfg.env), indent=2))
-    steps = sum(len(e.actions) for e in episodes)
-    return {"episodes": len(episodes), "demo_steps": steps, "epochs": args.sft_epochs, "lr": args.sft_lr,
-            "loss_first": losses[0], "loss_last": losses[-1], "wall_s": time.time() - t0}
+    return sft_and_save(policy, episodes, cfg.env, out, args.sft_epochs, args.batch_size, args.sft_lr,
+                        spec.instruction, args.seed,
+                        lambda epoch, loss: log(f"    sft epoch {epoch + 1}/{args.sft_epochs} loss {loss:.4f}"))
+
+
+def evaluate(checkpoint: Path, out: Path, args, stage: str) -> dict:
+    return STAGES.evaluate(checkpoint, out, args.eval_episodes, args.eval_seed, args.eval_envs, stage)
 
 
 def frozen_check(sft_dir: Path, ckpt: Path) -> dict:
@@ -79,9 +67,7 @@ def frozen_check(sft_dir: Path, ckpt: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    overrides = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[: argv.index("--")] if "--" in argv else argv
+    argv, overrides = split_overrides(argv)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
     p.add_argument("--demo-file", default="outputs/demos/pushcube_20.h5")
@@ -99,8 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reuse-sft", action="store_true", help="keep the SFT policy and its evaluation in --out")
     p.add_argument("--base", default="", help="steer this saved policy dir instead of SFT'ing a diffusion policy")
     args = p.parse_args(argv)
-    from scripts.pushcube_expert import EVAL_SEED_START, record_demos
-    from vlarl import system_env
+    from vlarl.data.expert_demos import EVAL_SEED_START, record_demos
 
     if args.eval_seed < EVAL_SEED_START:
         p.error(f"--eval-seed={args.eval_seed} would overlap demonstration seeds; use >= {EVAL_SEED_START}")
@@ -112,10 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             load_train_config([f"experiment={EXPERIMENT}", f"policy.base_path={base}", *overrides])
         except ConfigError as exc:
             p.error(str(exc))  # exit 2
-    system_env.apply()
-    torch.set_num_threads(1)
-    out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare(args.out)
     res: dict = {"experiment": EXPERIMENT, "overrides": overrides,
                  "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
     previous = out / "result_sft.json"
@@ -138,13 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     log(f"    base success_once = {res['sft_eval']['success_once']:.2f}")
     log("3/4 DSRL: SAC over the initial noise of the frozen base")
     run_dir = out / "dsrl"
-    train = [str(BIN / "vlarl-train"), f"experiment={EXPERIMENT}", f"policy.base_path={base}",
+    train = [command("vlarl-train"), f"experiment={EXPERIMENT}", f"policy.base_path={base}",
              f"run_dir={run_dir}", f"seed={args.seed}", "eval.video_episodes=0", *overrides]
     if args.rl_env_steps:
         train.append(f"total_env_steps={args.rl_env_steps}")
     t0 = time.time()
-    _run(train, "vlarl-train (DSRL)")
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    STAGES.run(train, "vlarl-train (DSRL)")
+    metrics = read_metrics(run_dir)
     res["rl"] = {"env_steps": int(max((r.get("env_steps", r.get("step", 0)) for r in metrics), default=0)),
                  "wall_s": time.time() - t0, "run_dir": str(run_dir)}
     ckpt = run_dir / "checkpoints" / "latest"

@@ -31,19 +31,14 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from vlarl.experiments import Stages, command, prepare, split_overrides, training_policy
 
-BIN = Path(sys.executable).parent
 RL_SOURCES = {"gaussian_rl": "mlp", "diffusion_rl": "diffusion"}  # source name -> vlarl policy= choice
 SOURCES = (*RL_SOURCES, "expert")
 # The tiny diffusion VLA's value head on its 32-wide hidden state barely learns (docs/sft_then_rl.md: explained
@@ -67,18 +62,8 @@ def write_json(path: Path, obj) -> None:
     os.replace(tmp, path)
 
 
-def log(msg: str) -> None:
-    print(f"[rl_datasets {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def _run(cmd: list[str], stage: str, capture: bool = False) -> subprocess.CompletedProcess:
-    log(f"{stage}: {' '.join(cmd)}")
-    res = subprocess.run(cmd, stdin=subprocess.DEVNULL, env={**os.environ, "RAY_DEDUP_LOGS": "0"},
-                         capture_output=capture, text=True)
-    if capture:
-        sys.stdout.write(res.stdout)
-        sys.stderr.write(res.stderr)
-    return res
+STAGES = Stages("rl_datasets")
+log = STAGES.log
 
 
 def rl_train(source: str, seed: int, args, d: Path) -> dict:
@@ -86,7 +71,7 @@ def rl_train(source: str, seed: int, args, d: Path) -> dict:
     run_dir = d / f"rl_{source}"
     final = run_dir / "eval" / "eval.json"
     if not (args.reuse and final.is_file()):
-        base = [str(BIN / "vlarl-train")]
+        base = [command("vlarl-train")]
         if args.reuse and (run_dir / "checkpoints" / "latest").exists():
             cmd = [*base, f"resume={run_dir}"]
         else:
@@ -95,7 +80,7 @@ def rl_train(source: str, seed: int, args, d: Path) -> dict:
                    f"seed={seed}", f"total_env_steps={args.rl_env_steps}", "time_limit_minutes=0",
                    f"eval.episodes={args.rl_eval_episodes}", "eval.video_episodes=0", "logger.progress_bar=false",
                    *RL_OVERRIDES[source], *args.train_overrides]
-        rc = _run(cmd, f"RL {source}").returncode
+        rc = STAGES.run(cmd, f"RL {source}", check=False).returncode
         if rc != 0 or not final.is_file():
             raise PipelineError(f"RL training of {source} failed (exit {rc}); see its output above and {run_dir}")
     ev = json.loads(final.read_text())
@@ -111,17 +96,17 @@ def collect(source: str, seed: int, args, d: Path, ckpt: str | None) -> dict:
         return json.loads(record.read_text())
     first = 100_000 * (seed + 1)  # far below the evaluation seeds, different per pipeline seed
     if source == "expert":
-        from scripts.pushcube_expert import record_demos
+        from vlarl.data.expert_demos import record_demos
 
         s = record_demos(out, args.episodes, first, fmt="lerobot", overwrite=True, log=log)
         res = {"kept": s["episodes"], "attempts": s["episodes"] + len(s["failed_seeds"])}
     else:
         max_attempts = args.max_attempts or 4 * args.episodes
-        p = _run([str(BIN / "vlarl-collect"), f"checkpoint={ckpt}", f"output={out}", f"episodes={args.episodes}",
+        p = STAGES.run([command("vlarl-collect"), f"checkpoint={ckpt}", f"output={out}", f"episodes={args.episodes}",
                   f"seed={first}", "success_only=true", f"max_attempts={max_attempts}", "num_envs=8",
                   "env.ignore_terminations=false", f"max_length={args.max_length}", "overwrite=true",
                   f"deterministic={str(not args.sample_actions).lower()}"],
-                 f"collect {source}", capture=True)
+                       f"collect {source}", capture=True, check=False)
         summary = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
         if p.returncode == 1 and not summary:  # no episode passed the filters: nothing written
             res = {"kept": 0, "attempts": max_attempts}
@@ -136,7 +121,7 @@ def collect(source: str, seed: int, args, d: Path, ckpt: str | None) -> dict:
 
 def dataset_stats(root: Path | None) -> dict:
     """Episodes, frames and the mean (and sd) per-episode quality statistics of a written dataset."""
-    from policies.datasets.lerobot_v3 import read_episode_table
+    from vlarl.data.lerobot_v3 import read_episode_table
 
     if root is None or not (root / "meta" / "info.json").is_file():
         return {"episodes": 0, "frames": 0}
@@ -150,46 +135,31 @@ def dataset_stats(root: Path | None) -> dict:
 
 def sft(dataset: Path, seed: int, args, out: Path) -> dict:
     """The same tiny flow VLA, the same sample budget, on one dataset; saved with its env.json for vlarl-eval."""
-    import torch
-
-    from policies.registry import make_policy
-    from policies.vlm.demonstrations import read_demonstrations
-    from policies.vlm.sft import sft_train
-    from simulators.registry import make_env
-    from vlarl.checkpoint import ENV_CONFIG_NAME
-    from vlarl.config import load_train_config
-    from vlarl.runner import policy_spec_from_env
+    from vlarl.data.demonstrations import read_demonstrations
+    from vlarl.data.sft import sft_and_save
 
     record = out / "sft.json"
     if args.reuse and record.is_file():
         return json.loads(record.read_text())
-    cfg = load_train_config([f"experiment={SFT_EXPERIMENT}", f"seed={seed}"])
-    probe = make_env(cfg.env, num_envs=1)
-    spec = policy_spec_from_env(probe.spec)
-    probe.close()
-    torch.manual_seed(seed)
-    policy = make_policy(cfg.policy, spec)
+    cfg, spec, policy = training_policy([f"experiment={SFT_EXPERIMENT}", f"seed={seed}"], seed)
     episodes = read_demonstrations(dataset, cameras=[])
     frames = sum(len(e.actions) for e in episodes)
     epochs = max(1, round(args.sft_samples / frames))
-    t0 = time.time()
-    losses = sft_train(policy, episodes, epochs, args.batch_size, args.sft_lr, spec.instruction, seed)
-    policy.save_pretrained(out)
-    (out / ENV_CONFIG_NAME).write_text(json.dumps(asdict(cfg.env), indent=2))
-    res = {"frames": frames, "epochs": epochs, "samples": frames * epochs, "loss_first": losses[0],
-           "loss_last": losses[-1], "wall_s": time.time() - t0}
+    done = sft_and_save(policy, episodes, cfg.env, out, epochs, args.batch_size, args.sft_lr, spec.instruction, seed)
+    res = {"frames": frames, "epochs": epochs, "samples": frames * epochs, "loss_first": done["loss_first"],
+           "loss_last": done["loss_last"], "wall_s": done["wall_s"]}
     write_json(record, res)
     log(f"SFT on {dataset.name}: {len(episodes)} episodes, {frames} frames x {epochs} epochs, loss "
-        f"{losses[0]:.4f} -> {losses[-1]:.4f} ({res['wall_s']:.0f}s)")
+        f"{res['loss_first']:.4f} -> {res['loss_last']:.4f} ({res['wall_s']:.0f}s)")
     return res
 
 
 def evaluate(ckpt: Path, out: Path, args) -> dict:
     """``vlarl-eval`` on the held-out seeds (deterministic ``act()``)."""
     if not (args.reuse and (out / "eval.json").is_file()):
-        rc = _run([str(BIN / "vlarl-eval"), f"checkpoint={ckpt}", f"episodes={args.eval_episodes}",
-                   f"seed={EVAL_SEED}", "num_envs=8", "video_episodes=0", f"output={out}"],
-                  f"vlarl-eval {ckpt.name}").returncode
+        rc = STAGES.run([command("vlarl-eval"), f"checkpoint={ckpt}", f"episodes={args.eval_episodes}",
+                         f"seed={EVAL_SEED}", "num_envs=8", "video_episodes=0", f"output={out}"],
+                        f"vlarl-eval {ckpt.name}", check=False).returncode
         if rc != 0:
             raise PipelineError(f"evaluating {ckpt} failed (exit {rc}); see its output above")
     ev = json.loads((out / "eval.json").read_text())
@@ -282,8 +252,7 @@ def report(out: Path, args, t_all: float) -> str:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    train_overrides = argv[argv.index("--") + 1:] if "--" in argv else []
-    own = argv[: argv.index("--")] if "--" in argv else argv
+    own, train_overrides = split_overrides(argv)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -328,13 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rl_datasets_pipeline: error: '{out}' already holds stages of this run ({old[0]}); pass --reuse "
                   f"to keep them or choose a new --out", file=sys.stderr)
             return 2
-    import torch
-
-    from vlarl import system_env
-
-    system_env.apply()
-    torch.set_num_threads(1)
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare(out)
     try:
         for seed in args.seeds:
             d = out / f"seed{seed}"

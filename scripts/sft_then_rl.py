@@ -4,7 +4,7 @@
     python scripts/sft_then_rl.py --family ar_vla --out outputs/sft_rl_ar
 
 1. record scripted expert demonstrations (success-filtered, seeds 0..; ManiSkill trajectory HDF5),
-2. SFT a tiny VLA of ``--family`` on them (``policies.vlm.sft``) and ``save_pretrained`` it,
+2. SFT a tiny VLA of ``--family`` on them (``vlarl.data.sft``) and ``save_pretrained`` it,
 3. ``vlarl-eval`` it on held-out seeds (1,000,000+),
 4. ``vlarl-train experiment=pushcube_<family>_sft_rl init_from=<sft dir>`` (chunked PPO),
 5. ``vlarl-eval`` the fine-tuned checkpoint on the same held-out seeds,
@@ -21,80 +21,42 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
-import torch
+from vlarl.experiments import Stages, command, prepare, read_metrics, split_overrides, training_policy
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-BIN = Path(sys.executable).parent
 EXPERIMENTS = {"flow_vla": "pushcube_flow_sft_rl", "ar_vla": "pushcube_ar_sft_rl", "openvla_oft": "pushcube_oft_sft_rl"}
-
-
-def log(msg: str) -> None:
-    print(f"[sft_then_rl {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def _run(cmd: list[str], stage: str) -> None:
-    log(f"{stage}: {' '.join(cmd)}")
-    p = subprocess.run(cmd, stdin=subprocess.DEVNULL, env={**os.environ, "RAY_DEDUP_LOGS": "0"})
-    if p.returncode != 0:
-        raise SystemExit(f"sft_then_rl: {stage} failed (exit {p.returncode}); see the output above")
+STAGES = Stages("sft_then_rl")
+log = STAGES.log
 
 
 def sft(args, overrides: list[str], demos: Path, out: Path) -> dict:
     """Build the policy exactly as ``vlarl-train`` will, fine-tune it on the demonstrations, save it."""
     from tqdm import tqdm
 
-    from policies.registry import make_policy
-    from policies.vlm.demonstrations import read_maniskill_h5
-    from policies.vlm.sft import sft_train
-    from simulators.registry import make_env
-    from vlarl.checkpoint import ENV_CONFIG_NAME
-    from vlarl.config import load_train_config
-    from vlarl.runner import policy_spec_from_env
+    from vlarl.data.demonstrations import read_maniskill_h5
+    from vlarl.data.sft import sft_and_save
 
-    cfg = load_train_config([f"experiment={EXPERIMENTS[args.family]}", *overrides])
-    probe = make_env(cfg.env, num_envs=1)
-    spec = policy_spec_from_env(probe.spec)
-    probe.close()
-    torch.manual_seed(args.seed)
-    policy = make_policy(cfg.policy, spec)
+    cfg, spec, policy = training_policy([f"experiment={EXPERIMENTS[args.family]}", *overrides], args.seed)
     episodes = read_maniskill_h5(demos, args.demos, successful_only=True)
-    t0 = time.time()
     bar = tqdm(total=args.sft_epochs, desc="sft", unit="epoch")
 
     def progress(epoch: int, loss: float) -> None:
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.4f}")
 
-    losses = sft_train(policy, episodes, args.sft_epochs, args.batch_size, args.sft_lr, spec.instruction,
-                       args.seed, progress)
+    res = sft_and_save(policy, episodes, cfg.env, out, args.sft_epochs, args.batch_size, args.sft_lr,
+                       spec.instruction, args.seed, progress)
     bar.close()
-    policy.save_pretrained(out)
-    (out / ENV_CONFIG_NAME).write_text(json.dumps(asdict(cfg.env), indent=2))  # vlarl-eval reads the env from it
-    steps = sum(len(e.actions) for e in episodes)
-    log(f"SFT: {len(episodes)} demos ({steps} steps) x {args.sft_epochs} epochs, loss {losses[0]:.4f} -> "
-        f"{losses[-1]:.4f}, {time.time() - t0:.0f}s -> {out}")
-    return {"episodes": len(episodes), "demo_steps": steps, "epochs": args.sft_epochs, "lr": args.sft_lr,
-            "loss_first": losses[0], "loss_last": losses[-1], "wall_s": time.time() - t0}
+    log(f"SFT: {res['episodes']} demos ({res['demo_steps']} steps) x {args.sft_epochs} epochs, loss "
+        f"{res['loss_first']:.4f} -> {res['loss_last']:.4f}, {res['wall_s']:.0f}s -> {out}")
+    return res
 
 
 def evaluate(checkpoint: Path, out: Path, args, stage: str) -> dict:
-    t0 = time.time()
-    _run([str(BIN / "vlarl-eval"), f"checkpoint={checkpoint}", f"episodes={args.eval_episodes}",
-          f"seed={args.eval_seed}", f"num_envs={args.eval_envs}", "video_episodes=0", f"output={out}"], stage)
-    ev = json.loads((out / "eval.json").read_text())
-    return {"success_once": ev["success_once"], "success_once_ci95": ev["success_once_ci95"],
-            "success_at_end": ev["success_at_end"], "return": ev["return"], "episodes": ev["episodes"],
-            "seeds": ev["seeds"], "wall_s": time.time() - t0}
+    return STAGES.evaluate(checkpoint, out, args.eval_episodes, args.eval_seed, args.eval_envs, stage)
 
 
 def table(res: dict) -> str:
@@ -113,9 +75,7 @@ def table(res: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    overrides = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[: argv.index("--")] if "--" in argv else argv
+    argv, overrides = split_overrides(argv)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--family", choices=sorted(EXPERIMENTS), default="flow_vla")
     p.add_argument("--out", required=True)
@@ -134,15 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sft-only", action="store_true", help="stop after the SFT policy and its evaluation "
                    "(then run RL seeds with --reuse-sft --seed N --rl-tag seedN)")
     args = p.parse_args(argv)
-    from scripts.pushcube_expert import EVAL_SEED_START, record_demos
-    from vlarl import system_env
+    from vlarl.data.expert_demos import EVAL_SEED_START, record_demos
 
     if args.eval_seed < EVAL_SEED_START:
         raise SystemExit(f"--eval-seed={args.eval_seed} would overlap demonstration seeds; use >= {EVAL_SEED_START}")
-    system_env.apply()
-    torch.set_num_threads(1)
-    out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare(args.out)
     t_all = time.time()
     res: dict = {"family": args.family, "experiment": EXPERIMENTS[args.family], "overrides": overrides,
                  "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}
@@ -164,13 +120,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     log("4/5 PPO fine-tuning from the SFT policy")
     run_dir = out / (f"rl_{args.rl_tag}" if args.rl_tag else "rl")
-    train = [str(BIN / "vlarl-train"), f"experiment={EXPERIMENTS[args.family]}", f"init_from={out / 'sft'}",
+    train = [command("vlarl-train"), f"experiment={EXPERIMENTS[args.family]}", f"init_from={out / 'sft'}",
              f"run_dir={run_dir}", f"seed={args.seed}", "eval.episodes=8", "eval.video_episodes=0", *overrides]
     if args.rl_env_steps:
         train.append(f"total_env_steps={args.rl_env_steps}")
     t0 = time.time()
-    _run(train, "vlarl-train (PPO)")
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    STAGES.run(train, "vlarl-train (PPO)")
+    metrics = read_metrics(run_dir)
     steps = int(max((r.get("env_steps", 0) for r in metrics), default=0))
     res["rl"] = {"env_steps": steps, "wall_s": time.time() - t0, "run_dir": str(run_dir),
                  "curve": [{"env_steps": r["env_steps"], "rollout_success_once": r.get("rollout/success_once")}

@@ -11,7 +11,7 @@
 
 Episodes are stored as one ``episodes.npz`` (frames uint8 [E, L, H, W, 3], lengths [E], success [E],
 instruction) so that rollouts saved by any other tool can be trained on too; ``--data`` takes such a file or a
-directory of them (``policies.critics.rollouts``).
+directory of them (``vlarl.data.critic_episodes``).
 """
 
 from __future__ import annotations
@@ -25,13 +25,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
+from simulators.maniskill_experts import scripted_pushcube_action
 
 # -- recording ------------------------------------------------------------------------------------
-from scripts.pushcube_expert import scripted_pushcube_action as _scripted_pushcube_action  # noqa: E402
 
 
 def record(out: Path, episodes: int, failures: int, seed: int, image_size: int, max_steps: int) -> Path:
@@ -56,7 +52,7 @@ def record(out: Path, episodes: int, failures: int, seed: int, image_size: int, 
         frames[e, 0] = obs["images"]["base_camera"][0].numpy()
         phase, n = 0, 0
         for _ in range(max_steps):
-            a, phase = _scripted_pushcube_action(u, phase, fail_dir, rng, speed)
+            a, phase = scripted_pushcube_action(u, phase, fail_dir, rng, speed)
             res = env.chunk_step(a.reshape(1, 1, 4))
             n += 1
             last = res.final_obs if res.final_obs is not None else res.obs
@@ -76,7 +72,7 @@ def record(out: Path, episodes: int, failures: int, seed: int, image_size: int, 
 
 def load_episodes(data: Path):
     """An ``episodes.npz`` file, or every ``*.npz`` in a directory -> list of Episode."""
-    from policies.critics.rollouts import load_episodes as load
+    from vlarl.data.critic_episodes import load_episodes as load
 
     return load(data)
 

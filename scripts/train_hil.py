@@ -122,7 +122,7 @@ def initial_policy(cfg: TrainHILConfig, env: Any) -> str:
 
 
 def writer_factory(fps: int, codec: str):
-    from policies.datasets.lerobot_writer import LeRobotDatasetWriter
+    from vlarl.data.lerobot_writer import LeRobotDatasetWriter
 
     return lambda path: LeRobotDatasetWriter(path, fps=fps, robot_type="franka", codec=codec)
 
@@ -131,7 +131,7 @@ def read_episode(path: Path) -> dict[str, np.ndarray]:
     """One recorded episode back as the learner's arrays (robots.hil.episode_arrays)."""
     import json
 
-    from policies.datasets.lerobot_v3 import read_lerobot_dataset
+    from vlarl.data.lerobot_v3 import read_lerobot_dataset
 
     ep = read_lerobot_dataset(path, cameras=[])[0]
     col = {k: read_lerobot_dataset(path, state_key=None, action_key=k, cameras=[])[0].actions

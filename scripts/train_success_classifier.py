@@ -23,7 +23,7 @@ from robots.success_classifier import ClassifierConfig, SuccessClassifier
 
 def labelled_frames(data: Path, camera: str, tail: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per episode: (frames uint8 [L, H, W, 3], labels float [L])."""
-    from policies.datasets.lerobot_v3 import read_lerobot_dataset
+    from vlarl.data.lerobot_v3 import read_lerobot_dataset
 
     roots = [data] if (data / "meta").is_dir() else sorted(p for p in data.glob("*") if (p / "meta").is_dir())
     if not roots:

@@ -105,6 +105,10 @@ def plan_and_convert(task: str, episodes: int, control_mode: str, obs_mode: str,
     if len(made) != 1:
         raise EnvError(f"ManiSkill's replay wrote {len(made)} trajectory files in '{work}'; expected one")
     converted = _count_episodes(made[0])
+    if not converted:
+        raise EnvError(f"ManiSkill's replay kept none of the {summary['successes']} planned {task} episodes in "
+                       f"{control_mode} (the converted actions no longer solve the task); try "
+                       f"env.control_mode=pd_joint_delta_pos or pd_joint_pos")
     return PlannedDemos(made[0], summary["successes"], summary["attempts"], converted, summary["seeds"])
 
 

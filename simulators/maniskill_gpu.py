@@ -48,6 +48,16 @@ class ManiSkillGPUConfig(ManiSkillConfig):
     num_workers: int = 1
 
 
+def sim_backends(cfg: ManiSkillGPUConfig) -> tuple[str, str | None]:
+    """(ManiSkill ``sim_backend``, ``render_backend`` or None for its default) for ``cfg``: on CUDA both name
+    torch's current device (``physx_cuda:i``, ``cuda:i``), which the env worker sets to the GPU its placement
+    bound it to; ManiSkill alone would take the first GPU whatever the worker was given."""
+    if cfg.sim_backend not in ("physx_cuda", "gpu", "cuda"):
+        return "physx_cpu", None
+    index = torch.cuda.current_device()
+    return f"physx_cuda:{index}", f"cuda:{index}"
+
+
 @register_env("maniskill_gpu", ManiSkillGPUConfig)
 class ManiSkillGPUEnv(BatchedEnv):
     @staticmethod
@@ -79,8 +89,10 @@ class ManiSkillGPUEnv(BatchedEnv):
         self.num_envs = num_envs
         self.worker_index = worker_index
         self.instruction = instruction_for(cfg.task)
-        backend = "physx_cuda" if cfg.sim_backend in ("physx_cuda", "gpu", "cuda") else "physx_cpu"
+        backend, render_backend = sim_backends(cfg)
         kwargs = make_kwargs(cfg, sim_backend=backend, num_envs=num_envs, render=render)
+        if render_backend:
+            kwargs["render_backend"] = render_backend
         self._render = render
         env = _make_quietly(gym, cfg.task, kwargs)
         if cfg.obs_mode == "rgb":

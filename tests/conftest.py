@@ -3,8 +3,9 @@
 * one torch thread (2-core machines) and the rendering env from scripts/setup_system.sh;
 * Hugging Face libraries offline (tests build tiny models locally; nothing is downloaded);
 * ``RAY_ADDRESS`` cleared, so a test never joins a cluster the developer happens to run;
-* ``VLARL_REQUIRE_ALL=1`` (set by ``.ci/run``): a test skipped because an extra is missing or a port is busy
-  fails instead, so a half-failed install cannot stay green.
+* ``VLARL_REQUIRE_ALL=1`` (set by ``.ci/run``): every skip fails, except those whose reason matches one of
+  ``ALLOWED_SKIPS`` below, each named with why this machine, not the install, cannot run it. So a missing extra,
+  a busy port or an exporter error turned into a skip cannot stay green.
 Shared helpers live in importable modules under ``tests/helpers`` (not here).
 """
 
@@ -24,10 +25,21 @@ from vlarl import system_env  # noqa: E402
 
 system_env.apply()
 
-# reasons that mean "the install is incomplete or the machine is busy", not "this machine cannot run it"
-MISSING_OR_BUSY = re.compile(
-    r"not installed|pip install|no module named|could not import|are taken|port .* (busy|in use)|address already in use",
-    re.IGNORECASE,
+# The only skips VLARL_REQUIRE_ALL=1 lets through: (reason pattern, why it is not a hole). Everything else that
+# skips (a missing extra, a busy port, an export that raised) fails the run. Keep each entry narrow.
+ALLOWED_SKIPS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"needs a CUDA GPU"),
+     "GPU code paths (physx_cuda): CI and development machines have no GPU; the `gpu` tier runs them on the GPU "
+     "machine (docs/gpu.md)"),
+    (re.compile(r"^no per-env warning to route: "),
+     "tests/test_library_log.py routes ManiSkill's per-env render-device warning, which ManiSkill only emits where "
+     "CUDA is absent; on a GPU machine there is nothing to route"),
+    (re.compile(r"^the YCB assets are installed here$"),
+     "the test checks the one-line error for a task whose assets are missing; where they are present (a user's "
+     "machine with ~/.maniskill/data) there is no missing asset to report"),
+    (re.compile(r"^an env solved the task by chance in the first chunk$"),
+     "the env contract test needs an episode still running after its first chunk; the simulator's physics, not "
+     "the install, decides (seeded: it does not happen on the CI image)"),
 )
 
 
@@ -38,15 +50,22 @@ def require_all() -> bool:
 def _skip_reason(report) -> str:
     longrepr = report.longrepr
     if isinstance(longrepr, tuple) and len(longrepr) == 3:
-        return str(longrepr[2])
+        reason = str(longrepr[2])
+        return reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
     return str(longrepr)
+
+
+def allowed_skip(reason: str) -> str | None:
+    """Why the skip with ``reason`` is legitimate under VLARL_REQUIRE_ALL=1, or None (it must fail)."""
+    return next((why for pattern, why in ALLOWED_SKIPS if pattern.search(reason)), None)
 
 
 def _forbid_skip(report) -> None:
     reason = _skip_reason(report)
-    if MISSING_OR_BUSY.search(reason):
+    if allowed_skip(reason) is None:
         report.outcome = "failed"
-        report.longrepr = f"VLARL_REQUIRE_ALL=1 forbids this skip (missing extra or busy port): {reason}"
+        report.longrepr = (f"VLARL_REQUIRE_ALL=1 forbids this skip (not one of ALLOWED_SKIPS in tests/conftest.py): "
+                           f"{reason}")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from policies.datasets.lerobot_v3 import read_episode_table, read_lerobot_dataset
 from tests.helpers.checkpoints import pushcube_checkpoint, tree_hash
-from vlarl.collect import CollectedEpisode, main, mean_squared_jerk, passes
+from vlarl.collect import CollectedEpisode, main, passes
+from vlarl.data.lerobot_v3 import read_episode_table, read_lerobot_dataset
+from vlarl.data.metrics import mean_squared_jerk
 
 ROOT = Path(__file__).resolve().parents[1]
 torch.set_num_threads(1)
@@ -103,7 +104,7 @@ def test_collect_writes_pinned_episodes_with_their_quality(world, capsys):
 @pytest.mark.sim
 def test_scripted_expert_writes_lerobot_demonstrations(tmp_path):
     sys.path.insert(0, str(ROOT))
-    from scripts.pushcube_expert import record_demos
+    from vlarl.data.expert_demos import record_demos
 
     summary = record_demos(tmp_path / "expert", episodes=2, seed=3, fmt="lerobot", log=lambda m: None)
     eps = read_lerobot_dataset(tmp_path / "expert")

@@ -45,10 +45,10 @@ def test_refusals_are_one_line_exit_2_and_write_nothing(world, capsys, monkeypat
 def test_planner_demos_replay_to_success_in_vlarl_env(world, capsys):
     if not planner_python().exists():
         pytest.skip("the motion planner's environment is not installed: bash scripts/setup_planner.sh")
-    from policies.datasets.lerobot_v3 import read_lerobot_dataset
-    from policies.vlm.demonstrations import read_maniskill_h5
     from simulators.maniskill import ManiSkillConfig
     from simulators.registry import make_env
+    from vlarl.data.demonstrations import read_maniskill_h5
+    from vlarl.data.lerobot_v3 import read_lerobot_dataset
 
     args = ["output=out", "env=maniskill_pushcube", "env.control_mode=pd_ee_delta_pos", "episodes=2", "seed=3"]
     assert main(args) == 0, capsys.readouterr().err

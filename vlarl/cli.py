@@ -130,6 +130,10 @@ def train_main(argv: list[str] | None = None) -> int:
           f"success_at_end={final['success_at_end']:.3f}  return={final['return']:.2f}")
     print(f"[vlarl] wrote {run_dir / 'eval' / 'eval.json'}" + (f" and {final['video']}" if "video" in final else ""))
     print(f"[vlarl] checkpoint: {run_dir / 'checkpoints' / 'latest'}")
+    from vlarl.logging import LIBRARY_LOG, library_log_summary
+
+    if summary := library_log_summary(run_dir / LIBRARY_LOG):
+        print(f"[vlarl] {summary}")
     return 0
 
 

@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 from omegaconf import MISSING
 
+from vlarl.data.metrics import episode_quality
+
 PROG = "vlarl-collect"
 USAGE = __doc__.split("\n\n")[1]
 
@@ -66,21 +68,6 @@ class CollectedEpisode:
     images: dict[str, np.ndarray]
     success: bool
     instruction: str
-
-
-def mean_squared_jerk(actions: np.ndarray) -> float:
-    """Mean over steps and dims of the squared third difference of actions [L, A] (per control step); 0 for
-    episodes shorter than 4 steps, which have no third difference."""
-    a = np.asarray(actions, np.float64).reshape(len(actions), -1)
-    if len(a) < 4:
-        return 0.0
-    return float((np.diff(a, n=3, axis=0) ** 2).mean())
-
-
-def episode_quality(actions: np.ndarray, rewards: np.ndarray) -> dict[str, float]:
-    """The per-episode statistics written to the episode table (``quality/...``)."""
-    return {"quality/length": float(len(actions)), "quality/return": float(np.sum(rewards)),
-            "quality/mean_squared_jerk": mean_squared_jerk(actions)}
 
 
 def passes(ep: CollectedEpisode, success_only: bool, max_length: int) -> bool:
@@ -131,8 +118,8 @@ def rollout_attempts(policy: Any, env: Any, seeds: list[int], deterministic: boo
 def collect(policy: Any, env_cfg: Any, cfg: CollectConfig, log=print) -> dict[str, Any]:
     """Roll out ``policy`` until ``cfg.episodes`` episodes pass the filters; write them to ``cfg.output``.
     Returns the summary (kept / attempted episodes, mean quality of the kept ones, per-episode rows)."""
-    from policies.datasets.lerobot_writer import LeRobotDatasetWriter
     from simulators.registry import make_env
+    from vlarl.data.lerobot_writer import LeRobotDatasetWriter
 
     max_attempts = cfg.max_attempts or 4 * cfg.episodes
     kept: list[CollectedEpisode] = []
@@ -248,12 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     system_env.apply()
     torch.set_num_threads(int(os.environ.get("VLARL_TORCH_THREADS", "1")))
     from policies.base import CheckpointError, Policy
-    from policies.datasets.lerobot_writer import VIDEO_CODECS
     from simulators.base import EnvError
     from simulators.registry import make_env
     from vlarl.checkpoint import load_env_config
     from vlarl.checkpoint_files import check_checkpoint
     from vlarl.config import ConfigError
+    from vlarl.data.lerobot_writer import VIDEO_CODECS
     from vlarl.evaluation.cli import _env_from_saved
     from vlarl.evaluation.protocol import check_policy_fits_env
 

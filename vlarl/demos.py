@@ -85,7 +85,7 @@ def write_lerobot(h5: Path, out: Path, instruction: str, fps: int, robot_type: s
     ``next.reward``, per-episode ``success`` and ``seed``); returns the episode count."""
     import h5py
 
-    from policies.datasets.lerobot_writer import LeRobotDatasetWriter
+    from vlarl.data.lerobot_writer import LeRobotDatasetWriter
 
     meta = json.loads(h5.with_suffix(".json").read_text()) if h5.with_suffix(".json").exists() else {}
     seeds = {f"traj_{e['episode_id']}": e.get("episode_seed", e.get("reset_kwargs", {}).get("seed"))

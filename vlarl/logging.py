@@ -1,9 +1,13 @@
-"""Run logging: TensorBoard scalars, optional wandb, a metrics.jsonl that scripts can read, and the progress bar."""
+"""Run logging: TensorBoard scalars, optional wandb, a metrics.jsonl that scripts can read, the progress bar, and
+the run's library log (simulator warnings that repeat once per env, kept off the terminal)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -105,3 +109,59 @@ class RunProgress:
 
     def close(self) -> None:
         self.bar.close()
+
+
+LIBRARY_LOG = "library.log"  # in the run directory
+LIBRARY_LOG_ENV = "VLARL_LIBRARY_LOG"  # its path, inherited by the Ray workers a run starts
+# Library loggers that log the same line for every env they build (ManiSkill's "Requested to use render device
+# sapien_cuda ... Falling back to cpu", robosuite's macro notice): dozens of identical lines per run otherwise.
+LIBRARY_LOGGERS = ("mani_skill ", "mani_skill", "robosuite_logs")
+
+
+class LibraryLogHandler(logging.Handler):
+    """Library records to the run's library log (every record, one line each, appended: worker processes share
+    the file), or, with no file, to stderr once per distinct message in this process."""
+
+    def __init__(self, path: str | Path | None):
+        super().__init__(logging.INFO)
+        self.path = Path(path) if path else None
+        self.seen: set[tuple[str, str]] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            name, msg = record.name.strip(), record.getMessage()
+            if self.path is not None:
+                stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created))
+                with open(self.path, "a") as f:
+                    f.write(f"{stamp} pid {os.getpid()} {name} {record.levelname}: {msg}\n")
+            elif (name, msg) not in self.seen:
+                self.seen.add((name, msg))
+                print(f"{name} {record.levelname}: {msg} (shown once)", file=sys.stderr, flush=True)
+        except Exception:
+            self.handleError(record)
+
+
+def route_library_logs(path: str | Path | None = None) -> Path | None:
+    """Replace the console handlers of ``LIBRARY_LOGGERS`` by one ``LibraryLogHandler`` writing to ``path``
+    (default: ``$VLARL_LIBRARY_LOG``; none: once per message on stderr). Call it in every process that builds
+    envs, before or after the library is imported (ManiSkill adds its console handler only to a logger that has
+    none). Returns the file used, if any."""
+    path = path or os.environ.get(LIBRARY_LOG_ENV) or None
+    handler = LibraryLogHandler(path)
+    for name in LIBRARY_LOGGERS:
+        lg = logging.getLogger(name)
+        for h in list(lg.handlers):
+            lg.removeHandler(h)
+        lg.addHandler(handler)
+        lg.propagate = False
+    return Path(path) if path else None
+
+
+def library_log_summary(path: str | Path) -> str | None:
+    """One line saying how many library log lines (and how many distinct messages) ``path`` holds; None if none."""
+    p = Path(path)
+    lines = p.read_text().splitlines() if p.is_file() else []
+    if not lines:
+        return None
+    distinct = {ln.split(" ", 4)[-1] for ln in lines}  # without the time stamp and pid
+    return f"{len(lines)} library log lines ({len(distinct)} distinct, e.g. simulator warnings per env) in {p}"

@@ -7,8 +7,8 @@ the runner makes after ``collect`` to turn a ``Trajectory`` into one whose ``rew
 
 Frames: ``frames[t]`` is the observation a chunk step started from (``traj.obs["images"][camera][t]``)
 and ``next_frames[t]`` the frame at the end of that chunk step: the final observation where the
-episode ended inside the chunk, else the next observation. The runner stores the latter in
-``traj.extras[next_frames_key(camera)]`` (see ``end_of_chunk_frames``).
+episode ended inside the chunk, else the next observation. The rollout worker stores the latter in
+``traj.next_images[camera]`` (``vlarl.data.builder.TrajectoryBuilder``).
 
 Reward modes (``RewardConfig.mode``):
     delta      r_t = progress(frames[t] -> next_frames[t])                    (per-step delta)
@@ -85,19 +85,6 @@ def reward_camera(cfg: RewardConfig, image_keys: list[str] | tuple[str, ...]) ->
     if not keys:
         raise ValueError("reward=vlm_critic needs camera images; use an env with obs_mode=rgb")
     return keys[0]
-
-
-def next_frames_key(camera: str) -> str:
-    return f"next_images.{camera}"
-
-
-def end_of_chunk_frames(results: list[Any], camera: str) -> torch.Tensor:
-    """Frames at the end of one chunk step from the env workers' ``ChunkStepResult``s: uint8 [B, H, W, 3].
-
-    ``final_obs`` rows hold the episode's last frame where it ended and the current frame elsewhere.
-    """
-    parts = [(r.final_obs if r.final_obs is not None else r.obs)["images"][camera] for r in results]
-    return torch.cat(parts)
 
 
 def mix_rewards(r_env: torch.Tensor, r_critic: torch.Tensor, env_weight: float, critic_weight: float) -> torch.Tensor:
@@ -184,12 +171,11 @@ def save_rollout_episodes(traj: Any, camera: str, ended: torch.Tensor, directory
     """Write the complete episodes of ``traj`` (critic frames, env success) to ``directory/rollout_<k>.npz``."""
     from pathlib import Path
 
-    from policies.critics.rollouts import save_episodes, split_rollout
+    from policies.critics.rollouts import split_rollout
+    from vlarl.data.critic_episodes import save_episodes
 
-    if "episode_success" not in traj.extras:
-        raise ValueError("reward.save_episodes needs extras['episode_success'] in the trajectory (Runner.collect)")
-    success = traj.extras["episode_success"]
-    eps = split_rollout(traj.obs["images"][camera], traj.extras[next_frames_key(camera)], ended, success,
+    traj.require("episode_success", f"next_images.{camera}", why="reward.save_episodes")
+    eps = split_rollout(traj.obs["images"][camera], traj.next_images[camera], ended, traj.episode_success,
                         list(traj.obs["instruction"]), starts_fresh=fresh)
     if eps:
         d = Path(directory)
@@ -202,10 +188,10 @@ def apply_process_reward(traj: Any, worker: Any, cfg: RewardConfig, gamma: float
                          fresh_episodes: bool = False) -> dict[str, float]:
     """Replace ``traj.rewards`` by the mix of env and critic reward; returns metrics to log.
 
-    traj: a ``vlarl.data.Trajectory`` whose ``extras`` hold ``next_frames_key(camera)`` [N, B, H, W, 3];
+    traj: a ``vlarl.data.Trajectory`` that holds ``next_images[camera]`` [N, B, H, W, 3];
     worker: a ``RewardWorker`` or its Ray actor handle. Keeps the env reward in ``extras["env_reward"]``
     and writes ``extras["critic_reward"]`` and ``extras["critic_done_prob"]`` ([N, B] each). Where the
-    trajectory records ``extras["episode_return"]`` (GRPO scores episodes by it), that becomes the mixed
+    trajectory records ``episode_return`` (GRPO scores episodes by it), that becomes the mixed
     episode return too (the env's is kept in ``extras["env_episode_return"]``).
     fresh_episodes: every env started a new episode at the trajectory's first step (GRPO groups), so the
     worker forgets the episodes it carried over from the last call.
@@ -213,25 +199,22 @@ def apply_process_reward(traj: Any, worker: Any, cfg: RewardConfig, gamma: float
     if not cfg.enabled:
         return {}
     camera = reward_camera(cfg, list(traj.obs["images"]))
-    key = next_frames_key(camera)
-    if key not in traj.extras:
-        raise ValueError(f"trajectory has no extras['{key}']; the runner must store end-of-chunk frames "
-                         f"(vlarl.rewards.end_of_chunk_frames) for the critic")
+    traj.require(f"next_images.{camera}", why="the process reward's critic")
     ended = episode_ended(traj.dones, traj.truncated)
     if fresh_episodes:
         _call(worker.reset_state)
     if cfg.potential_gamma >= 0:
         gamma = cfg.potential_gamma
-    out = _call(worker.critic_rewards, traj.obs["images"][camera], traj.extras[key], ended, traj.dones,
+    out = _call(worker.critic_rewards, traj.obs["images"][camera], traj.next_images[camera], ended, traj.dones,
                 list(traj.obs["instruction"]), gamma)
     r_env = traj.rewards
     traj.extras["env_reward"] = r_env
     traj.extras["critic_reward"] = out["reward"]
     traj.extras["critic_done_prob"] = out["done_prob"]
     traj.rewards = mix_rewards(r_env, out["reward"], cfg.env_weight, cfg.critic_weight)
-    if "episode_return" in traj.extras:
-        traj.extras["env_episode_return"] = ret = traj.extras["episode_return"]
-        traj.extras["episode_return"] = cfg.env_weight * ret + cfg.critic_weight * episode_sums(out["reward"], ended)
+    if traj.episode_return is not None:
+        traj.extras["env_episode_return"] = ret = traj.episode_return
+        traj.episode_return = cfg.env_weight * ret + cfg.critic_weight * episode_sums(out["reward"], ended)
     if cfg.save_episodes:
         save_rollout_episodes(traj, camera, ended, cfg.save_episodes, fresh_episodes)
     if cfg.done_ends_episode:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -31,13 +32,13 @@ from vlarl.algorithms.registry import algorithm_spec
 from vlarl.algorithms.spec import SEED_STRIDE
 from vlarl.checkpoint import latest_checkpoint, save_checkpoint
 from vlarl.data.metrics import EpisodeStats
-from vlarl.logging import MetricLogger, RunProgress
+from vlarl.logging import LIBRARY_LOG, LIBRARY_LOG_ENV, MetricLogger, RunProgress, route_library_logs
 from vlarl.rewards import reward_camera, validate_reward_config
 from vlarl.scheduler.pipeline import EnvObs, StagedRollout
 from vlarl.scheduler.transport import TrajectoryRef, payload
 from vlarl.workers import ActorWorker, EnvWorker, RolloutWorker
-from vlarl.workers.crash import describe_dead_env_worker
-from vlarl.workers.supervisor import WorkerSupervisor
+from vlarl.workers.crash import describe_dead_env_worker, describe_dead_worker
+from vlarl.workers.supervisor import WorkerSupervisor, dead_worker
 
 
 def policy_spec_from_env(spec: EnvSpec) -> PolicySpec:
@@ -66,7 +67,7 @@ class Runner:
     # -- set-up ---------------------------------------------------------------------------------
     def setup(self) -> None:
         cfg = self.cfg
-        device = self._device()
+        self.device = device = self._device()
         # placement as data: devices and Ray resources of every worker (vlarl.scheduler.placement)
         self.plan = scheduler.resolve_for_training(cfg, device)
         print(f"[vlarl] {self.plan.describe()}")
@@ -86,16 +87,12 @@ class Runner:
                     ray.kill(w)
                 print(f"[vlarl] {plan.describe()}")
                 self._build_rollout_side(device)
-        self.actor = scheduler.remote_on(ActorWorker, self.plan.actor).remote(
-            cfg.policy, cfg.algorithm, self.policy_spec, cfg.seed, device, cfg.torch_threads, self.plan.actor)
+        self.actor = self.new_actor()
         if cfg.placement.weight_sync == "collective":  # weights by torch.distributed broadcast, actor = rank 0
             addr, keys = ray.get([self.actor.weight_group_address.remote(), self.actor.weight_keys.remote()])
             ray.get([self.actor.join_weight_group.remote(addr, 2), self.rollout.join_weight_group.remote(addr, 1, 2, keys)])
-        if cfg.init_from:  # start from saved policy weights (e.g. SFT); resume= still wins in train()
-            from vlarl.init_from import load_init_weights
-
-            state = load_init_weights(cfg.init_from, cfg.policy, self.policy_spec, cfg.env)
-            ray.get([self.actor.load_initial_weights.remote(state), self.rollout.set_weights.remote(state)])
+        if cfg.init_from:  # the actor starts from saved policy weights (e.g. SFT); resume= still wins in train()
+            ray.get(self.rollout.set_weights.remote(self.actor.get_weights.remote()))
             print(f"[vlarl] policy initialized from {cfg.init_from}")
         # optional dense process reward from a VLM critic (vlarl.rewards, vlarl.workers.reward_worker)
         if cfg.reward.enabled:
@@ -111,6 +108,7 @@ class Runner:
 
     def _build_rollout_side(self, device: str) -> None:
         """Env workers and the rollout worker of ``self.plan`` (the actor is built once the plan is final)."""
+        self.device = device
         cfg = self.cfg
         self.per_worker = cfg.env.num_envs // len(self.plan.env)
         self.env_workers = [
@@ -119,10 +117,36 @@ class Runner:
         ]
         self.env_spec: EnvSpec = ray.get(self.env_workers[0].spec.remote())
         self.policy_spec = policy_spec_from_env(self.env_spec)
-        self.rollout = scheduler.remote_on(RolloutWorker, self.plan.rollout).remote(
-            cfg.policy, self.policy_spec, cfg.seed + 1, device, cfg.torch_threads, self.plan.rollout)
+        self.rollout = self.new_rollout()
+
+    def new_rollout(self) -> Any:
+        """A rollout worker on the plan's rollout devices (set-up, and the supervisor after one died); it holds
+        freshly built weights until the actor's are synced."""
+        cfg = self.cfg
+        rollout = scheduler.remote_on(RolloutWorker, self.plan.rollout).remote(
+            cfg.policy, self.policy_spec, cfg.seed + 1, self.device, cfg.torch_threads, self.plan.rollout)
         if algorithm_spec(cfg.algorithm.name).replays_stale_data:  # a replay's pixel critic reads next images
-            ray.get(self.rollout.record_next_images.remote(True))
+            ray.get(rollout.record_next_images.remote(True))
+        if self.reward_cam:  # a process reward's camera (set once the reward worker exists)
+            ray.get(rollout.set_reward_camera.remote(self.reward_cam))
+        return rollout
+
+    def new_actor(self) -> Any:
+        """An actor worker on the plan's actor devices with the run's starting weights: seeded, or ``init_from``'s
+        (set-up, and the supervisor after one died, before it loads the latest checkpoint)."""
+        cfg = self.cfg
+        actor = scheduler.remote_on(ActorWorker, self.plan.actor).remote(
+            cfg.policy, cfg.algorithm, self.policy_spec, cfg.seed, self.device, cfg.torch_threads, self.plan.actor)
+        if cfg.init_from:
+            from vlarl.init_from import load_init_weights
+
+            state = load_init_weights(cfg.init_from, cfg.policy, self.policy_spec, cfg.env)
+            ray.get(actor.load_initial_weights.remote(state))
+        return actor
+
+    def _submit_train(self, traj: TrajectoryRef) -> Any:
+        """One actor update on ``traj`` (by reference); returns the reference to its metrics."""
+        return self.actor.train.remote(payload(traj))
 
     def _sync_weights(self) -> int:
         """Actor -> rollout weight sync (placement.weight_sync); returns the policy version the rollout holds."""
@@ -252,14 +276,15 @@ class Runner:
                 batch, reward_metrics = self._score(supervisor, collect, batch)
                 traj, obs, steps = batch
                 t1 = time.time()
-                train_ref, prefetched = self.actor.train.remote(payload(traj)), None
+                train = functools.partial(self._submit_train, traj)  # again on a restored actor if it died
+                train_ref, prefetched = train(), None
                 if cfg.placement.async_rollout and stop_reason is None and self.env_steps + steps < cfg.total_env_steps:
                     # the next rollout runs on the current weights while the actor trains: one version stale
                     # (each step is stamped with the version that sampled it: train/policy_lag)
                     prefetched = supervisor.collect(self, collect, obs)
                     obs = prefetched[1]
-                train_metrics = ray.get(train_ref)
-                self.rollout_version = self._sync_weights()
+                train_metrics = supervisor.trained(self, train, train_ref)  # restores a dead actor
+                self.rollout_version = supervisor.synced(self)  # restarts a dead rollout worker or actor
                 t2 = time.time()
                 self.iteration += 1
                 self.env_steps += steps
@@ -367,6 +392,10 @@ def score_trajectory(traj: Any, worker: Any, gamma: float, fresh_episodes: bool)
 
 
 def run_training(cfg: Any, run_dir: str | Path) -> dict[str, Any]:
+    # library warnings that repeat per env go to <run_dir>/library.log, here and in the Ray workers started below
+    # (they inherit the variable); the terminal keeps the progress bar, the evaluation and the paths
+    previous = os.environ.get(LIBRARY_LOG_ENV)
+    os.environ[LIBRARY_LOG_ENV] = str(route_library_logs(Path(run_dir) / LIBRARY_LOG))
     runner = Runner(cfg, run_dir)
     try:
         runner.setup()
@@ -374,11 +403,16 @@ def run_training(cfg: Any, run_dir: str | Path) -> dict[str, Any]:
     except ray.exceptions.RayActorError as e:  # a simulator process died: say which one, with its seeds
         named = describe_dead_env_worker(e, getattr(runner, "env_workers", []), str(cfg.env.task),
                                          getattr(runner, "reset_seeds", []), runner.iteration, str(runner.run_dir))
-        if named is None:
-            raise
+        if named is None:  # another of the run's workers, outside the phases the supervisor restarts
+            named = describe_dead_worker(e, dead_worker(e, runner), runner.iteration, str(runner.run_dir))
         raise named from e
     finally:
         runner.close()
+        if previous is None:
+            os.environ.pop(LIBRARY_LOG_ENV, None)
+        else:
+            os.environ[LIBRARY_LOG_ENV] = previous
+        route_library_logs(previous)  # this process's later envs: the caller's file, or once per message
 
 
 __all__ = ["Runner", "policy_spec_from_env", "run_training"]

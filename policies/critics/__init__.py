@@ -15,7 +15,7 @@ from policies.critics.base import (
 from policies.critics.labels import PairBatch, PairMix, sample_pairs
 from policies.critics.process_reward import CriticOutput, ProcessRewardConfig, ProcessRewardCritic
 from policies.critics.train import CriticTrainConfig, train_critic
-from policies.datasets.episode import Episode
+from policies.episode import Episode
 
 __all__ = [
     "Critic",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from policies.datasets.episode import Episode
+from policies.episode import Episode
 
 PAIR_KINDS = ("forward", "reversed", "failed", "mismatched", "same")
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from policies.datasets.episode import Episode
+from policies.episode import Episode
 
 
 def rankdata(x: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from policies.critics.labels import PairMix, sample_pairs
-from policies.datasets.episode import Episode
+from policies.episode import Episode
 
 
 @dataclass

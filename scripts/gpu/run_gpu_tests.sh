@@ -86,6 +86,9 @@ install_wheels() {
     echo "[install] carry the next gpu_wheels/bN in the next call"
     return 3
   fi
+  if [ "${VLARL_SKIP_SELF:-0}" = 1 ]; then  # runs that put the checkout on PYTHONPATH need no install of it
+    echo "[install] vlarl itself not installed (VLARL_SKIP_SELF=1: the checkout is on PYTHONPATH)"; return 0
+  fi
   run "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$SITE" "$ROOT" \
     || return 1
   echo "[install] vlarl installed (--no-deps) into $SITE"

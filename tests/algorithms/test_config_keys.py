@@ -61,8 +61,8 @@ def make_traj(seed: int = 0) -> Trajectory:
         truncated=trunc,
         final_values=torch.randn(N, B, generator=g),
         next_value=torch.randn(B, generator=g),
-        extras={"step_mask": step_mask, "step_rewards": step_rewards, "episode_success": ep_success,
-                "episode_return": ep_return, "policy_version": version},
+        step_mask=step_mask, step_rewards=step_rewards, episode_success=ep_success, episode_return=ep_return,
+        policy_version=version,
     )
 
 

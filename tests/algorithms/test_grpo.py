@@ -72,7 +72,7 @@ def _traj(success: list[float], ret: list[float], B: int | None = None) -> Traje
         replay={"actions": torch.zeros(2, B, 1, 1)}, logprob=torch.zeros(2, B, 1, 1), values=torch.zeros(2, B),
         rewards=torch.zeros(2, B), dones=torch.tensor([[0.0] * B, [1.0] * B]), truncated=torch.zeros(2, B),
         final_values=torch.zeros(2, B), next_value=torch.zeros(B),
-        extras={"episode_success": ep_s, "episode_return": ep_r, "step_mask": torch.ones(2, B, 1, dtype=torch.bool)},
+        episode_success=ep_s, episode_return=ep_r, step_mask=torch.ones(2, B, 1, dtype=torch.bool),
     )
 
 
@@ -93,7 +93,7 @@ def test_select_groups_filters_and_refills_from_later_rounds():
     # kept: envs 2, 3 of round 1 then envs 2, 3 of round 2, in that order
     assert t.num_envs == 4
     assert t.obs["state"][0, :, 0].tolist() == [2.0, 3.0, 2.0, 3.0]
-    assert t.extras["episode_success"][1].tolist() == [0.0, 1.0, 1.0, 0.0]
+    assert t.episode_success[1].tolist() == [0.0, 1.0, 1.0, 0.0]
     no_filter, c = select_groups([r1, r2], GRPOConfig(group_size=2), target_groups=2)
     assert no_filter is r1 and c["groups_kept"] == 2.0
 
@@ -117,8 +117,8 @@ def test_grpo_batch_reward_to_go_trains_only_first_episode_steps():
     t = _traj([1.0, 0.0], [3.0, 0.0])
     t.rewards = torch.tensor([[1.0, 0.0], [2.0, 0.0]])
     t.dones = torch.tensor([[0.0, 1.0], [1.0, 0.0]])  # env 1 ends at step 0: its step 1 is a new episode
-    t.extras["episode_return"] = torch.tensor([[NAN, 0.0], [3.0, NAN]])
-    t.extras["episode_success"] = torch.tensor([[NAN, 0.0], [1.0, NAN]])
+    t.episode_return = torch.tensor([[NAN, 0.0], [3.0, NAN]])
+    t.episode_success = torch.tensor([[NAN, 0.0], [1.0, NAN]])
     b, info = grpo_batch(t, GRPOConfig(group_size=2, score="reward_to_go", scale_by_std=False))
     # flat order is step-major: (t0,e0), (t0,e1), (t1,e0), (t1,e1); valid rewards 1, 0, 2: mean 1
     assert b.valid.tolist() == [True, True, True, False]
@@ -132,8 +132,8 @@ def test_grpo_batch_reward_to_go_trains_only_first_episode_steps():
 def test_pad_steps_lets_rounds_of_different_length_concatenate():
     short, long_ = _traj([1.0, 0.0], [1.0, 0.0]), _traj([0.0, 1.0], [0.0, 1.0])
     long_ = pad_steps(long_, 3)  # a round that ran one chunk step longer
-    assert long_.num_steps == 3 and long_.extras["step_mask"][2].sum() == 0 and long_.dones[2].sum() == 0
-    assert torch.isnan(long_.extras["episode_success"][2]).all()
+    assert long_.num_steps == 3 and long_.step_mask[2].sum() == 0 and long_.dones[2].sum() == 0
+    assert torch.isnan(long_.episode_success[2]).all()
     assert torch.equal(long_.obs["state"][2], long_.obs["state"][1])
     cfg = GRPOConfig(group_size=2, filter_groups=True)
     t, counts = select_groups([short, long_], cfg, target_groups=2)

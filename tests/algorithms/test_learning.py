@@ -43,7 +43,7 @@ def _rollout(policy: MLPPolicy, gen: torch.Generator, grouped: bool) -> tuple[Tr
         logprob=s.logprob.unsqueeze(0), values=(s.value if s.value is not None else torch.zeros(B)).unsqueeze(0),
         rewards=r.unsqueeze(0), dones=torch.ones(1, B), truncated=torch.zeros(1, B),
         final_values=torch.zeros(1, B), next_value=torch.zeros(B),
-        extras={"episode_return": r.unsqueeze(0), "episode_success": (r > -0.2).float().unsqueeze(0)},
+        episode_return=r.unsqueeze(0), episode_success=(r > -0.2).float().unsqueeze(0),
     )
     return traj, r
 

@@ -10,17 +10,16 @@ import numpy as np
 import pytest
 import torch
 
-from policies.datasets.episode import Episode
-from policies.vlm.demonstrations import read_demonstrations, read_maniskill_h5
+from policies.episode import Episode
 from vlarl.algorithms.offline import IQL, OfflineConfig, filter_transitions, fit_offline
 from vlarl.algorithms.replay import demo_transitions
+from vlarl.data.demonstrations import read_demonstrations, read_maniskill_h5
+from vlarl.data.expert_demos import _H5Sink, record_demos
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-
-from scripts.pushcube_expert import _H5Sink  # noqa: E402  (after the sys.path line above)
 
 
 def _ep(success, final=None):
@@ -133,7 +132,7 @@ def test_the_filter_keeps_the_successes_forward_steps_and_drops_more_of_the_fail
 @pytest.mark.slow
 @pytest.mark.sim
 def test_the_pushcube_recorder_writes_successes_and_a_failure_that_read_back(tmp_path):
-    from scripts.pushcube_expert import main, record_demos
+    from scripts.pushcube_expert import main
 
     out = tmp_path / "mixed.h5"
     summary = record_demos(out, episodes=2, failures=1, seed=0, log=lambda m: None)
@@ -167,7 +166,7 @@ def test_offline_then_online_refuses_what_would_fail_only_after_imitation_and_iq
 def test_imitation_refuses_failed_episodes_and_the_reader_can_skip_them(tmp_path):
     """SFT copies what it is shown, so a failed episode is refused; ``successful_only`` reads the successes and
     counts ``max_episodes`` among them (a file of success, failure, success gives both successes for 2)."""
-    from policies.vlm.sft import sft_train
+    from vlarl.data.sft import sft_train
 
     path = tmp_path / "mixed.h5"
     _write(path, flags=True)

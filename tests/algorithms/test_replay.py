@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from policies.datasets.episode import Episode
+from policies.episode import Episode
 from vlarl.algorithms.replay import MixedReplay, demo_transitions, trajectory_transitions
 from vlarl.data.trajectory import Trajectory
 
@@ -21,8 +21,7 @@ def _traj(N=3, B=2, T=2, A=1, D=3) -> Trajectory:
         obs={"state": state, "images": {}, "instruction": ["x"] * B},
         replay={"actions": torch.randn(N, B, T, A)}, logprob=torch.zeros(N, B, T, A), values=z, rewards=z,
         dones=dones, truncated=z, final_values=z, next_value=torch.zeros(B),
-        extras={"step_rewards": torch.ones(N, B, T), "step_mask": torch.ones(N, B, T, dtype=torch.bool),
-                "next_state": state + 100})
+        step_rewards=torch.ones(N, B, T), step_mask=torch.ones(N, B, T, dtype=torch.bool), next_state=state + 100)
 
 
 def test_trajectory_transitions_are_time_major_with_next_state_and_dones():
@@ -35,8 +34,8 @@ def test_trajectory_transitions_are_time_major_with_next_state_and_dones():
 
 def test_trajectory_without_next_state_is_refused():
     traj = _traj()
-    del traj.extras["next_state"]
-    with pytest.raises(ValueError, match="next_state"):
+    traj.next_state = None
+    with pytest.raises(ValueError, match=r"off-policy replay needs the trajectory's \['next_state'\]"):
         trajectory_transitions(traj)
 
 

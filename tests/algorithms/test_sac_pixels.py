@@ -63,8 +63,8 @@ def bandit_traj(policy, g: torch.Generator) -> Trajectory:
         replay={k: v[None] for k, v in sample.replay.items()}, logprob=sample.logprob[None], values=z,
         rewards=rewards.sum(-1)[None], dones=torch.ones(1, B), truncated=z, final_values=z,
         next_value=torch.zeros(B),
-        extras={"step_rewards": rewards[None], "step_mask": torch.ones(1, B, T, dtype=torch.bool),
-                "next_state": state[None], f"next_images.{CAM}": images[None]})
+        step_rewards=rewards[None], step_mask=torch.ones(1, B, T, dtype=torch.bool), next_state=state[None],
+        next_images={CAM: images[None]})
 
 
 def right_sign_fraction(policy, g: torch.Generator, n: int = 200) -> float:
@@ -131,27 +131,6 @@ def test_pixel_refusals_are_one_line():
     assert "state-only demonstrations" in msg and "set algorithm.demos=''" in msg
     msg = actor_problem(CNNPolicy(replace(TINY, squash=False), SPEC), SACConfig())
     assert "policy=cnn policy.squash=true" in msg and "\n" not in msg
-
-
-def test_step_extras_record_next_images_from_the_final_observation_at_an_episode_end():
-    from vlarl.algorithms.extras import StepExtras
-
-    def reply(state: float, pixel: int, final: int | None):
-        obs = {"state": torch.full((1, D), state), "images": {CAM: torch.full((1, S, S, 3), pixel, dtype=torch.uint8)}}
-        final_obs = None if final is None else {"state": torch.full((1, D), -state),
-                                                "images": {CAM: torch.full((1, S, S, 3), final, dtype=torch.uint8)}}
-        return SimpleNamespace(step_mask=torch.ones(1, T), rewards=torch.zeros(1, T), obs=obs, final_obs=final_obs,
-                               episode={"return": torch.zeros(1), "success_once": torch.zeros(1)})
-
-    extras = StepExtras()
-    extras.add([reply(1.0, 10, None), reply(2.0, 20, 99)], policy_version=0)  # env 1's episode ended: final obs
-    out = extras.stack()
-    assert out[f"next_images.{CAM}"].dtype == torch.uint8 and out[f"next_images.{CAM}"].shape == (1, 2, S, S, 3)
-    assert out[f"next_images.{CAM}"][0, :, 0, 0, 0].tolist() == [10, 99]
-    assert out["next_state"][0, :, 0].tolist() == [1.0, -2.0]
-    off = StepExtras(images=False)
-    off.add([reply(1.0, 10, None)], policy_version=0)
-    assert f"next_images.{CAM}" not in off.stack()
 
 
 BIN = Path(sys.executable).parent

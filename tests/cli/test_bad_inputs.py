@@ -107,6 +107,8 @@ CASES: dict[str, tuple[Callable[..., int], str]] = {
     "train-init-from-truncated": (_train(*FAST, "init_from={w}/trunc", "run_dir={w}/new"), "model.safetensors"),
     "train-resume-not-a-run": (_train("resume={w}/noconf"), "has no config.yaml"),
     "train-resume-corrupt-only": (_train("resume={w}/run"), "has no complete checkpoint"),
+    "train-resume-unknown-key": (_train("resume={w}/run", "env.num_envz=3"),  # the keys listed on resume too
+                                 "Did you mean 'env.num_envs'? Valid keys of env: ['cameras', 'control_mode'"),
     "train-unknown-env": (_train("env=maniskil"), "Did you mean env=maniskill?"),
     # vlarl-eval: checkpoints and settings
     "eval-no-checkpoint": (_eval("episodes=2"), "missing checkpoint="),

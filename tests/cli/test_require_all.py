@@ -1,4 +1,6 @@
-"""``VLARL_REQUIRE_ALL=1`` turns a skip for a missing extra or a busy port into a failure (and only those)."""
+"""``VLARL_REQUIRE_ALL=1`` turns every skip into a failure except those ``tests/conftest.py`` names in
+``ALLOWED_SKIPS`` (no GPU here, ...): a missing extra, a busy port or an exporter error that a test turned into a
+skip fails."""
 
 import subprocess
 import sys
@@ -17,6 +19,13 @@ def test_busy_port():
 
 def test_no_gpu():
     pytest.skip("physx_cuda needs a CUDA GPU")
+
+def test_export_raised():
+    pytest.skip("flow_vla act() is not traceable yet: onnx export of policy 'flow_vla' failed")
+
+@pytest.mark.skipif(True, reason="physx_cuda needs a CUDA GPU")
+def test_no_gpu_mark():
+    pass
 '''
 
 
@@ -32,12 +41,23 @@ def _run(tmp_path, require_all: str) -> str:
     return proc.stdout + proc.stderr
 
 
-def test_require_all_fails_missing_extras_and_busy_ports_only(tmp_path):
+def test_require_all_fails_every_skip_it_does_not_name(tmp_path):
     out = _run(tmp_path, "1")
-    assert "2 failed, 1 skipped" in out, out
-    assert "FAILED" in out and "test_missing_extra" in out and "test_busy_port" in out
+    assert "3 failed, 2 skipped" in out, out
+    failed = {line.split("::")[-1].split()[0] for line in out.splitlines() if line.startswith("FAILED")}
+    assert failed == {"test_missing_extra", "test_busy_port", "test_export_raised"}, out
+    assert "not one of ALLOWED_SKIPS" in out
+
+
+def test_every_allowed_skip_says_why():
+    from tests.conftest import ALLOWED_SKIPS, allowed_skip
+
+    assert all(len(why) > 40 for _, why in ALLOWED_SKIPS)
+    assert allowed_skip("physx_cuda needs a CUDA GPU")
+    assert allowed_skip("pip install -e .[maniskill]") is None
+    assert allowed_skip("no loopback address with free libfranka ports") is None
 
 
 def test_without_require_all_they_stay_skips(tmp_path):
     out = _run(tmp_path, "")
-    assert "3 skipped" in out, out
+    assert "5 skipped" in out, out

@@ -62,7 +62,7 @@ def _trajectory(N=3, B=2, size=32, seed=0):
                            "instruction": [INSTRUCTION] * B},
                       replay={}, logprob=torch.zeros(N, B, 1, 1), values=z.clone(), rewards=torch.ones(N, B),
                       dones=z.clone(), truncated=z.clone(), final_values=z.clone(), next_value=torch.zeros(B))
-    traj.extras[R.next_frames_key("base_camera")] = frames[1:]
+    traj.next_images["base_camera"] = frames[1:]
     return traj, frames
 
 
@@ -126,9 +126,10 @@ def test_done_can_end_episodes(tiny_critic, tmp_path):
 
 def test_missing_end_of_chunk_frames_is_a_clear_error(tiny_critic, tmp_path):
     traj, _ = _trajectory()
-    traj.extras.clear()
+    traj.next_images.clear()
     w = _worker(tiny_critic, tmp_path)
-    with pytest.raises(ValueError, match="end_of_chunk_frames"):
+    want = r"the process reward's critic needs the trajectory's \['next_images.base_camera'\]"
+    with pytest.raises(ValueError, match=want):
         R.apply_process_reward(traj, w, w.cfg, gamma=0.9)
     with pytest.raises(ValueError, match="reward.camera"):
         R.apply_process_reward(traj, w, R.RewardConfig(name="vlm_critic", critic_path="x", camera="wrist"), 0.9)
@@ -181,14 +182,14 @@ def test_fresh_episodes_forget_the_carried_start_frames(tiny_critic, tmp_path):
 
 
 def test_episode_returns_become_the_mixed_return(tiny_critic, tmp_path):
-    """GRPO's score=return reads extras['episode_return']: it must include the critic's share."""
+    """GRPO's score=return reads traj.episode_return: it must include the critic's share."""
     traj, _ = _trajectory(N=3, seed=4)
     traj.truncated[2] = 1.0
     nan = float("nan")
-    traj.extras["episode_return"] = torch.tensor([[nan, nan], [nan, nan], [3.0, 0.0]])
+    traj.episode_return = torch.tensor([[nan, nan], [nan, nan], [3.0, 0.0]])
     w = _worker(tiny_critic, tmp_path, env_weight=2.0, critic_weight=0.5)
     R.apply_process_reward(traj, w, w.cfg, gamma=0.9)
     want = 2.0 * torch.tensor([3.0, 0.0]) + 0.5 * traj.extras["critic_reward"].sum(0)
-    torch.testing.assert_close(traj.extras["episode_return"][2], want, atol=1e-5, rtol=1e-4)
-    assert bool(traj.extras["episode_return"][:2].isnan().all())
+    torch.testing.assert_close(traj.episode_return[2], want, atol=1e-5, rtol=1e-4)
+    assert bool(traj.episode_return[:2].isnan().all())
     torch.testing.assert_close(traj.extras["env_episode_return"][2], torch.tensor([3.0, 0.0]))

@@ -7,9 +7,10 @@ from pathlib import Path
 import torch
 
 from policies.critics import Critic
-from policies.critics.rollouts import load_episodes, save_episodes, split_rollout
+from policies.critics.rollouts import split_rollout
 from vlarl import rewards as R
 from vlarl.data import Trajectory
+from vlarl.data.critic_episodes import load_episodes, save_episodes
 from vlarl.workers.reward_worker import RewardWorker
 
 from .conftest import INSTRUCTION, moving_square_episode
@@ -61,8 +62,8 @@ def test_training_run_saves_rollouts_and_the_critic_fine_tunes_on_them(tiny_crit
                       replay={}, logprob=torch.zeros(N, B, 1, 1), values=z.clone(), rewards=z.clone(),
                       dones=z.clone(), truncated=z.clone(), final_values=z.clone(), next_value=torch.zeros(B))
     traj.truncated[-1] = 1.0
-    traj.extras.update({R.next_frames_key("base_camera"): frames[1:], "episode_success": success,
-                        "episode_return": nan.clone()})
+    traj.next_images["base_camera"] = frames[1:]
+    traj.episode_success, traj.episode_return = success, nan.clone()
     critic_dir = tiny_critic.save_pretrained(tmp_path / "critic")
     cfg = R.RewardConfig(name="vlm_critic", critic_path=str(critic_dir), save_episodes=str(tmp_path / "rollouts"))
     R.apply_process_reward(traj, RewardWorker(cfg), cfg, gamma=0.9, fresh_episodes=True)

@@ -10,12 +10,12 @@ import torch
 
 def test_one_recorded_episode_feeds_sft_batches_and_critic_pairs():
     import policies.critics
-    import policies.vlm.demonstrations
+    import vlarl.data.demonstrations
     from policies.critics.labels import sample_pairs
-    from policies.datasets.episode import Episode
-    from policies.vlm.sft import demonstration_batches
+    from policies.episode import Episode
+    from vlarl.data.sft import demonstration_batches
 
-    assert policies.critics.Episode is Episode is policies.vlm.demonstrations.Episode
+    assert policies.critics.Episode is Episode is vlarl.data.demonstrations.Episode
     L = 5
     g = torch.Generator().manual_seed(0)
     ep = Episode(frames=torch.randint(0, 256, (L, 8, 8, 3), generator=g, dtype=torch.uint8), instruction="push",
@@ -33,7 +33,7 @@ def test_one_recorded_episode_feeds_sft_batches_and_critic_pairs():
 
 
 def test_an_episode_without_frames_or_actions_names_what_it_needs():
-    from policies.datasets.episode import Episode
+    from policies.episode import Episode
 
     with pytest.raises(ValueError, match="needs frames .* or state and actions"):
         Episode(state=np.zeros((3, 2), np.float32))

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from policies.datasets.lerobot_v3 import read_episode_table, read_lerobot_dataset, read_tasks
-from policies.datasets.lerobot_writer import LeRobotDatasetWriter
+from vlarl.data.lerobot_v3 import read_episode_table, read_lerobot_dataset, read_tasks
+from vlarl.data.lerobot_writer import LeRobotDatasetWriter
 
 pytest.importorskip("pyarrow")
 ROOT = Path(__file__).resolve().parents[2]
@@ -229,8 +229,8 @@ def test_robot_recorder_writes_executed_and_requested_actions_clamps_and_frames(
 def test_critic_episodes_saved_as_lerobot_load_back_bit_identical(tmp_path):
     import torch
 
-    from policies.critics.rollouts import load_episodes, save_episodes
-    from policies.datasets.episode import Episode
+    from policies.episode import Episode
+    from vlarl.data.critic_episodes import load_episodes, save_episodes
 
     g = torch.Generator().manual_seed(0)
     eps = [Episode(torch.randint(0, 256, (L, 16, 16, 3), generator=g, dtype=torch.uint8), "open the drawer",

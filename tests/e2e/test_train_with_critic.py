@@ -31,18 +31,51 @@ def _train_rows(cmd: list[str], run_dir: Path) -> list[dict]:
     return [r for r in rows if "iteration" in r]
 
 
-def test_training_mixes_critic_reward_into_the_rollout(tmp_path):
+def test_the_actor_trains_on_rewards_the_critic_changed(tmp_path, monkeypatch):
+    """A real RGB run with a tiny critic (reward.critic_weight=0.5): every batch the actor worker receives is the
+    scored one, whose rewards are env_weight x the collected env rewards + critic_weight x the critic's, and
+    differ from the env rewards alone. Spies on the driver (they read the object store, change nothing)."""
+    import ray
+
+    from vlarl import runner as runner_mod
+    from vlarl.config import load_train_config
+    from vlarl.scheduler.transport import from_wire, payload
+
+    def rewards_of(ref) -> tuple[torch.Tensor, dict]:
+        t = from_wire(ray.get(payload(ref)))
+        return t.rewards.clone(), {k: v.clone() for k, v in t.extras.items() if k in ("env_reward", "critic_reward")}
+
+    collected, scored, trained = [], [], []
+    score, submit = runner_mod.score_trajectory, runner_mod.Runner._submit_train
+
+    def spy_score(traj, worker, *args, **kwargs):
+        collected.append(rewards_of(traj)[0])
+        out = score(traj, worker, *args, **kwargs)
+        scored.append(payload(out[0]))
+        return out
+
+    def spy_submit(self, traj):
+        trained.append((payload(traj), *rewards_of(traj)))
+        return submit(self, traj)
+
+    monkeypatch.setattr(runner_mod, "score_trajectory", spy_score)
+    monkeypatch.setattr(runner_mod.Runner, "_submit_train", spy_submit)
     _save_tiny_critic(tmp_path / "critic")
-    run_dir = tmp_path / "run"
-    cmd = [str(BIN / "vlarl-train"), f"run_dir={run_dir}", "env=maniskill_pushcube_rgb", "env.image_size=32",
-           "env.num_envs=2", "env.num_workers=1", "algorithm.num_steps=4", "algorithm.num_minibatches=2",
-           "policy.hidden_sizes=[16]", "total_env_steps=8", "eval.episodes=1", "eval.num_envs=1",
-           "eval.video_episodes=0", "env.max_episode_steps=6", "logger.progress_bar=false",
-           "reward=vlm_critic", f"reward.critic_path={tmp_path / 'critic'}", "reward.critic_weight=0.5"]
-    train = _train_rows(cmd, run_dir)
-    assert train and any(k.startswith("reward/") for k in train[0]), sorted(train[0])
-    # the rollout reward the actor trained on is no longer the env reward alone
-    assert "rollout/chunk_reward" in train[0]
+    cfg = load_train_config([
+        "env=maniskill_pushcube_rgb", "env.image_size=32", "env.num_envs=2", "env.num_workers=1",
+        "algorithm.num_steps=4", "algorithm.num_minibatches=2", "policy.hidden_sizes=[16]", "total_env_steps=16",
+        "eval.episodes=1", "eval.num_envs=1", "eval.video_episodes=0", "env.max_episode_steps=6",
+        "logger.progress_bar=false", "logger.tensorboard=false", "placement.timeline=false",
+        "reward=vlm_critic", f"reward.critic_path={tmp_path / 'critic'}", "reward.critic_weight=0.5"])
+    (tmp_path / "run").mkdir()
+    final = runner_mod.run_training(cfg, tmp_path / "run")
+    assert final["iterations"] == 2 and len(trained) == 2 and len(collected) == 2
+    for env_r, scored_ref, (trained_ref, rewards, extras) in zip(collected, scored, trained, strict=True):
+        assert trained_ref == scored_ref  # the actor got the critic's output, not the collected trajectory
+        torch.testing.assert_close(extras["env_reward"], env_r)
+        torch.testing.assert_close(rewards, 1.0 * env_r + 0.5 * extras["critic_reward"])
+        assert extras["critic_reward"].abs().max() > 1e-4  # the critic said something ...
+        assert (rewards - env_r).abs().max() > 1e-5  # ... and the actor trained on it
 
 
 @pytest.mark.slow  # ~80 s on a loaded 2-core machine (Ray + ManiSkill start-up)

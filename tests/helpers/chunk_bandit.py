@@ -17,5 +17,4 @@ def one_step_trajectory(state: torch.Tensor, sample, rewards: torch.Tensor, inst
         replay={k: v[None] for k, v in sample.replay.items()}, logprob=sample.logprob[None], values=z,
         rewards=rewards.sum(-1)[None], dones=torch.ones(1, B), truncated=z, final_values=z,
         next_value=torch.zeros(B),
-        extras={"step_rewards": rewards[None], "step_mask": torch.ones(1, B, T, dtype=torch.bool),
-                "next_state": state[None]})
+        step_rewards=rewards[None], step_mask=torch.ones(1, B, T, dtype=torch.bool), next_state=state[None])

@@ -16,8 +16,8 @@ import torch
 
 from policies import PolicySpec, make_policy
 from policies.flow_vla import FlowVLAConfig
-from policies.vlm.demonstrations import Episode, read_maniskill_h5
-from policies.vlm.sft import sft_train
+from vlarl.data.demonstrations import Episode, read_maniskill_h5
+from vlarl.data.sft import sft_train
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +43,7 @@ def test_sft_train_fits_normalization_and_lowers_loss():
     torch.testing.assert_close(pol.state_norm.mean, states.mean(0), atol=1e-3, rtol=0)
     torch.testing.assert_close(pol.state_norm.var, states.var(0, unbiased=False), atol=1e-2, rtol=1e-3)
     assert seen == list(range(4)) and len(losses) == 4
-    assert losses[-1] < 0.85 * losses[0], losses  # (longer runs: tests/policies/test_sft.py)
+    assert losses[-1] < 0.85 * losses[0], losses  # (longer runs: tests/data/test_sft.py)
     assert not pol.training  # left ready for evaluation / save_pretrained
     with pytest.raises(ValueError, match="no demonstration episodes"):
         sft_train(pol, [], 1, 4, 1e-3, "push")
@@ -51,8 +51,7 @@ def test_sft_train_fits_normalization_and_lowers_loss():
 
 @pytest.mark.sim
 def test_recorder_writes_success_filtered_maniskill_h5(tmp_path):
-    sys.path.insert(0, str(ROOT))
-    from scripts.pushcube_expert import record_demos
+    from vlarl.data.expert_demos import record_demos
 
     out = tmp_path / "demos.h5"
     summary = record_demos(out, episodes=2, seed=5, log=lambda m: None)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from policies.datasets.lerobot_writer import LeRobotDatasetWriter
 from robots.success_classifier import load_classifier
 from scripts import train_success_classifier as tsc
+from vlarl.data.lerobot_writer import LeRobotDatasetWriter
 
 torch.set_num_threads(1)
 

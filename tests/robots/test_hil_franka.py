@@ -15,8 +15,6 @@ import pytest
 import torch
 
 from policies.base import PolicySpec
-from policies.datasets.lerobot_v3 import read_lerobot_dataset
-from policies.datasets.lerobot_writer import LeRobotDatasetWriter
 from policies.mlp import MLPPolicy, MLPPolicyConfig
 from robots.cameras import CameraConfig
 from robots.franky_driver import FrankyConfig, FrankyDriver
@@ -28,6 +26,8 @@ from robots.rewards import RewardSourceConfig, make_reward_fn
 from robots.safety import OperatorStop
 from robots.success_classifier import ClassifierConfig, SuccessClassifier
 from scripts.train_hil import read_episode
+from vlarl.data.lerobot_v3 import read_lerobot_dataset
+from vlarl.data.lerobot_writer import LeRobotDatasetWriter
 
 pytestmark = pytest.mark.robot
 torch.set_num_threads(1)

@@ -25,8 +25,6 @@ import pytest
 import torch
 
 from policies.base import PolicySpec
-from policies.datasets.lerobot_v3 import read_lerobot_dataset
-from policies.datasets.lerobot_writer import LeRobotDatasetWriter
 from policies.mlp import MLPPolicy, MLPPolicyConfig
 from robots import recorder as recorder_module
 from robots.franka_env import StepRecord
@@ -39,6 +37,8 @@ from robots.recorder import (
     sweep_temporaries,
 )
 from scripts.train_hil import read_episode
+from vlarl.data.lerobot_v3 import read_lerobot_dataset
+from vlarl.data.lerobot_writer import LeRobotDatasetWriter
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from scripts.pushcube_expert import EVAL_SEED_START, main
+from scripts.pushcube_expert import main
+from vlarl.data.expert_demos import EVAL_SEED_START
 
 torch.set_num_threads(1)
 

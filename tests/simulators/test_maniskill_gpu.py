@@ -112,3 +112,52 @@ def test_cuda_contract_runs_every_contract_check():
     import tests.simulators.test_contract as contract
 
     assert sorted(CONTRACT_CHECKS) == sorted(n for n in dir(contract) if n.startswith("test_"))
+
+
+@needs_maniskill
+def test_env_worker_builds_its_simulator_on_the_gpu_it_is_bound_to(monkeypatch):
+    """An env worker placed on GPU 3 makes that GPU torch's current device before it builds its envs, and the
+    physx_cuda adapter names the current device to ManiSkill (sim and render). No CUDA here: the device index
+    is faked (torch.cuda.set_device / current_device recorded), the env itself runs on the CPU backend."""
+    import simulators.maniskill_gpu as msg
+    from simulators.maniskill_gpu import ManiSkillGPUConfig
+    from vlarl.scheduler.placement import WorkerPlacement
+    from vlarl.workers.env_worker import EnvWorker
+
+    current = []
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: current.append(torch.device(d).index))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current[-1])
+    placed = WorkerPlacement("env", 0, devices=[3], device_type="gpu", pin=False)
+    worker = EnvWorker(ManiSkillGPUConfig(task="PushCube-v1", sim_backend="cpu", max_episode_steps=6), 1, 0,
+                       placement=placed)
+    try:
+        assert current == [3]
+        assert msg.sim_backends(ManiSkillGPUConfig(sim_backend="physx_cuda")) == ("physx_cuda:3", "cuda:3")
+        assert msg.sim_backends(ManiSkillGPUConfig(sim_backend="cpu")) == ("physx_cpu", None)
+        assert worker.reset([0])["state"].shape[0] == 1
+    finally:
+        worker.close()
+    current.clear()  # a worker without a placement keeps the caller's device
+    unplaced = EnvWorker(ManiSkillGPUConfig(task="PushCube-v1", sim_backend="cpu", max_episode_steps=6), 1, 0)
+    unplaced.close()
+    assert current == []
+
+
+@needs_maniskill
+@pytest.mark.gpu
+@needs_cuda
+def test_env_worker_on_a_bound_gpu_steps_there():
+    from simulators.maniskill_gpu import ManiSkillGPUConfig
+    from vlarl.scheduler.placement import WorkerPlacement
+    from vlarl.workers.env_worker import EnvWorker
+
+    last = torch.cuda.device_count() - 1
+    placed = WorkerPlacement("env", 0, devices=[last], device_type="gpu", pin=False)
+    worker = EnvWorker(ManiSkillGPUConfig(task="PushCube-v1", max_episode_steps=6), 16, 0, placement=placed)
+    try:
+        assert worker.envs[0].device == torch.device("cuda", last)
+        worker.reset(list(range(16)))
+        r = worker.chunk_step(torch.zeros(16, 2, worker.spec().action_dim, device=f"cuda:{last}"))
+        assert r.rewards.device == torch.device("cuda", last)
+    finally:
+        worker.close()

@@ -72,3 +72,41 @@ def test_non_finite_rewards_and_final_obs_are_refused():
         check_reply(good, "env test worker 0", [7, 8], final_obs=bad)
     with pytest.raises(EnvError, match=r"rewards hold NaN/inf in rows \[0\]"):
         check_reply(good, "env test worker 0", None, rewards=torch.tensor([[float("nan")], [0.0]]))
+
+
+def test_a_good_reply_costs_one_host_read_and_never_reads_the_images(monkeypatch):
+    """The reply check on a GPU batch: images are checked from their metadata (here on the meta device, which
+    holds no data, so any read of them would raise) and state, final state and rewards are reduced to one
+    flag per device, read once (counted)."""
+    import simulators.validation as validation
+
+    reads = []
+    real = validation._host_bool
+    monkeypatch.setattr(validation, "_host_bool", lambda flag: reads.append(flag.device) or real(flag))
+    images = {"base_camera": torch.empty(4, 64, 64, 3, dtype=torch.uint8, device="meta")}
+    obs = {"state": torch.zeros(4, 9), "images": images, "instruction": ["x"] * 4}
+    final = {"state": torch.ones(4, 9), "images": images}
+    check_reply(obs, "env test worker 0", [1, 2, 3, 4], final_obs=final, rewards=torch.zeros(4, 8))
+    assert reads == [torch.device("cpu")]
+    bad = torch.zeros(4, 8)
+    bad[2, 5] = float("inf")
+    with pytest.raises(EnvError, match=r"rewards hold NaN/inf in rows \[2\] \(reset seeds \[3\]\)"):
+        check_reply(obs, "env test worker 0", [1, 2, 3, 4], final_obs=final, rewards=bad)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_reply_check_on_cuda_reads_one_flag(monkeypatch):
+    import simulators.validation as validation
+
+    reads = []
+    real = validation._host_bool
+    monkeypatch.setattr(validation, "_host_bool", lambda flag: reads.append(flag.device) or real(flag))
+    dev = torch.device("cuda", 0)
+    obs = {"state": torch.zeros(256, 9, device=dev),
+           "images": {"base_camera": torch.zeros(256, 128, 128, 3, dtype=torch.uint8, device=dev)}}
+    check_reply(obs, "env test worker 0", None, final_obs=obs, rewards=torch.zeros(256, 8, device=dev))
+    assert reads == [dev]
+    obs["state"][7, 1] = float("nan")
+    with pytest.raises(EnvError, match=r"obs\['state'\] holds NaN/inf in rows \[7\]"):
+        check_reply(obs, "env test worker 0", None, rewards=torch.zeros(256, 8, device=dev))

@@ -30,7 +30,7 @@ from vlarl.algorithms.ppo import step_mask_of
 from vlarl.algorithms.spec import (SEED_STRIDE, AlgorithmSpec, Collector, episode_horizon, register_algorithm,
                                   unused_value_head_problem)
 from vlarl.algorithms.update import UpdateBatch, choice_problem, clipped_update, clipped_update_problem
-from vlarl.data.trajectory import Trajectory
+from vlarl.data.trajectory import Trajectory, map_step_facts
 
 SCORES = ("success", "return", "reward_to_go")
 
@@ -56,19 +56,17 @@ def first_episode_mask(ended: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor,
 def episode_scores(traj: Trajectory, score: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Score and success of each env's first episode: (scores [B], success [B], finished [B]).
 
-    Uses the env's own episode metrics (``extras['episode_return' | 'episode_success']``, [N, B],
+    Uses the env's own episode metrics (``traj.episode_return | episode_success``, [N, B],
     NaN where no episode ended) at the first episode end.
     """
     if score not in SCORES:
         raise ValueError(f"algorithm.score='{score}' is unknown; choose one of {SCORES}")
-    for k in ("episode_return", "episode_success"):
-        if k not in traj.extras:
-            raise ValueError(f"GRPO needs traj.extras['{k}'] (recorded by Runner.collect)")
+    traj.require("episode_return", "episode_success", why="GRPO's group scores")
     ended = traj.dones.bool() | traj.truncated.bool()
     _, end_step, finished = first_episode_mask(ended)
     cols = torch.arange(traj.num_envs)
-    ret = traj.extras["episode_return"][end_step, cols]
-    succ = traj.extras["episode_success"][end_step, cols]
+    ret = traj.episode_return[end_step, cols]
+    succ = traj.episode_success[end_step, cols]
     succ = torch.nan_to_num(succ, nan=0.0)
     s = succ if score == "success" else torch.nan_to_num(ret, nan=0.0)
     return s.float(), succ.float(), finished
@@ -146,7 +144,7 @@ def index_envs(traj: Trajectory, envs: torch.Tensor) -> Trajectory:
         traj, obs=obs, replay={k: v[:, envs] for k, v in traj.replay.items()}, logprob=traj.logprob[:, envs],
         values=traj.values[:, envs], rewards=traj.rewards[:, envs], dones=traj.dones[:, envs],
         truncated=traj.truncated[:, envs], final_values=traj.final_values[:, envs],
-        next_value=traj.next_value[envs], extras=extras,
+        next_value=traj.next_value[envs], extras=extras, **map_step_facts([traj], lambda _, v: v[0][:, envs]),
     )
 
 
@@ -176,6 +174,7 @@ def pad_steps(traj: Trajectory, num_steps: int) -> Trajectory:
         replay={n: rep(v) for n, v in traj.replay.items()}, logprob=rep(traj.logprob), values=rep(traj.values),
         rewards=fill(traj.rewards, 0.0), dones=fill(traj.dones, 0.0), truncated=fill(traj.truncated, 0.0),
         final_values=fill(traj.final_values, 0.0), extras=extras,
+        **map_step_facts([traj], lambda key, v: fill(v[0], pad_value[key]) if key in pad_value else rep(v[0])),
     )
 
 
@@ -198,6 +197,7 @@ def cat_envs(trajs: list[Trajectory]) -> Trajectory:
         truncated=cat([t.truncated for t in trajs]), final_values=cat([t.final_values for t in trajs]),
         next_value=cat([t.next_value for t in trajs], 0),
         extras={k: cat([t.extras[k] for t in trajs]) for k in t0.extras if t0.extras[k].ndim >= 2},
+        **map_step_facts(trajs, lambda _, vs: cat(vs)),
     )
 
 

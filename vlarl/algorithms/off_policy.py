@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def behaviour_version_of(traj: Trajectory, version: int) -> torch.Tensor:
     """[N, B] policy version that sampled each step (the current one when not recorded)."""
-    v = traj.extras.get("policy_version")
+    v = traj.policy_version
     return v if v is not None else torch.full(traj.rewards.shape, float(version))
 
 

@@ -39,7 +39,7 @@ def compute_advantages(traj: Trajectory, gamma: float, gae_lambda: float, reward
 
 def step_mask_of(traj: Trajectory) -> torch.Tensor:
     """[N, B, T] executed-action mask (all True when the collector did not record one)."""
-    m = traj.extras.get("step_mask")
+    m = traj.step_mask
     return m.bool() if m is not None else torch.ones(traj.logprob.shape[:3], dtype=torch.bool)
 
 
@@ -49,9 +49,9 @@ def ppo_batch(traj: Trajectory, cfg: Any, version: int = 0) -> UpdateBatch:
     smask = step_mask_of(traj)
     flat_adv = traj.flat(adv)
     if cfg.reward_level == "action":
-        step_rewards = traj.extras.get("step_rewards")
+        step_rewards = traj.step_rewards
         if step_rewards is None:
-            raise ValueError("algorithm.reward_level=action needs per-action rewards (traj.extras['step_rewards'])")
+            raise ValueError("algorithm.reward_level=action needs per-action rewards (traj.step_rewards)")
         flat_adv = action_level_advantages(flat_adv, traj.flat(step_rewards) * cfg.reward_scale, traj.flat(smask))
     elif cfg.reward_level != "chunk":
         raise ValueError(f"algorithm.reward_level='{cfg.reward_level}' is unknown; choose chunk or action")

@@ -133,33 +133,31 @@ class MixedReplay:
 def trajectory_transitions(traj: Trajectory, cameras: list[str] | tuple[str, ...] = ()) -> TensorDict:
     """Every chunk step of a collected trajectory as transitions [N * B] (time-major).
 
-    Needs ``traj.extras`` ``step_rewards`` [N, B, T], ``step_mask`` [N, B, T] and ``next_state`` [N, B, D]
-    (recorded by ``vlarl.algorithms.extras.StepExtras``) and ``traj.replay['actions']`` [N, B, T, A]; with
-    ``cameras`` also ``traj.obs['images'][k]`` and ``traj.extras[next_frames_key(k)]`` [N, B, H, W, 3] of each.
+    Needs the trajectory's ``step_rewards`` [N, B, T], ``step_mask`` [N, B, T] and ``next_state`` [N, B, D]
+    (recorded by ``vlarl.data.builder.TrajectoryBuilder``) and ``traj.replay['actions']`` [N, B, T, A]; with
+    ``cameras`` also ``traj.obs['images'][k]`` and ``traj.next_images[k]`` [N, B, H, W, 3] of each.
     """
-    from vlarl.rewards import next_frames_key
-
-    needed = ["step_rewards", "step_mask", "next_state", *(next_frames_key(k) for k in cameras)]
-    missing = [k for k in needed if k not in traj.extras]
-    missing += [f"obs['images']['{k}']" for k in cameras if k not in traj.obs.get("images", {})]
-    if missing or "actions" not in traj.replay:
-        raise ValueError(f"off-policy replay needs traj.extras {missing} and traj.replay['actions']; the collector "
-                         f"records them (vlarl.algorithms.extras.StepExtras)")
+    missing = [f"obs['images']['{k}']" for k in cameras if k not in traj.obs.get("images", {})]
+    missing += ["replay['actions']"] if "actions" not in traj.replay else []
+    if missing:
+        raise ValueError(f"off-policy replay needs the trajectory's {missing}; the collector records them")
+    traj.require("step_rewards", "step_mask", "next_state", *(f"next_images.{k}" for k in cameras),
+                 why="off-policy replay")
     from tensordict import TensorDict
 
     M = traj.num_steps * traj.num_envs
     out = TensorDict({
         "state": traj.flat(traj.obs["state"]).float(),
         "actions": traj.flat(traj.replay["actions"]).float(),
-        "step_rewards": traj.flat(traj.extras["step_rewards"]).float(),
-        "step_mask": traj.flat(traj.extras["step_mask"]).bool(),
+        "step_rewards": traj.flat(traj.step_rewards).float(),
+        "step_mask": traj.flat(traj.step_mask).bool(),
         "terminated": traj.flat(traj.dones).bool(),
         "truncated": traj.flat(traj.truncated).bool(),
-        "next_state": traj.flat(traj.extras["next_state"]).float(),
+        "next_state": traj.flat(traj.next_state).float(),
     }, batch_size=[M])
     if cameras:
         out.set("images", TensorDict({k: traj.flat(traj.obs["images"][k]) for k in cameras}, batch_size=[M]))
-        out.set("next_images", TensorDict({k: traj.flat(traj.extras[next_frames_key(k)]) for k in cameras},
+        out.set("next_images", TensorDict({k: traj.flat(traj.next_images[k]) for k in cameras},
                                           batch_size=[M]))
     return out
 

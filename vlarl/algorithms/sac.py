@@ -186,7 +186,7 @@ class SACState:
         self.high = torch.tensor(spec.action_high, dtype=torch.float32, device=device)
         self.replay = MixedReplay(cfg.buffer_size, cfg.demo_ratio)
         if cfg.demos:  # state-only (pixel_problem refuses them for a pixel actor)
-            from policies.vlm.demonstrations import read_demonstrations
+            from vlarl.data.demonstrations import read_demonstrations
 
             episodes = read_demonstrations(cfg.demos, max_episodes=cfg.num_demos, cameras=[])
             self.replay.add_demos(demo_transitions(episodes, T))

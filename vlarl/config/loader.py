@@ -86,9 +86,10 @@ def _valid_keys(cfg: DictConfig | None, parent: str) -> list[str]:
 
 def friendly_error(exc: BaseException, cfg_hint: DictConfig | None = None) -> str:
     """One line that names the problem and the fix, from a Hydra/OmegaConf exception."""
-    parts, x = [], exc
+    parts, chain, x = [], [], exc
     while x is not None:
         parts.append(str(x))
+        chain.append(x)
         x = x.__cause__ or x.__context__
     msg = "\n".join(parts)
     m = re.search(r"Could not find '([\w/]+)/([\w.-]+)'", msg)
@@ -105,6 +106,9 @@ def friendly_error(exc: BaseException, cfg_hint: DictConfig | None = None) -> st
         full_key = full.group(1) if full else key
         parent = full_key.rsplit(".", 1)[0] if "." in full_key else ""
         valid = _valid_keys(cfg_hint, parent)
+        if not valid:  # no composed config (a resumed run's merge): the node OmegaConf was looking in
+            valid = next((sorted(str(k) for k in e.parent_node.keys()) for e in chain
+                          if isinstance(getattr(e, "parent_node", None), DictConfig)), [])
         if not valid:
             schema = _schema_for(parent)
             valid = sorted(f.name for f in fields(schema)) if schema else []

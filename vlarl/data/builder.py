@@ -14,7 +14,6 @@ the order of one unstaged batch, so trajectories keep their layout whatever S is
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -22,7 +21,6 @@ import torch
 from policies.base import ActionSample
 from simulators.base import ChunkStepResult
 from vlarl.data.trajectory import Trajectory, cat_obs
-from vlarl.rewards import next_frames_key
 
 
 def stage_to_global(parts: list[torch.Tensor], workers: int) -> torch.Tensor:
@@ -102,16 +100,18 @@ def _global_obs(parts: list[dict[str, Any]], workers: int) -> dict[str, Any]:
 
 
 class TrajectoryBuilder:
-    """Collects one rollout on the rollout worker; ``build`` gives the ``Trajectory`` (see module doc).
+    """Collects one rollout on the rollout worker; ``build`` gives the ``Trajectory`` (see module doc) with its
+    typed per-step facts (``step_mask``, ``step_rewards``, ``episode_return``, ``episode_success``,
+    ``policy_version``, ``next_state``) read from the env replies.
 
-    ``extras``: makes the per-step facts the algorithms read (``vlarl.algorithms.extras.StepExtras``: an
-    object with ``add(worker results, policy_version)`` and ``stack() -> dict``; passed in because the
-    algorithms import this package). ``camera``: when set (a process reward is on), the frame at the end
-    of every chunk step of that camera is kept in ``extras[next_frames_key(camera)]`` for the critic."""
+    ``next_images``: which cameras' frame after every chunk step goes into ``Trajectory.next_images``: all
+    cameras when ``True`` (a replay's pixel critic bootstraps from them), the one camera a process reward's
+    critic reads when ``camera`` is set, none otherwise (each is one more copy of a camera's frames)."""
 
-    def __init__(self, stages: int, workers: int, policy_version: int, extras: Callable[[], Any], camera: str = ""):
+    def __init__(self, stages: int, workers: int, policy_version: int, next_images: bool = False,
+                 camera: str = ""):
         self.stages, self.workers, self.version, self.camera = stages, workers, policy_version, camera
-        self.make_extras = extras
+        self.all_images = next_images
         self.obs: dict[tuple[int, int], dict[str, Any]] = {}
         self.samples: dict[tuple[int, int], ActionSample] = {}
         self.boots: dict[tuple[int, int], torch.Tensor | None] = {}  # V(final obs) of step t-1's truncations
@@ -152,9 +152,10 @@ class TrajectoryBuilder:
             raise RuntimeError(f"the rollout worker holds no sample or env reply for (step, stage) {missing[:3]}; "
                                f"trajectories are built only from the steps the pipeline ran")
         g = lambda xs: stage_to_global(xs, W)  # noqa: E731
-        extras = self.make_extras()
         obs_steps, replays, logprobs, values = [], [], [], []
-        rewards, dones, truncs, final_values, next_frames = [], [], [], [], []
+        rewards, dones, truncs, final_values = [], [], [], []
+        facts: dict[str, list[torch.Tensor]] = {}
+        images: dict[str, list[torch.Tensor]] = {}
         for t in range(num_steps):
             samples = [self.samples[t, s] for s in range(S)]
             obs_steps.append(_global_obs([self.obs[t, s] for s in range(S)], W))
@@ -169,16 +170,17 @@ class TrajectoryBuilder:
             rewards.append(torch.cat([r.rewards.sum(-1) for r in results]))
             dones.append(torch.cat([r.terminated.any(-1) for r in results]).float())
             truncs.append(torch.cat([r.truncated.any(-1) for r in results]).float())
-            extras.add(results, policy_version=self.version)
-            if self.camera:
-                next_frames.append(torch.cat([(r.final_obs if r.final_obs is not None else r.obs)["images"][self.camera]
-                                              for r in results]))
+            for name, x in self._step_facts(results).items():
+                facts.setdefault(name, []).append(x)
+            nexts = [r.final_obs if r.final_obs is not None else r.obs for r in results]
+            for k in self._image_keys(nexts[0]):
+                images.setdefault(k, []).append(torch.cat([torch.as_tensor(o["images"][k]) for o in nexts]))
         if tail is None:
             tail = (stages_to_global([self.tail[s][1] for s in range(S)], W),
                     stages_to_global([self.tail[s][2] for s in range(S)], W))
         next_value, last_boot = tail
         final_values.append(last_boot if last_boot is not None else torch.zeros_like(values[-1]))
-        traj = Trajectory(
+        return Trajectory(
             obs=_stack_obs(obs_steps),
             replay={k: torch.stack([r[k] for r in replays]) for k in replays[0]},
             logprob=torch.stack(logprobs),
@@ -188,12 +190,27 @@ class TrajectoryBuilder:
             truncated=torch.stack(truncs),
             final_values=torch.stack(final_values),
             next_value=next_value if next_value is not None else torch.zeros_like(values[-1]),
-            extras=extras.stack(),
+            **{name: torch.stack(xs) for name, xs in facts.items()},
+            next_images={k: torch.stack(xs) for k, xs in images.items()},
         )
-        if next_frames:
-            traj.extras[next_frames_key(self.camera)] = torch.stack(next_frames)
-        return traj
 
+    def _step_facts(self, results: list[ChunkStepResult]) -> dict[str, torch.Tensor]:
+        """The typed per-step facts of one chunk step from its W replies (worker order), each [B, ...]."""
+        nexts = [r.final_obs if r.final_obs is not None else r.obs for r in results]
+        mask = torch.cat([r.step_mask.bool() for r in results])
+        return {
+            "step_mask": mask,
+            "step_rewards": torch.cat([r.rewards.float() for r in results]),
+            "episode_return": torch.cat([r.episode["return"].float() for r in results]),
+            "episode_success": torch.cat([r.episode["success_once"].float() for r in results]),
+            "policy_version": torch.full((mask.shape[0],), float(self.version)),
+            "next_state": torch.cat([torch.as_tensor(o["state"]).float() for o in nexts]),
+        }
+
+    def _image_keys(self, obs: dict[str, Any]) -> list[str]:
+        """Cameras whose next frames are kept (see the class doc)."""
+        cams = list(obs.get("images", {}) or {})
+        return cams if self.all_images else [k for k in cams if k == self.camera]
 
 def _stack_obs(steps: list[dict[str, Any]]) -> dict[str, Any]:
     """N observations [B, ...] -> [N, B, ...] (instruction of the first step)."""

@@ -1,10 +1,12 @@
-"""Episode metrics: running aggregation and confidence intervals."""
+"""Episode metrics: running aggregation, confidence intervals, and the per-episode quality statistics written to
+a dataset's episode table."""
 
 from __future__ import annotations
 
 import math
 from collections import deque
 
+import numpy as np
 import torch
 
 from simulators.base import EPISODE_METRICS
@@ -46,3 +48,18 @@ class EpisodeStats:
 
     def summary(self) -> dict[str, float]:
         return {k: self.mean(k) for k in EPISODE_METRICS}
+
+
+def mean_squared_jerk(actions: np.ndarray) -> float:
+    """Mean over steps and dims of the squared third difference of actions [L, A] (per control step); 0 for
+    episodes shorter than 4 steps, which have no third difference."""
+    a = np.asarray(actions, np.float64).reshape(len(actions), -1)
+    if len(a) < 4:
+        return 0.0
+    return float((np.diff(a, n=3, axis=0) ** 2).mean())
+
+
+def episode_quality(actions: np.ndarray, rewards: np.ndarray) -> dict[str, float]:
+    """The per-episode statistics written to the episode table (``quality/...``)."""
+    return {"quality/length": float(len(actions)), "quality/return": float(np.sum(rewards)),
+            "quality/mean_squared_jerk": mean_squared_jerk(actions)}

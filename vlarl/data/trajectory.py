@@ -10,10 +10,13 @@ Shapes (N = chunk steps per env in one iteration, B = envs, T = chunk, A = actio
     truncated:  [N, B]   episode ended by the time limit in this chunk step
     final_values: [N, B] V(final_obs) where truncated (else 0)
     next_value: [B]      V(obs after the last step)
+and the typed per-step facts the algorithms read (``step_mask``, ``step_rewards``, ``episode_return``, ...:
+see ``Trajectory``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,30 +29,6 @@ def stack_obs(obs_list: list[dict[str, Any]]) -> dict[str, Any]:
         "state": torch.stack([o["state"] for o in obs_list]),
         "images": {k: torch.stack([o["images"][k] for o in obs_list]) for k in obs_list[0]["images"]},
         "instruction": list(obs_list[0]["instruction"]),
-    }
-
-
-def stack_cat_obs(steps: list[list[dict[str, Any]]]) -> dict[str, Any]:
-    """``stack_obs([cat_obs(parts) for parts in steps])`` with one copy: N steps of W worker parts
-    [b_k, ...] -> [N, sum(b_k), ...], written straight into preallocated tensors."""
-
-    def fill(get) -> torch.Tensor:
-        first = get(steps[0][0])
-        B = sum(get(p).shape[0] for p in steps[0])
-        out = torch.empty((len(steps), B, *first.shape[1:]), dtype=first.dtype)
-        for t, parts in enumerate(steps):
-            row = 0
-            for p in parts:
-                x = get(p)
-                out[t, row:row + x.shape[0]] = x
-                row += x.shape[0]
-        return out
-
-    first = steps[0]
-    return {
-        "state": fill(lambda o: o["state"]),
-        "images": {k: fill(lambda o, k=k: o["images"][k]) for k in first[0]["images"]},
-        "instruction": [s for o in first for s in o["instruction"]],
     }
 
 
@@ -85,6 +64,23 @@ def split_obs(obs: dict[str, Any], n: int) -> list[dict[str, Any]]:
 
 @dataclass
 class Trajectory:
+    """One rollout, time-major. The core fields are typed; the per-step facts that the collector records
+    (``vlarl.data.builder``) and more than one algorithm reads are typed too, None / empty when a trajectory
+    was made without them (a test's hand-built batch). ``extras`` holds only what one algorithm or the
+    reward step alone writes and reads (``grpo/<count>``, ``critic_reward``, ``env_reward``, ...).
+
+    Per-step facts (N chunk steps, B envs, T chunk, D state dim):
+        step_mask:       [N, B, T] bool  executed actions (False after an episode end inside a chunk)
+        step_rewards:    [N, B, T]       per-action rewards (PPO's ``reward_level=action``, the replay's TD targets)
+        episode_return:  [N, B]          env-reported return of the episode that ended at step t (NaN else);
+                                         GRPO scores by it, a process reward mixes the critic's share into it
+        episode_success: [N, B]          that episode's ``success_once`` (NaN else)
+        policy_version:  [N, B]          version of the weights that sampled step t (off-policy correction)
+        next_state:      [N, B, D]       state after step t; for an episode that ended in it, its final state
+        next_images:     {camera: uint8 [N, B, H, W, 3]} each camera's frame after step t (the final one
+                                         likewise): the process reward's critic and a pixel critic's replay
+    """
+
     obs: dict[str, Any]
     replay: dict[str, torch.Tensor]
     logprob: torch.Tensor
@@ -94,6 +90,13 @@ class Trajectory:
     truncated: torch.Tensor
     final_values: torch.Tensor
     next_value: torch.Tensor
+    step_mask: torch.Tensor | None = None
+    step_rewards: torch.Tensor | None = None
+    episode_return: torch.Tensor | None = None
+    episode_success: torch.Tensor | None = None
+    policy_version: torch.Tensor | None = None
+    next_state: torch.Tensor | None = None
+    next_images: dict[str, torch.Tensor] = field(default_factory=dict)
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
@@ -116,3 +119,33 @@ class Trajectory:
 
     def flat(self, x: torch.Tensor) -> torch.Tensor:
         return x.reshape(self.num_steps * self.num_envs, *x.shape[2:])
+
+    def require(self, *names: str, why: str) -> None:
+        """Refuse a trajectory that lacks per-step facts ``names`` (None, or a camera missing from
+        ``next_images`` for ``next_images.<camera>``): one line naming them, ``why`` they are needed and who
+        records them."""
+        missing = [n for n in names if _step_fact(self, n) is None]
+        if missing:
+            raise ValueError(f"{why} needs the trajectory's {missing}; vlarl.data.builder.TrajectoryBuilder "
+                             f"records them while collecting")
+
+
+STEP_FACTS = ("step_mask", "step_rewards", "episode_return", "episode_success", "policy_version", "next_state")
+
+
+def _step_fact(traj: Trajectory, name: str) -> torch.Tensor | None:
+    if name.startswith("next_images."):
+        return traj.next_images.get(name[len("next_images."):])
+    return getattr(traj, name)
+
+
+def map_step_facts(trajs: list[Trajectory], fn: Callable[[str, list[torch.Tensor]], torch.Tensor]
+                   ) -> dict[str, Any]:
+    """``fn(name, [that fact of each trajectory])`` for every per-step fact the first trajectory records
+    (each camera of ``next_images`` as ``next_images.<camera>``), as keyword arguments for
+    ``dataclasses.replace``: how a row or step operation (take env columns, pad steps, concatenate) keeps the
+    typed facts in step with the other [N, B, ...] fields."""
+    t0 = trajs[0]
+    out: dict[str, Any] = {n: fn(n, [getattr(t, n) for t in trajs]) for n in STEP_FACTS if getattr(t0, n) is not None}
+    out["next_images"] = {k: fn(f"next_images.{k}", [t.next_images[k] for t in trajs]) for k in t0.next_images}
+    return out

@@ -9,6 +9,12 @@ through the driver or the object store; on GPUs NCCL moves the buffers device to
 The group is a standalone ``ProcessGroupGloo`` / ``ProcessGroupNCCL`` over its own ``TCPStore``, not
 torch.distributed's default group, so it never mixes with collectives the algorithms run on the default
 group (e.g. global advantage normalization across data-parallel actor ranks).
+
+NCCL needs one rank per GPU: two ranks on one device (the collocated mode puts the actor and the rollout
+worker on the same GPU) make communicator set-up fail ("Duplicate GPU detected") or hang. So every rank
+writes the identity of its device (the GPU's UUID) into the store at join, all ranks read all of them, and
+all pick the same backend: NCCL only when every rank holds a CUDA device and no two hold the same one,
+else Gloo (which also broadcasts CUDA tensors, staged through the host).
 """
 
 from __future__ import annotations
@@ -32,14 +38,34 @@ def node_address() -> tuple[str, int]:
         return ip, int(s.getsockname()[1])
 
 
+def device_identity(device: torch.device) -> str:
+    """What tells two ranks' devices apart across processes: the GPU's UUID (physical, whatever
+    ``CUDA_VISIBLE_DEVICES`` renumbered), else host + index; ``"cpu"`` for a CPU device."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return "cpu"
+    props = torch.cuda.get_device_properties(device)
+    uuid = getattr(props, "uuid", None)
+    return f"gpu-{uuid}" if uuid is not None else f"{socket.gethostname()}/cuda:{device.index or 0}"
+
+
+def pick_backend(identities: list[str]) -> str:
+    """``nccl`` when every rank holds its own GPU, else ``gloo`` (a CPU rank, or two ranks on one GPU)."""
+    if any(i == "cpu" for i in identities) or len(set(identities)) < len(identities):
+        return "gloo"
+    return "nccl"
+
+
 class WeightGroup:
     """This process's membership of the weight group (rank 0 sends)."""
 
     def __init__(self, address: tuple[str, int], rank: int, world_size: int, device: torch.device):
         timeout = timedelta(minutes=5)
-        self.device = device
-        self.backend = "nccl" if device.type == "cuda" else "gloo"
+        self.device = torch.device(device)
         self.store = dist.TCPStore(address[0], address[1], world_size, rank == 0, timeout=timeout)
+        self.store.set(f"device/{rank}", device_identity(self.device))
+        self.identities = [self.store.get(f"device/{r}").decode() for r in range(world_size)]  # waits for all
+        self.backend = pick_backend(self.identities)
         if self.backend == "nccl":
             self.pg = dist.ProcessGroupNCCL(self.store, rank, world_size)
         else:
@@ -84,4 +110,4 @@ def receive(group: WeightGroup, into: dict[str, torch.Tensor]) -> int:
     return int(v.item())
 
 
-__all__ = ["WEIGHT_SYNC", "WeightGroup", "join", "node_address", "receive", "send"]
+__all__ = ["WEIGHT_SYNC", "WeightGroup", "device_identity", "join", "node_address", "pick_backend", "receive", "send"]

@@ -42,6 +42,14 @@ def from_wire(x: Any) -> Any:
     return _walk(x, from_wire)
 
 
+def to_device(x: Any, device: torch.device | str) -> Any:
+    """Every tensor in ``x`` moved to ``device`` (dicts, lists, tuples and dataclasses walked). A trajectory
+    built from a GPU simulator's replies (CUDA) and the rollout's samples (CPU) is put on one device with it."""
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    return _walk(x, lambda v: to_device(v, device))
+
+
 def _walk(x: Any, f) -> Any:
     if isinstance(x, dict):
         return {k: f(v) for k, v in x.items()}

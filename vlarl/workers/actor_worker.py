@@ -160,6 +160,8 @@ class ActorWorker:
             torch.save(self.alg_state.state_dict(), d / ALGORITHM_STATE)
 
     def load(self, directory: str) -> dict[str, Any]:
+        """Restore the policy, optimizer, RNGs, version and algorithm state (a replay buffer) saved by ``save``;
+        returns the run's fields saved beside them (iteration, env_steps, wall_s) and ``policy_version``."""
         from safetensors.torch import load_file
 
         d = Path(directory)
@@ -171,4 +173,4 @@ class ActorWorker:
         self.version = int(state.pop("policy_version", state.get("iteration", 0)))
         if self.alg_state is not None and (d / ALGORITHM_STATE).is_file():
             self.alg_state.load_state_dict(torch.load(d / ALGORITHM_STATE, weights_only=False))
-        return state
+        return {**state, "policy_version": self.version}

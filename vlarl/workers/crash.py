@@ -13,7 +13,7 @@ import ray
 
 
 class WorkerDiedError(RuntimeError):
-    """An env worker died and the run stopped; ``str(err)`` is one line with its task, seeds and how to resume."""
+    """A worker died and the run stopped; ``str(err)`` is one line with its task, seeds and how to resume."""
 
 
 def actor_hex(handle: Any) -> str:
@@ -39,4 +39,14 @@ def describe_dead_env_worker(exc: BaseException, env_workers: list[Any], task: s
         f"continue with `vlarl-train resume={run_dir}`")
 
 
-__all__ = ["WorkerDiedError", "actor_hex", "describe_dead_env_worker"]
+def describe_dead_worker(exc: BaseException, which: tuple[str, int] | None, iteration: int,
+                         run_dir: str) -> WorkerDiedError:
+    """A one-line error for a worker death the run did not survive: ``which`` is (kind, index) of the run's
+    worker (``vlarl.workers.supervisor.dead_worker``), or None for a Ray actor the run does not know."""
+    cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    who = f"{which[0]} worker" if which else "a Ray worker of the run"
+    return WorkerDiedError(f"{who} died at iteration {iteration}: {cause} -- the last checkpoint is intact: "
+                           f"continue with `vlarl-train resume={run_dir}`")
+
+
+__all__ = ["WorkerDiedError", "actor_hex", "describe_dead_env_worker", "describe_dead_worker"]

@@ -18,6 +18,7 @@ from simulators.registry import make_env
 from simulators.validation import check_reply
 from vlarl.data.builder import cat_results, step_summary
 from vlarl.data.trajectory import cat_obs
+from vlarl.logging import route_library_logs
 from vlarl.scheduler.placement import WorkerPlacement, bind
 from vlarl.scheduler.timeline import Spans
 from vlarl.scheduler.transport import from_wire, to_wire
@@ -33,7 +34,10 @@ class EnvWorker:
         from vlarl import system_env
 
         system_env.apply()
-        bind(placement)
+        route_library_logs()  # per-env simulator warnings to the run's library.log, not the terminal
+        device = bind(placement)
+        if device is not None and device.startswith("cuda"):
+            torch.cuda.set_device(device)  # a GPU simulator builds on this worker's bound GPU, not on cuda:0
         self.env_cfg, self.num_envs, self.worker_index = env_cfg, num_envs, worker_index
         self.envs: list[Any] = []
         self.set_stages(stages)

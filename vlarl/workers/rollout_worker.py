@@ -11,7 +11,6 @@ arrive instead by ``receive_weights`` over a torch.distributed group (``vlarl.sc
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import Any
 
@@ -20,13 +19,18 @@ import torch
 from policies.base import ActionSample, PolicySpec
 from policies.registry import make_policy
 from simulators.base import ChunkStepResult
-from vlarl.algorithms.extras import StepExtras
 from vlarl.data.builder import TrajectoryBuilder, next_inputs
 from vlarl.data.trajectory import Trajectory, cat_obs, split_obs
 from vlarl.scheduler import collective
 from vlarl.scheduler.placement import WorkerPlacement, bind
 from vlarl.scheduler.timeline import Spans
-from vlarl.scheduler.transport import from_wire, to_wire, trajectory_info
+from vlarl.scheduler.transport import from_wire, to_device, to_wire, trajectory_info
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the kernels queued on ``device`` (CUDA only), so a wall-clock timing covers them."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 class RolloutWorker:
@@ -41,21 +45,20 @@ class RolloutWorker:
         self.spans = Spans("rollout")
         self.builder: TrajectoryBuilder | None = None
         self.camera = ""  # a process reward's camera: its end-of-chunk frames go into the trajectory
-        self.next_images = False  # StepExtras' copy of every next frame: only a replay's pixel critic reads it
+        self.next_images = False  # a copy of every camera's next frame: only a replay's pixel critic reads it
 
     def set_reward_camera(self, camera: str) -> None:
         """Keep ``camera``'s frame at the end of every chunk step in the trajectories (the critic reads them)."""
         self.camera = camera
 
     def record_next_images(self, on: bool) -> None:
-        """Record each step's next camera frames in the trajectories (``StepExtras(images=)``): the runner turns it
+        """Record each step's next camera frames in the trajectories (``Trajectory.next_images``): the runner turns it
         on for the algorithms that keep a replay (their pixel critics bootstrap from the next images)."""
         self.next_images = bool(on)
 
     def begin_trajectory(self, stages: int, workers: int) -> None:
         """Start a new trajectory of ``workers`` env workers in ``stages`` stages (sampled by the weights held now)."""
-        extras = functools.partial(StepExtras, images=self.next_images)
-        self.builder = TrajectoryBuilder(stages, workers, self.version, extras, self.camera)
+        self.builder = TrajectoryBuilder(stages, workers, self.version, self.next_images, self.camera)
 
     def finish_trajectory(self, num_steps: int) -> tuple[Trajectory, dict[str, Any]]:
         """(the trajectory of chunk steps ``0 .. num_steps-1`` in wire form, its ``TrajectoryRef.info``).
@@ -66,7 +69,7 @@ class RolloutWorker:
         tail = None  # the per-stage tail values computed as each stage ended (values_after)
         if not b.has_tail(num_steps):
             tail = tuple(self.values(*next_inputs(b.worker_results(num_steps - 1))))
-        traj = b.build(num_steps, tail)
+        traj = to_device(b.build(num_steps, tail), "cpu")  # GPU-simulator replies + CPU samples: one device
         self.builder = None
         return to_wire(traj), trajectory_info(traj)
 
@@ -199,10 +202,12 @@ class RolloutWorker:
         for S in stages:
             parts = split_obs(full, S)
             self.policy.sample(parts[0])  # warm-up at this batch size
+            synchronize(self.device)  # CUDA runs asynchronously: time the kernels, not their launches
             t = time.perf_counter()
             for _ in range(repeats):
                 for part in parts:
                     self.policy.sample(part)
+            synchronize(self.device)
             out[int(S)] = (time.perf_counter() - t) / repeats
         return out
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from policies.datasets.lerobot_writer import LeRobotDatasetWriter, write_lerobot_dataset
-from policies.vlm.demonstrations import LeRobotEpisode, read_demonstrations, read_lerobot_dataset
-from policies.vlm.sft import sft_epoch
+from vlarl.data.demonstrations import LeRobotEpisode, read_demonstrations, read_lerobot_dataset
+from vlarl.data.lerobot_writer import LeRobotDatasetWriter, write_lerobot_dataset
+from vlarl.data.sft import sft_epoch
 
 pytest.importorskip("pyarrow")
 torch.set_num_threads(1)

@@ -1,6 +1,6 @@
 """Every demonstration reader SFT uses, in one module: ManiSkill trajectory HDF5 and LeRobot v3.0 datasets,
 and ``read_demonstrations(path)``, which picks the reader from what ``path`` is. They return episodes with
-``state [L, D]`` and ``actions [L, A]`` (``Episode`` / ``LeRobotEpisode``), which ``policies.vlm.sft`` batches.
+``state [L, D]`` and ``actions [L, A]`` (``Episode`` / ``LeRobotEpisode``), which ``vlarl.data.sft`` batches.
 
 ManiSkill's ``trajectory.h5`` layout (what ``mani_skill`` record/replay tools write): one group per episode
 ``traj_<i>`` with ``actions [L, A]`` and ``obs`` ``[L + 1, D]`` for ``obs_mode=state`` (the final observation
@@ -8,7 +8,7 @@ after the last action is included). The instruction is not stored; pass it. A fi
 ``traj_<i>/success [L]`` (per step, as ManiSkill's own trajectory files do) may hold failed episodes: an episode
 succeeded iff its last step did. Files without it hold successful demonstrations only (what the scripted experts
 and ``vlarl-collect success_only=true`` write) and read as such. The LeRobot layout and its reader
-live in ``policies.datasets.lerobot_v3`` beside the writer every producer of episodes uses.
+live in ``vlarl.data.lerobot_v3`` beside the writer every producer of episodes uses.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from policies.datasets.episode import Episode
-from policies.datasets.lerobot_v3 import INFO_PATH, LeRobotEpisode, read_lerobot_dataset
+from policies.episode import Episode
+from vlarl.data.lerobot_v3 import INFO_PATH, LeRobotEpisode, read_lerobot_dataset
 
 __all__ = ["Episode", "LeRobotEpisode", "read_demonstrations", "read_lerobot_dataset", "read_maniskill_h5"]
 

@@ -2,17 +2,23 @@
 
 RL starts from an SFT'd policy. Every VLA family exposes ``sft_loss(obs, actions [B, T, A])`` (token
 cross-entropy, flow matching, denoising); this module turns demonstrations into those batches. The readers
-(ManiSkill HDF5, LeRobot v3.0) are in ``policies.vlm.demonstrations``; this module only needs their episodes'
-``state [L, D]`` and ``actions [L, A]``.
+(ManiSkill HDF5, LeRobot v3.0) are in ``vlarl.data.demonstrations``; this module only needs their episodes'
+``state [L, D]`` and ``actions [L, A]``. ``sft_and_save`` is what the experiment scripts run: SFT, then a
+directory ``vlarl-eval`` and ``init_from=`` read (the policy and the env it was trained for).
 """
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from policies.datasets.episode import Episode
+from policies.episode import Episode
 
 
 def action_chunks(actions: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -78,3 +84,27 @@ def sft_train(policy: Any, episodes: list[Episode], epochs: int, batch_size: int
             log(epoch, losses[-1])
     policy.eval()
     return losses
+
+
+def save_policy_dir(policy: Any, env_cfg: Any, out: str | Path) -> Path:
+    """``policy.save_pretrained(out)`` plus the env config it was trained for (``vlarl.checkpoint.ENV_CONFIG_NAME``,
+    which ``vlarl-eval checkpoint=<out>`` reads the env from); returns ``out``."""
+    from vlarl.checkpoint import ENV_CONFIG_NAME
+
+    out = Path(out)
+    policy.save_pretrained(out)
+    (out / ENV_CONFIG_NAME).write_text(json.dumps(asdict(env_cfg), indent=2))
+    return out
+
+
+def sft_and_save(policy: Any, episodes: list[Episode], env_cfg: Any, out: str | Path, epochs: int, batch_size: int,
+                 lr: float, instruction: str, seed: int = 0,
+                 log: Callable[[int, float], None] | None = None) -> dict[str, Any]:
+    """``sft_train`` then ``save_policy_dir``: the SFT stage of an experiment script. Returns its record:
+    ``episodes``, ``demo_steps`` (actions in them), ``epochs``, ``lr``, ``loss_first`` / ``loss_last`` (mean loss of
+    the first and last epoch), ``wall_s``. ``log(epoch, loss)`` is called after each epoch."""
+    t0 = time.time()
+    losses = sft_train(policy, episodes, epochs, batch_size, lr, instruction, seed, log)
+    save_policy_dir(policy, env_cfg, out)
+    return {"episodes": len(episodes), "demo_steps": sum(len(e.actions) for e in episodes), "epochs": epochs,
+            "lr": lr, "loss_first": losses[0], "loss_last": losses[-1], "wall_s": time.time() - t0}

@@ -2,8 +2,8 @@
 
 SFT batches its ``state`` and ``actions``; the progress critic labels pairs of its ``frames`` with its
 ``instruction`` and ``success``. A reader fills what its source holds (a ManiSkill state trajectory has no
-frames, a critic's saved rollout no actions). It lives here, below ``policies.vlm`` and ``policies.critics``,
-so both import it without importing each other.
+frames, a critic's saved rollout no actions). It stays in ``policies`` although its readers and SFT moved to
+``vlarl.data``: the critic's training (``policies.critics``) takes it, and ``policies`` may not import ``vlarl``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ pipeline, the Hub.
         w.add_episode("push the cube to the goal", state=s, actions=a, images={"base": frames},
                       rewards=r, success=True, extra={"quality/mean_squared_jerk": 0.01})
 
-Layout and column names are those of ``policies.datasets.lerobot_v3`` (LeRobot's published v3.0 layout).
+Layout and column names are those of ``vlarl.data.lerobot_v3`` (LeRobot's published v3.0 layout).
 Frames are kept per file: parquet through pyarrow (one row group per episode), video through the ffmpeg binary
 of ``imageio-ffmpeg``, one stream per camera and file; ``episodes_per_file`` consecutive episodes share a data
 and a video file (LeRobot rolls files over by size; a count keeps files of one dataset alike), and
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from policies.datasets.lerobot_v3 import (
+from vlarl.data.lerobot_v3 import (
     ACTION_KEY,
     CODEBASE_VERSION,
     DATA_PATH,

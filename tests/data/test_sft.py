@@ -10,8 +10,8 @@ import torch
 from policies import PolicySpec, make_policy
 from policies.ar_vla import ARVLAConfig
 from policies.flow_vla import FlowVLAConfig
-from policies.vlm.demonstrations import read_maniskill_h5
-from policies.vlm.sft import action_chunks, sft_epoch
+from vlarl.data.demonstrations import read_maniskill_h5
+from vlarl.data.sft import action_chunks, sft_epoch
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ def test_read_and_chunk(demo_file):
 
 def _held_out_loss(pol, eps, seed: int = 123) -> float:
     """Loss on all demonstration steps with fixed noise/times, so before/after compare like with like."""
-    from policies.vlm.sft import demonstration_batches
+    from vlarl.data.sft import demonstration_batches
 
     with torch.no_grad():
         total = []
@@ -66,3 +66,40 @@ def test_sft_epochs_reduce_the_held_out_loss(demo_file, family):
         sft_epoch(pol, opt, eps, 8, "push the cube", torch.Generator().manual_seed(e))
     after = _held_out_loss(pol, eps)
     assert after < 0.85 * before, (before, after)
+
+
+def test_sft_and_save_writes_a_directory_vlarl_eval_reads_back(demo_file, tmp_path):
+    """The experiment scripts' SFT stage: the saved policy loads back with the same actions and the env it was
+    trained for sits beside it (what ``vlarl-eval checkpoint=<dir>`` reads); a failed demonstration is refused
+    before anything is written."""
+    import json
+    from dataclasses import asdict
+
+    from policies.base import Policy
+    from vlarl.checkpoint import ENV_CONFIG_NAME
+    from vlarl.config import load_train_config
+    from vlarl.data.sft import sft_and_save
+
+    env_cfg = load_train_config([]).env
+    spec = PolicySpec(state_dim=5, action_dim=3, action_low=[-1.0] * 3, action_high=[1.0] * 3)
+    torch.manual_seed(0)
+    pol = make_policy(FlowVLAConfig(chunk_size=2), spec)
+    eps = read_maniskill_h5(demo_file)
+    seen = []
+    rec = sft_and_save(pol, eps, env_cfg, tmp_path / "sft", epochs=2, batch_size=16, lr=1e-3, instruction="push",
+                       seed=0, log=lambda epoch, loss: seen.append(epoch))
+    assert seen == [0, 1]
+    assert (rec["episodes"], rec["demo_steps"], rec["epochs"], rec["lr"]) == (3, 36, 2, 1e-3)
+    assert np.isfinite(rec["loss_first"]) and np.isfinite(rec["loss_last"]) and rec["wall_s"] >= 0
+    assert json.loads((tmp_path / "sft" / ENV_CONFIG_NAME).read_text()) == json.loads(json.dumps(asdict(env_cfg)))
+    back = Policy.from_pretrained(tmp_path / "sft")
+    obs = {"state": torch.randn(4, 5, generator=torch.Generator().manual_seed(1)), "images": {},
+           "instruction": ["push"] * 4}
+    torch.manual_seed(2)
+    want = pol.act(obs)
+    torch.manual_seed(2)
+    torch.testing.assert_close(back.act(obs), want)
+    eps[1].success = False
+    with pytest.raises(ValueError, match="1 of 3 demonstration episodes failed"):
+        sft_and_save(pol, eps, env_cfg, tmp_path / "bad", 1, 16, 1e-3, "push")
+    assert not (tmp_path / "bad").exists()

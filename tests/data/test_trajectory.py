@@ -1,0 +1,83 @@
+"""The trajectory's typed per-step facts: what ``TrajectoryBuilder`` records from real env replies, how row
+operations keep them in step, and the one-line refusal of a trajectory that lacks one."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from policies.base import ActionSample
+from simulators.base import ChunkStepResult
+from vlarl.data.builder import TrajectoryBuilder
+from vlarl.data.trajectory import Trajectory, map_step_facts
+
+T, A, D, S = 2, 1, 3, 4
+CAMS = ("base_camera", "wrist")
+
+
+def _obs(state: float, pixel: int) -> dict:
+    return {"state": torch.full((1, D), state),
+            "images": {k: torch.full((1, S, S, 3), pixel + i, dtype=torch.uint8) for i, k in enumerate(CAMS)},
+            "instruction": ["push"]}
+
+
+def _reply(state: float, pixel: int, final: int | None) -> ChunkStepResult:
+    """One env's reply; ``final`` set: its episode ended after the first action (return 5, success)."""
+    ended = final is not None
+    nan = torch.tensor([float("nan")])
+    return ChunkStepResult(
+        obs=_obs(state, pixel), rewards=torch.tensor([[1.0, 0.0 if ended else 2.0]]),
+        terminated=torch.tensor([[ended, False]]), truncated=torch.zeros(1, T, dtype=torch.bool),
+        step_mask=torch.tensor([[True, not ended]]), final_obs=_obs(-state, final) if ended else None,
+        done=torch.tensor([ended]),
+        episode={"return": torch.tensor([5.0]) if ended else nan, "success_once": torch.tensor([1.0]) if ended else nan})
+
+
+def _build(**kw) -> Trajectory:
+    b = TrajectoryBuilder(stages=1, workers=2, policy_version=7, **kw)
+    sample = ActionSample(actions=torch.zeros(2, T, A), logprob=torch.zeros(2, T, A), value=None,
+                          replay={"actions": torch.zeros(2, T, A)})
+    images = {k: v.expand(2, -1, -1, -1) for k, v in _obs(0, 0)["images"].items()}
+    b.add_sample(0, 0, {"state": torch.zeros(2, D), "images": images, "instruction": ["a", "b"]},
+                 sample, None)
+    b.add_results(0, 0, [_reply(1.0, 10, None), _reply(2.0, 20, 99)])  # env 1's episode ended: final obs
+    return b.build(1, (torch.zeros(2), None))
+
+
+def test_builder_records_the_typed_facts_from_the_env_replies():
+    traj = _build(next_images=True)
+    assert traj.step_mask.tolist() == [[[True, True], [True, False]]]
+    assert traj.step_rewards.tolist() == [[[1.0, 2.0], [1.0, 0.0]]]
+    assert traj.rewards.tolist() == [[3.0, 1.0]]
+    assert traj.episode_return[0, 1].item() == 5.0 and traj.episode_return[0, 0].isnan()
+    assert traj.episode_success[0, 1].item() == 1.0 and traj.episode_success[0, 0].isnan()
+    assert traj.policy_version.tolist() == [[7.0, 7.0]]
+    assert traj.next_state[0, :, 0].tolist() == [1.0, -2.0]  # the ended episode's final state
+    assert sorted(traj.next_images) == sorted(CAMS)
+    img = traj.next_images["base_camera"]
+    assert img.dtype == torch.uint8 and img.shape == (1, 2, S, S, 3)
+    assert img[0, :, 0, 0, 0].tolist() == [10, 99]  # the ended episode's final frame
+    assert traj.extras == {}
+
+
+def test_builder_keeps_only_the_critic_camera_or_no_images():
+    assert list(_build(camera="wrist").next_images) == ["wrist"]
+    assert _build(camera="wrist").next_images["wrist"][0, :, 0, 0, 0].tolist() == [11, 100]
+    assert _build().next_images == {}
+
+
+def test_map_step_facts_keeps_the_facts_in_step_with_a_row_operation():
+    traj = _build(camera="wrist")
+    two = replace(traj, **map_step_facts([traj, traj], lambda _, vs: torch.cat(vs, 1)))
+    assert two.step_mask.shape == (1, 4, T) and two.next_state.shape == (1, 4, D)
+    assert two.next_images["wrist"].shape == (1, 4, S, S, 3)
+    assert two.episode_return[0, 3].item() == 5.0
+
+
+def test_a_missing_fact_is_refused_in_one_line_naming_it():
+    traj = replace(_build(), step_rewards=None)
+    with pytest.raises(ValueError, match=r"^PPO needs the trajectory's \['step_rewards', 'next_images.wrist'\]; "
+                                         r"vlarl.data.builder.TrajectoryBuilder records them while collecting$"):
+        traj.require("step_mask", "step_rewards", "next_images.wrist", why="PPO")

@@ -1,0 +1,117 @@
+"""What the experiment scripts share, as library functions, so a script is its arguments and its stages.
+
+An experiment script (``scripts/sft_then_rl.py``, ``offline_then_online.py``, ``pushcube_diffusion_dsrl.py``,
+``rl_datasets_pipeline.py``) chains stages: build the policy exactly as ``vlarl-train`` will
+(``training_policy``), fine-tune and save it with its env (``vlarl.data.sft.sft_and_save``), run ``vlarl-train``
+and ``vlarl-eval`` as child processes (``Stages.run``, ``Stages.evaluate``) and read what they wrote. Every one
+starts with the same prologue: split ``argv`` at ``--`` (``split_overrides``: the ``key=value`` overrides go to
+``vlarl-train``), apply the rendering env, one torch thread, make the output folder (``prepare``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+#: the folder of this interpreter's console scripts (``vlarl-train``, ``vlarl-eval``, ``vlarl-collect``)
+BIN = Path(sys.executable).parent
+
+
+def split_overrides(argv: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """``argv`` (default ``sys.argv[1:]``) -> (the script's own arguments, the ``key=value`` overrides after
+    ``--``, which the script passes on to ``vlarl-train``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in argv:
+        return argv, []
+    i = argv.index("--")
+    return argv[:i], argv[i + 1:]
+
+
+def prepare(out: str | Path) -> Path:
+    """The prologue before a script's first stage: the rendering env of ``scripts/setup_system.sh`` (child
+    processes inherit it), one torch thread (2-core machines), and the output folder, created; returns it
+    resolved."""
+    import torch
+
+    from vlarl import system_env
+
+    system_env.apply()
+    torch.set_num_threads(1)
+    path = Path(out).resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def command(name: str) -> str:
+    """The path of console script ``name`` beside this interpreter (what a child stage runs)."""
+    return str(BIN / name)
+
+
+class Stages:
+    """Log lines and child commands of one script, under its name (``[name HH:MM:SS] ...``)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def log(self, msg: str) -> None:
+        print(f"[{self.name} {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    def run(self, cmd: list[str], stage: str, capture: bool = False, check: bool = True
+            ) -> subprocess.CompletedProcess:
+        """Run ``cmd`` (stdin closed, Ray's log dedup off so every worker's lines show). ``check``: a non-zero
+        exit ends the script with one line naming the stage (``SystemExit``); else the caller reads the return
+        code. ``capture``: the output is also returned (and still printed)."""
+        self.log(f"{stage}: {' '.join(cmd)}")
+        res = subprocess.run(cmd, stdin=subprocess.DEVNULL, env={**os.environ, "RAY_DEDUP_LOGS": "0"},
+                             capture_output=capture, text=True)
+        if capture:
+            sys.stdout.write(res.stdout)
+            sys.stderr.write(res.stderr)
+        if check and res.returncode != 0:
+            raise SystemExit(f"{self.name}: {stage} failed (exit {res.returncode}); see the output above")
+        return res
+
+    def evaluate(self, checkpoint: str | Path, out: str | Path, episodes: int, seed: int, num_envs: int,
+                 stage: str) -> dict[str, Any]:
+        """``vlarl-eval`` of ``checkpoint`` on ``episodes`` held-out seeds from ``seed`` into ``out``; returns its
+        summary (``success_once`` and its 95% CI, ``success_at_end``, ``return``, ``episodes``, ``seeds``) and
+        ``wall_s``."""
+        t0 = time.time()
+        self.run([command("vlarl-eval"), f"checkpoint={checkpoint}", f"episodes={episodes}", f"seed={seed}",
+                  f"num_envs={num_envs}", "video_episodes=0", f"output={out}"], stage)
+        ev = json.loads((Path(out) / "eval.json").read_text())
+        keys = ("success_once", "success_once_ci95", "success_at_end", "return", "episodes", "seeds")
+        return {**{k: ev[k] for k in keys}, "wall_s": time.time() - t0}
+
+
+def training_policy(overrides: list[str], seed: int) -> tuple[Any, Any, Any]:
+    """(config, policy spec, policy) as ``vlarl-train <overrides>`` builds them: the config loaded and validated,
+    the spec read from one probe env, the policy initialized after ``torch.manual_seed(seed)``."""
+    import torch
+
+    from policies.registry import make_policy
+    from simulators.registry import make_env
+    from vlarl.config import load_train_config
+    from vlarl.runner import policy_spec_from_env
+
+    cfg = load_train_config(overrides)
+    probe = make_env(cfg.env, num_envs=1)
+    try:
+        spec = policy_spec_from_env(probe.spec)
+    finally:
+        probe.close()
+    torch.manual_seed(seed)
+    return cfg, spec, make_policy(cfg.policy, spec)
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The rows of a training run's ``metrics.jsonl``."""
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+__all__ = ["BIN", "Stages", "command", "prepare", "read_metrics", "split_overrides", "training_policy"]
