@@ -78,6 +78,8 @@ class PlacementConfig:
     # put every batch into their replay (nothing dropped; train/policy_lag logs the versions behind)
     timeline: bool = True  # write a Chrome trace of one iteration to <run_dir>/timeline.json
     timeline_iteration: int = 2  # which iteration of this run segment to trace (1 = first)
+    gpu_memory_gb: float = 0.0  # > 0: fit the run to one GPU of this size (vlarl.planning picks micro-batch,
+    # gradient checkpointing, bf16 and LoRA/freezing; refuses when nothing fits); 0 = as configured
 
 
 @dataclass
