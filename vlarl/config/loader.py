@@ -93,7 +93,9 @@ def register_schemas() -> None:
     cs.store(name="eval_schema", node=EvalCLIConfig)
     _store_algorithms()
     cs.store(group="placement", name="placement_schema", node=PlacementConfig)
-    cs.store(group="reward", name="reward_schema", node=__import__("vlarl.rewards", fromlist=["RewardConfig"]).RewardConfig)
+    from vlarl.rewards import RewardConfig
+
+    cs.store(group="reward", name="reward_schema", node=RewardConfig)
     for name, (cls, _) in ENVS.items():
         cs.store(group="env", name=f"{name}_schema", node=cls)
     for name, (cls, _) in POLICIES.items():

@@ -8,6 +8,7 @@ it into place; it returns a report dict that goes into ``export.json``.
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import json
 import os
 import shutil
@@ -165,7 +166,7 @@ def export_onnx(policy: Any, out_dir: Path, instruction: str, atol: float, opset
     used = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
     _publish(tmp, final)
     return {"file": final.name, "opset": int(used), "max_abs_err": errs, "export_s": time.time() - t0,
-            "runtime": f"onnxruntime {__import__('onnxruntime').__version__}"}
+            "runtime": f"onnxruntime {importlib.metadata.version('onnxruntime')}"}
 
 
 def _convert_opset(program: Any, target: int) -> Any:
