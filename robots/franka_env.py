@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from robots.cameras import CameraConfig, make_camera
 from robots.franky_driver import FrankyConfig, FrankyDriver, RobotLinkError, RobotReading
 from robots.safety import ACTION_MODES, Clamp, OperatorStop, SafetyConfig, SafetyLayer, Target, Watchdog
-from simulators.base import EPISODE_METRICS, BatchedEnv, ChunkStepResult, EnvError, EnvSpec, Obs
+from simulators.base import EnvError, EnvSpec, Obs
+from simulators.chunk_stepper import ChunkStepper, StepOutcome, SteppedEnv
 from simulators.registry import EnvConfig, register_env
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class StepRecord:
 
 
 @register_env("franka", FrankaEnvConfig)
-class FrankaEnv(BatchedEnv):
+class FrankaEnv(SteppedEnv):
     """B = 1 real-robot env. ``driver`` defaults to franky; ``recorder`` gets every ``StepRecord``."""
 
     def __init__(self, cfg: FrankaEnvConfig, num_envs: int = 1, worker_index: int = 0, render: bool = False,
@@ -104,7 +104,10 @@ class FrankaEnv(BatchedEnv):
         self._reading: RobotReading | None = None
         self._obs: Obs | None = None
         self._success = False
-        self._return = 0.0
+        self.last_fault: str | None = None  # why the last chunk stopped the arm (None: it did not)
+        self._fault: str | None = None
+        self._t_next = 0.0
+        self.stepper = ChunkStepper(1, self.spec.action_low, self.spec.action_high, cfg.max_episode_steps)
 
     # -- hooks for tasks and the human in the loop (defaults: the policy acts, no reward) -------------------
     def _command(self, policy_action: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -155,7 +158,8 @@ class FrankaEnv(BatchedEnv):
         self.driver.stop()
         if self.cfg.home_on_reset and not self.cfg.safety.dry_run:
             self.driver.move_home()
-        self.elapsed, self._success, self._return = 0, False, 0.0
+        self.elapsed, self._success = 0, False
+        self.stepper.start_episodes()
         self.intervention_steps = self.takeovers = 0
         self._intervening = False
         if self.operator_stop is not None:
@@ -181,11 +185,9 @@ class FrankaEnv(BatchedEnv):
         self._start()
 
     # -- stepping -----------------------------------------------------------------------------------
-    def chunk_step(self, actions: torch.Tensor | np.ndarray) -> ChunkStepResult:
-        acts = actions.detach().cpu().numpy() if isinstance(actions, torch.Tensor) else np.asarray(actions)
-        if acts.ndim != 3 or acts.shape[0] != 1 or acts.shape[2] != self.spec.action_dim:
-            raise EnvError(f"Franka env expects actions [1, T, {self.spec.action_dim}], got {list(acts.shape)}")
-        T = acts.shape[1]
+    # -- stepping: the per-step protocol of the chunk stepper ------------------------------------------
+    def begin_chunk(self) -> None:
+        """Recover from a watchdog stop or fault since the last chunk, and start the chunk's deadline."""
         if self._obs is None:
             raise EnvError("call reset() before chunk_step()")
         if self.watchdog.tripped or (not self.cfg.safety.dry_run and not self.driver.tracking):
@@ -194,76 +196,69 @@ class FrankaEnv(BatchedEnv):
             self.recover()
             self._observe()
         self.watchdog.kick()
-        rewards, term, trunc, mask, success = (np.zeros((1, T), dt) for dt in (np.float32, bool, bool, bool, bool))
-        fault = None
-        t_next = time.perf_counter()
-        for t in range(T):
-            if self.operator_stop is not None and self.operator_stop.triggered:
-                self.driver.stop()
-                trunc[0, t - 1 if t else 0] = True
-                fault = "operator stop"
-                break
-            obs_before, prev = self._obs, self.safety.last
-            command, intervened = self._command(acts[0, t])
-            target, clamps = self.safety.filter(command)
-            try:
-                if self.cfg.safety.dry_run:
-                    log.info("dry run: would send %s", _describe(target, self.cfg.action_mode))
-                else:
-                    self.driver.track(target, self.cfg.action_mode)
-                t_next += self.dt
-                time.sleep(max(0.0, t_next - time.perf_counter()))
-                self.watchdog.kick()
-                self._observe()
-            except RobotLinkError as exc:
-                log.error("robot fault during step: %s", exc)
-                self.driver.stop()
-                fault = str(exc)
-                trunc[0, t] = True
-                break
-            finally:
-                if self.watchdog.tripped and fault is None:
-                    fault = self.watchdog.trip_reason
-            mask[0, t] = True
-            self.elapsed += 1
-            rewards[0, t], self._success = self._step_reward()
-            if self.recorder is not None:
-                self.recorder.add_step(StepRecord(obs_before, acts[0, t].astype(np.float32),
-                                                  self.safety.executed_action(prev, target), clamps, time.time(),
-                                                  intervened, float(rewards[0, t])))
-            success[0, t] = self._success
-            if self._success:
-                term[0, t] = True
-                break
-            if self.elapsed >= self.cfg.max_episode_steps:
-                trunc[0, t] = True
-                break
-            if fault is not None:  # the watchdog stopped the arm mid-chunk (link lost)
-                trunc[0, t] = True
-                break
-        done = bool(term.any() or trunc.any())
-        self._return = 0.0 if done else self._return + float(rewards.sum())
+        self._fault = None
+        self._t_next = time.perf_counter()
+
+    def _outcome(self, reward: float = 0.0, success: bool = False, truncated: bool = False,
+                 executed: bool = True) -> StepOutcome:
+        return StepOutcome(reward=np.array([reward]), terminated=np.array([success]),
+                           truncated=np.array([truncated]), success=np.array([success]),
+                           executed=np.array([executed]))
+
+    def step_once(self, actions: np.ndarray, active: np.ndarray) -> StepOutcome:
+        """One action through the safety layer, held for ``1 / policy_hz`` s. Success ends the episode
+        (terminated); an operator stop or a link fault ends it before the action runs, a watchdog trip
+        after it (truncated)."""
+        if self.operator_stop is not None and self.operator_stop.triggered:
+            self.driver.stop()
+            self._fault = "operator stop"
+            return self._outcome(truncated=True, executed=False)
+        policy_action = actions[0]
+        obs_before, prev = self._obs, self.safety.last
+        command, intervened = self._command(policy_action)
+        target, clamps = self.safety.filter(command)
+        try:
+            if self.cfg.safety.dry_run:
+                log.info("dry run: would send %s", _describe(target, self.cfg.action_mode))
+            else:
+                self.driver.track(target, self.cfg.action_mode)
+            self._t_next += self.dt
+            time.sleep(max(0.0, self._t_next - time.perf_counter()))
+            self.watchdog.kick()
+            self._observe()
+        except RobotLinkError as exc:
+            log.error("robot fault during step: %s", exc)
+            self.driver.stop()
+            self._fault = str(exc)
+            return self._outcome(truncated=True, executed=False)
+        finally:
+            if self.watchdog.tripped and self._fault is None:
+                self._fault = self.watchdog.trip_reason
+        self.elapsed += 1
+        reward, self._success = self._step_reward()
+        if self.recorder is not None:
+            self.recorder.add_step(StepRecord(obs_before, policy_action.astype(np.float32),
+                                              self.safety.executed_action(prev, target), clamps, time.time(),
+                                              intervened, float(np.float32(reward))))
+        # a watchdog trip mid-chunk (link lost) ends the episode after this step
+        return self._outcome(reward, self._success, truncated=self._fault is not None)
+
+    def observe(self) -> Obs:
+        return self._obs
+
+    def end_chunk(self, done: np.ndarray, episode: dict[str, np.ndarray]) -> None:
+        """Record a finished episode and go home for the next one (unless a fault stopped the arm)."""
         self.watchdog.kick()  # the deadline for the next chunk starts now
-        final_obs = None
-        episode = {k: torch.full((1,), float("nan")) for k in EPISODE_METRICS}  # NaN: no episode ended here
-        if done:
-            final_obs = self._obs
-            episode = {"success_once": torch.tensor([float(success.any())]),
-                       "success_at_end": torch.tensor([float(success[0, mask[0]].any() and success[0, mask[0]][-1])]),
-                       "return": torch.tensor([self._return + float(rewards.sum())]),
-                       "episode_len": torch.tensor([float(self.elapsed)])}
+        fault = self._fault
+        if bool(done[0]):
             if self.recorder is not None:
-                self.recorder.end_episode({"success": bool(success.any()), "fault": fault or "",
-                                           "episode_len": self.elapsed, "instruction": self.cfg.instruction,
-                                           **self._episode_extra()})
+                self.recorder.end_episode({"success": bool(episode["success_once"][0] > 0),
+                                           "fault": fault or "", "episode_len": self.elapsed,
+                                           "instruction": self.cfg.instruction, **self._episode_extra()})
             self.watchdog.disarm()
             if self.cfg.auto_reset and fault is None:
                 self.reset()
         self.last_fault = fault
-        return ChunkStepResult(
-            obs=self._obs, rewards=torch.from_numpy(rewards), terminated=torch.from_numpy(term),
-            truncated=torch.from_numpy(trunc), step_mask=torch.from_numpy(mask), final_obs=final_obs,
-            done=torch.tensor([done]), episode=episode, success=torch.from_numpy(success))
 
     def close(self) -> None:
         self.watchdog.close()

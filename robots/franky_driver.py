@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,12 +37,24 @@ class FrankyConfig:
     home_q: list[float] = field(default_factory=lambda: list(FR3_HOME))
     home_dynamics_factor: float = 0.1  # fraction of Franka's velocity/acceleration limits for homing
     translational_stiffness: float = 1000.0  # N/m, Cartesian impedance tracker
-    rotational_stiffness: float = 60.0  # Nm/rad
+    rotational_stiffness: float = 150.0  # Nm/rad (60 let the tool turn 10-25 deg in a reach episode on franky-sim)
+    # EE modes: the Cartesian impedance leaves the elbow's self-motion free; without a posture task the joints
+    # swing in the nullspace at up to ~2 rad/s while the EE moves slowly, and drift toward their limits across
+    # episodes. A posture task pulls the joints toward home_q inside the nullspace (0 = off).
+    # franky's default damping, 2 sqrt(stiffness), is critical for a unit mass only: the arm overshoots each new
+    # reference and its joints reach ~2.2 rad/s on franky-sim for EE moves of 0.25 m/s; 150 / 25 halved that
+    translational_damping: float = 150.0  # Ns/m; 0 = franky's default
+    rotational_damping: float = 25.0  # Nms/rad; 0 = franky's default
+    translational_error_clip: float = 0.0  # m per axis the tracker's pose error is clipped to (0 = no clip)
+    nullspace_stiffness: float = 10.0  # Nm/rad per joint, critically damped
+    joint_limit_avoidance: bool = True  # the tracker's own repulsion near the FR3 joint limits
     joint_stiffness: list[float] = field(default_factory=lambda: [400.0, 400.0, 400.0, 400.0, 150.0, 100.0, 50.0])
     gripper: bool = True
     gripper_open_width: float = 0.08  # m
     gripper_speed: float = 0.1  # m/s
     gripper_force: float = 20.0  # N when grasping
+    rest_velocity: float = 0.1  # rad/s: every joint slower than this = at rest (franky-sim idles joint 7 at ~0.08)
+    ready_timeout: float = 5.0  # s to wait for rest and a ready controller before a motion; then RobotLinkError
 
 
 @dataclass
@@ -57,8 +71,11 @@ class RobotReading:
 class FrankyDriver:
     """connect / read / start_tracking / track / stop / recover / move_home / close."""
 
-    def __init__(self, config: FrankyConfig):
+    def __init__(self, config: FrankyConfig, clock: Callable[[], float] = time.monotonic):
         self.cfg = config
+        self.clock = clock  # injectable: the wait for rest is bounded on this clock
+        self.reconnects = 0  # links re-established by recover() after libfranka lost them
+        self.ready_waits = 0  # motions that had to wait for the arm to come to rest first
         self.robot: Any = None
         self.gripper: Any = None
         self._franky: Any = None
@@ -80,8 +97,9 @@ class FrankyDriver:
         rt = {"ignore": franky.RealtimeConfig.Ignore, "enforce": franky.RealtimeConfig.Enforce}
         if self.cfg.realtime not in rt:
             raise ValueError(f"robot.franky.realtime='{self.cfg.realtime}' is unknown; choose 'ignore' or 'enforce'")
+        self._realtime = rt[self.cfg.realtime]
         try:
-            self.robot = franky.Robot(self.cfg.ip, realtime_config=rt[self.cfg.realtime])
+            self.robot = franky.Robot(self.cfg.ip, realtime_config=self._realtime)
             self.robot.recover_from_errors()
             if self.cfg.gripper:
                 self.gripper = franky.Gripper(self.cfg.ip)
@@ -111,11 +129,46 @@ class FrankyDriver:
         """While tracking: the controller still runs (False after a reflex, a fault or a dropped link)."""
         return self._tracker is None or bool(self.robot.is_in_control)
 
+    def ready(self) -> bool:
+        """No motion runs, the controller has no error and every joint is at rest (``rest_velocity``)."""
+        with self._lock:
+            try:
+                s = self.robot.state
+                return (not self.robot.is_in_control and not self.robot.has_errors
+                        and float(np.abs(np.asarray(s.dq, float)).max()) < self.cfg.rest_velocity)
+            except Exception as exc:
+                raise RobotLinkError(f"robot link lost while reading the state: {exc}") from exc
+
+    def wait_ready(self, poll: float = 0.01) -> None:
+        """Block until ``ready()``: a motion started while the arm still moves (after a stop, a reflex or a
+        recovery) meets it with a jump of the reference. Errors left by a reflex are cleared on the way. Bounded
+        by ``ready_timeout`` on ``self.clock``; past it, ``RobotLinkError``."""
+        if self.ready():
+            return
+        self.ready_waits += 1
+        deadline = self.clock() + self.cfg.ready_timeout
+        waker = threading.Event()  # nothing sets it: wait() paces the polls without a bare sleep
+        while not self.ready():
+            if self.robot.has_errors and not self.robot.is_in_control:
+                try:
+                    self.robot.recover_from_errors()
+                except Exception as exc:
+                    raise RobotLinkError(f"error recovery failed ({type(exc).__name__}: {exc})") from exc
+            if self.clock() > deadline:
+                st = self.robot.state
+                raise RobotLinkError(f"the arm did not come to rest with a ready controller within "
+                                     f"{self.cfg.ready_timeout} s (dq {np.round(st.dq, 3).tolist()} rad/s, mode "
+                                     f"{st.robot_mode}, in control {self.robot.is_in_control}, errors "
+                                     f"{self.robot.has_errors}); check Desk")
+            waker.wait(poll)
+
     # -- motion -----------------------------------------------------------------------------------
     def move_home(self) -> None:
-        """Blocking joint motion to ``home_q`` (outside tracking) and open the gripper."""
+        """Blocking joint motion to ``home_q`` (outside tracking) and open the gripper; starts once the arm is at
+        rest and the controller ready."""
         fk = self._franky
         self.stop()
+        self.wait_ready()
         try:
             self.robot.relative_dynamics_factor = self.cfg.home_dynamics_factor
             self.robot.move(fk.JointMotion(fk.JointState(np.asarray(self.cfg.home_q, float))))
@@ -124,8 +177,11 @@ class FrankyDriver:
         self.set_gripper(False, wait=True)
 
     def start_tracking(self, mode: str) -> None:
-        """Start the impedance tracker seeded at the current pose (no jump)."""
+        """Start the impedance tracker seeded at the current pose (no jump), once the arm is at rest and the
+        controller ready (``wait_ready``): every start motion and every motion after a recovery begins here."""
         fk = self._franky
+        if self._tracker is None:
+            self.wait_ready()
         with self._lock:
             if self._tracker is not None:
                 return
@@ -133,9 +189,23 @@ class FrankyDriver:
                 if mode == "joint":
                     self._tracker = fk.JointImpedanceTracker(self.robot, stiffness=np.asarray(self.cfg.joint_stiffness))
                 else:
+                    extra: dict[str, Any] = {}
+                    if self.cfg.nullspace_stiffness > 0:
+                        extra["posture_task"] = fk.PostureTask(np.asarray(self.cfg.home_q, float),
+                                                               float(self.cfg.nullspace_stiffness))
+                    if self.cfg.translational_damping > 0 or self.cfg.rotational_damping > 0:
+                        dt_ = self.cfg.translational_damping or 2 * np.sqrt(self.cfg.translational_stiffness)
+                        dr_ = self.cfg.rotational_damping or 2 * np.sqrt(self.cfg.rotational_stiffness)
+                        extra["damping"] = np.array([dt_] * 3 + [dr_] * 3, float)
+                    if self.cfg.translational_error_clip > 0:
+                        extra["translational_error_clip"] = np.full(3, float(self.cfg.translational_error_clip))
+                    if self.cfg.joint_limit_avoidance:
+                        from robots.kinematics import FR3_Q_HIGH, FR3_Q_LOW
+
+                        extra["lower_joint_limits"], extra["upper_joint_limits"] = FR3_Q_LOW, FR3_Q_HIGH
                     self._tracker = fk.CartesianImpedanceTracker(
                         self.robot, translational_stiffness=self.cfg.translational_stiffness,
-                        rotational_stiffness=self.cfg.rotational_stiffness)
+                        rotational_stiffness=self.cfg.rotational_stiffness, **extra)
             except Exception as exc:
                 self._tracker = None
                 raise RobotLinkError(f"starting the {mode} tracker failed ({type(exc).__name__}: {exc})") from exc
@@ -201,12 +271,22 @@ class FrankyDriver:
                 log.warning("stopping the tracker reported: %s", exc)
 
     def recover(self) -> bool:
-        """Clear reflex/fault state after a stop; returns whether the robot accepted the recovery."""
+        """Clear reflex/fault state after a stop; returns whether the robot accepted the recovery. The next
+        motion (``start_tracking``) waits until the arm is at rest."""
         self.stop()
         try:
-            return bool(self.robot.recover_from_errors())
-        except Exception as exc:
-            raise RobotLinkError(f"error recovery failed ({type(exc).__name__}: {exc})") from exc
+            ok = bool(self.robot.recover_from_errors())
+        except Exception as exc:  # the link itself is gone (libfranka's NetworkException): connect again, once
+            log.warning("error recovery failed (%s: %s); connecting to the arm again", type(exc).__name__, exc)
+            try:
+                with self._lock:
+                    self.robot = self._franky.Robot(self.cfg.ip, realtime_config=self._realtime)
+                ok = bool(self.robot.recover_from_errors())
+            except Exception as exc2:
+                raise RobotLinkError(f"error recovery failed ({type(exc2).__name__}: {exc2}); the link to "
+                                     f"{self.cfg.ip} did not come back") from exc2
+            self.reconnects += 1
+        return ok or not self.robot.has_errors
 
     def close(self) -> None:
         self.stop()

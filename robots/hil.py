@@ -63,7 +63,7 @@ class HILConfig:
     eval_seed: int = HELD_OUT_SEED
     seed: int = 0  # training episode k starts from seed * 10_000 + k
     checkpoint_every: int = 10  # episodes between learner checkpoints
-    max_faults: int = 10  # episodes lost to robot faults before the run stops
+    max_faults: int = 10  # robot faults in a row (each recovered) before the run stops; recovered ones never stop it
     use_ray: bool = True  # the learner as a Ray actor (updates overlap robot time); False = in-process, in turn
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     interventions: InterventionConfig = field(default_factory=InterventionConfig)
@@ -398,6 +398,7 @@ def run(cfg: HILConfig, env: Any, policy_dir: str | Path, output: str | Path,
     env.cfg.auto_reset = False
     rows: list[dict[str, Any]] = []
     faults, k = 0, first
+    fault_log: list[str] = []  # faults since the last row: start motions and evaluations (recovered)
     metrics_file = open(metrics_path, "a")  # noqa: SIM115 - closed in finally
     try:
         while k < cfg.episodes:
@@ -414,10 +415,11 @@ def run(cfg: HILConfig, env: Any, policy_dir: str | Path, output: str | Path,
                 res, terminated = run_episode(env, policy, seed, deterministic=False)
             except RobotLinkError as exc:  # e.g. a reflex during the start motion: recover, count, try k again
                 log.error("episode %d lost to a robot fault (%s); recovering", k, exc)
-                env.recover()
+                fault_log.append(f"start: {exc}")
                 faults += 1
                 if faults > cfg.max_faults:
                     raise
+                recover_arm(env, cfg.max_faults)
                 continue
             steps = recorder.last_steps
             stopped = _operator_stopped(env)
@@ -425,9 +427,11 @@ def run(cfg: HILConfig, env: Any, policy_dir: str | Path, output: str | Path,
                 if stopped:
                     break
                 faults += 1
+                fault_log.append(f"empty: {getattr(env, 'last_fault', None)}")
                 if faults > cfg.max_faults:
-                    raise RobotLinkError(f"{faults} episodes ended before their first step")
+                    raise RobotLinkError(f"{faults} episodes in a row ended before their first step")
                 continue
+            faults = 0  # max_faults counts faults in a row: a recovered fault never ends the run
             robot_s += len(steps) / env.cfg.policy_hz
             link.add_episode(episode_arrays(steps, res.final_obs["state"][0], terminated))
             if not cfg.use_ray:
@@ -442,9 +446,10 @@ def run(cfg: HILConfig, env: Any, policy_dir: str | Path, output: str | Path,
                     atomic_save(policy.save_pretrained, out / "policy")
                 row.update(lm)
             if not stopped and cfg.eval_every and ((k + 1) % cfg.eval_every == 0 or k + 1 == cfg.episodes):
-                row["eval/success"] = evaluate(env, policy, cfg)
+                row["eval/success"] = evaluate(env, policy, cfg, faults=fault_log)
                 stopped = _operator_stopped(env)
             row["learner_restarts"] = link.restarts
+            row["recovered_faults"], fault_log = fault_log, []
             rows.append(row)
             _append_row(metrics_file, row)
             log.info("episode %d: %s", k, row)
@@ -462,18 +467,49 @@ def run(cfg: HILConfig, env: Any, policy_dir: str | Path, output: str | Path,
     return rows
 
 
-def evaluate(env: Any, policy: Any, cfg: HILConfig) -> float:
+def recover_arm(env: Any, attempts: int) -> None:
+    """``env.recover()`` (the driver waits for rest and a ready controller), tried up to ``attempts`` times."""
+    for i in range(max(1, attempts)):
+        try:
+            env.recover()
+            return
+        except RobotLinkError as exc:
+            if i + 1 >= max(1, attempts):
+                raise
+            log.error("recovery %d failed (%s); trying again", i + 1, exc)
+
+
+def evaluate(env: Any, policy: Any, cfg: HILConfig, faults: list[str] | None = None) -> float:
     """Success rate on held-out starts (seeds from ``eval_seed``), operator off, deterministic actions, not recorded.
-    An operator stop ends it (the rate is over the episodes that ran)."""
+    An operator stop ends it (the rate is over the episodes that ran). A robot fault (in the start motion or
+    mid-episode) is recovered and that start tried again, as in training; ``faults`` collects what was met; more
+    than ``max_faults`` in a row raise."""
     saved = env.operator, env.recorder
     env.operator, env.recorder = None, None
     wins: list[float] = []
+    faults = [] if faults is None else faults
     try:
-        for i in range(cfg.eval_episodes):
-            res, _ = run_episode(env, policy, cfg.eval_seed + i, deterministic=True)
-            if _operator_stopped(env):
-                break
-            wins.append(float(res.episode["success_once"][0]))
+        i, in_a_row = 0, 0
+        while i < cfg.eval_episodes:
+            try:
+                res, _ = run_episode(env, policy, cfg.eval_seed + i, deterministic=True)
+            except RobotLinkError as exc:
+                fault = f"eval start: {exc}"
+            else:
+                if _operator_stopped(env):
+                    break
+                fault = getattr(env, "last_fault", None)
+                fault = f"eval: {fault}" if fault else None
+            if fault is None:
+                wins.append(float(res.episode["success_once"][0]))
+                i, in_a_row = i + 1, 0
+                continue
+            in_a_row += 1
+            faults.append(fault)
+            log.error("held-out episode %d lost to a robot fault (%s); recovering and running it again", i, fault)
+            if in_a_row > cfg.max_faults:
+                raise RobotLinkError(f"{in_a_row} faults in a row in a held-out evaluation; last: {fault}")
+            recover_arm(env, cfg.max_faults)
     finally:
         env.operator, env.recorder = saved
     return float(np.mean(wins)) if wins else float("nan")

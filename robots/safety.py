@@ -3,7 +3,11 @@
 It turns a policy action into a target the robot may track and clamps it, logging each clamp:
 
 * end-effector modes (``ee_delta`` / ``ee_abs``): per-step translation and rotation limits, a
-  translational and rotational velocity limit (``limit * dt`` per step), the workspace box;
+  translational and rotational velocity limit (``limit * dt`` per step), the workspace box; then (``joint_checks``)
+  the target is mapped to joints through the FR3's kinematics (``robots.kinematics.ik``, seeded at the previous
+  target's joints) and the step is scaled down until the joint motion it needs keeps inside the joint velocity
+  limits (``max_joint_velocity`` and ``joint_velocity_fraction`` of the FR3's position-dependent limits), the
+  joint acceleration limit, the joint position limits less ``joint_margin`` and the self-collision clearance;
 * ``joint`` mode: per-step joint delta, joint velocity limit, joint position limits;
 * any mode: non-finite actions are refused (the arm holds its last target), and the gripper command
   goes through a hysteresis (close above ``gripper_close_above``, open below ``gripper_open_below``,
@@ -25,15 +29,17 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 import numpy as np
-from scipy.spatial.transform import Rotation
+from scipy.spatial.transform import Rotation, Slerp
+
+from robots import kinematics
 
 log = logging.getLogger(__name__)
 
 ACTION_MODES = {"ee_delta": 7, "ee_abs": 7, "joint": 8}  # mode -> action dim (last entry = gripper)
 
-# Franka FR3 joint position limits (rad), from Franka's robot specification.
-FR3_Q_LOW = [-2.7437, -1.7837, -2.9007, -3.0421, -2.8065, 0.5445, -3.0159]
-FR3_Q_HIGH = [2.7437, 1.7837, 2.9007, -0.1518, 2.8065, 4.5169, 3.0159]
+# Franka FR3 joint position limits (rad), from Franka's robot specification (robots.kinematics holds them).
+FR3_Q_LOW = kinematics.FR3_Q_LOW.tolist()
+FR3_Q_HIGH = kinematics.FR3_Q_HIGH.tolist()
 
 
 @dataclass
@@ -51,6 +57,10 @@ class SafetyConfig:
     joint_low: list[float] = field(default_factory=lambda: list(FR3_Q_LOW))
     joint_high: list[float] = field(default_factory=lambda: list(FR3_Q_HIGH))
     joint_margin: float = 0.05  # keep this far (rad) inside the joint limits
+    joint_checks: bool = True  # EE modes: check every target's joint motion through the arm's kinematics
+    joint_velocity_fraction: float = 0.5  # of the FR3's (position-dependent) joint velocity limits
+    max_joint_acceleration: float = 8.0  # rad/s^2 between consecutive targets' joint velocities (FR3: 10)
+    min_base_clearance: float = 0.18  # m: forearm, wrist and hand points kept this far from the base column axis
     gripper_close_above: float = 0.6  # gripper action in [0, 1]: 1 = close
     gripper_open_below: float = 0.4
     watchdog_timeout: float = 0.5  # s without a policy step while tracking -> stop the arm
@@ -66,9 +76,11 @@ class SafetyConfig:
                 f"{self.gripper_open_below} and {self.gripper_close_above}"
             )
         for key in ("max_step_translation", "max_step_rotation", "max_velocity", "max_angular_velocity",
-                    "max_joint_step", "max_joint_velocity", "watchdog_timeout"):
+                    "max_joint_step", "max_joint_velocity", "watchdog_timeout", "max_joint_acceleration"):
             if getattr(self, key) <= 0:
                 raise ValueError(f"robot.safety.{key} must be > 0, got {getattr(self, key)}")
+        if not 0.0 < self.joint_velocity_fraction <= 1.0:
+            raise ValueError(f"robot.safety.joint_velocity_fraction must be in (0, 1], got {self.joint_velocity_fraction}")
 
 
 @dataclass
@@ -108,6 +120,8 @@ class SafetyLayer:
         self.q_high = np.asarray(config.joint_high) - config.joint_margin
         self.last = Target()
         self.clamps: list[Clamp] = []  # all clamps since reset()
+        self.joint_velocity = np.zeros(7)  # rad/s the last target asks of the joints (EE modes: through IK)
+        self._model_off: tuple[np.ndarray, np.ndarray] = (np.zeros(3), np.eye(3))
 
     @property
     def action_dim(self) -> int:
@@ -118,6 +132,16 @@ class SafetyLayer:
         self.last = Target(np.asarray(pos, float).copy(), np.asarray(quat, float).copy(),
                            np.asarray(q, float).copy(), gripper_closed)
         self.clamps = []
+        self.joint_velocity = np.zeros(7)
+        if self.mode != "joint" and self.cfg.joint_checks:
+            # the kinematic model's TCP may differ from the controller's EE (another tool, calibration): checks run
+            # on the model's pose moved by the same offset, so they see the joint motion of each relative step
+            p_fk, R_fk = kinematics.fk(self.last.q)
+            R = Rotation.from_quat(self.last.quat).as_matrix()
+            self._model_off = (self.last.pos - p_fk, R_fk.T @ R)
+            if np.linalg.norm(self._model_off[0]) > 0.02:
+                log.warning("safety: the measured EE is %.3f m from the FR3 model's TCP at q; joint checks use the "
+                            "offset (set robot.franky's end effector to match)", np.linalg.norm(self._model_off[0]))
 
     def _clamp(self, out: list[Clamp], rule: str, before: np.ndarray, after: np.ndarray) -> np.ndarray:
         if not np.allclose(before, after, atol=1e-9):
@@ -145,7 +169,10 @@ class SafetyLayer:
             target = Target(self.last.pos, self.last.quat, self._joint(action[:7], clamps), gripper_closed)
         else:
             pos, quat = self._pose(action[:6], clamps)
-            target = Target(pos, quat, self.last.q, gripper_closed)
+            q = self.last.q
+            if self.cfg.joint_checks and q is not None:
+                pos, quat, q = self._joint_check(pos, quat, clamps)
+            target = Target(pos, quat, q, gripper_closed)
         self.last = target
         self.clamps += clamps
         return target, clamps
@@ -184,13 +211,76 @@ class SafetyLayer:
         quat = (Rotation.from_rotvec(drot) * cur_rot).as_quat()
         return pos, quat
 
+    def _joints_for(self, pos: np.ndarray, quat: np.ndarray) -> tuple[np.ndarray, bool]:
+        """The joints ``[7]`` (model) that put the EE at ``pos``, ``quat``, from the last target's joints."""
+        off_p, off_R = self._model_off
+        R = Rotation.from_quat(quat).as_matrix() @ off_R.T
+        return kinematics.ik(pos - off_p, R, self.last.q)
+
+    def _joint_violation(self, q1: np.ndarray, ok: bool) -> str | None:
+        """The first joint-space rule the move ``last.q -> q1`` breaks (None: it is allowed)."""
+        if not ok:
+            return "joint_ik"
+        q0, cfg = self.last.q, self.cfg
+        v = (q1 - q0) / self.dt
+        lo, hi = kinematics.velocity_limits(q0)
+        cap = np.minimum(cfg.max_joint_velocity, np.maximum(-lo, hi) * cfg.joint_velocity_fraction)
+        lo_v = np.maximum(lo * cfg.joint_velocity_fraction, -cap)
+        hi_v = np.minimum(hi * cfg.joint_velocity_fraction, cap)
+        tol = 1e-9
+        if np.any(v < lo_v - tol) or np.any(v > hi_v + tol):
+            return "joint_velocity"
+        if np.any(np.abs(v) > np.abs(self.joint_velocity) + cfg.max_joint_acceleration * self.dt + tol):
+            return "joint_acceleration"  # speeding up is limited; slowing down (to a stop) is always allowed
+        outward = ((q1 < self.q_low) & (q1 < q0)) | ((q1 > self.q_high) & (q1 > q0))
+        if np.any(outward):
+            return "joint_limit"
+        c1 = kinematics.base_column_clearance(q1)
+        if c1 < cfg.min_base_clearance and c1 < kinematics.base_column_clearance(q0):
+            return "self_collision"
+        return None
+
+    def _joint_check(self, pos: np.ndarray, quat: np.ndarray,
+                     clamps: list[Clamp]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Scale the step ``last -> (pos, quat)`` down (same direction) until its joint motion is allowed.
+
+        Returns the target pose and its joints. The largest allowed fraction is found by bisection (the map from a
+        Cartesian step to joints is not linear); a fraction of 0 holds the last target, which is always allowed."""
+        q1, ok = self._joints_for(pos, quat)
+        rule = self._joint_violation(q1, ok)
+        if rule is None:
+            self.joint_velocity = (q1 - self.last.q) / self.dt
+            return pos, quat, q1
+        p0 = self.last.pos
+        slerp = Slerp([0.0, 1.0], Rotation.from_quat(np.stack([self.last.quat, quat])))
+        best = (p0, self.last.quat, self.last.q)
+        lo_s, hi_s = 0.0, 1.0
+        for _ in range(8):
+            s = 0.5 * (lo_s + hi_s)
+            p_s, quat_s = p0 + s * (pos - p0), slerp([s])[0].as_quat()
+            q_s, ok_s = self._joints_for(p_s, quat_s)
+            broken = self._joint_violation(q_s, ok_s)
+            if broken is None:
+                lo_s, best = s, (p_s, quat_s, q_s)
+            else:
+                hi_s, rule = s, broken  # the rule that binds where the allowed fraction ends
+        v_before = np.round((q1 - self.last.q) / self.dt, 4)
+        self.joint_velocity = (best[2] - self.last.q) / self.dt
+        c = Clamp(rule, v_before.tolist(), np.round(self.joint_velocity, 4).tolist())
+        clamps.append(c)
+        log.warning("safety clamp %s: EE step scaled by %.3f (joint velocity %s -> %s rad/s)", rule, lo_s,
+                    c.before, c.after)
+        return best
+
     def _joint(self, q_cmd: np.ndarray, clamps: list[Clamp]) -> np.ndarray:
         dq = q_cmd - self.last.q
         step = min(self.cfg.max_joint_step, self.cfg.max_joint_velocity * self.dt)
         rule = "joint_step" if self.cfg.max_joint_step <= self.cfg.max_joint_velocity * self.dt else "joint_velocity"
         dq = self._clamp(clamps, rule, dq, np.clip(dq, -step, step))
         q = self.last.q + dq
-        return self._clamp(clamps, "joint_limit", q, np.clip(q, self.q_low, self.q_high))
+        q = self._clamp(clamps, "joint_limit", q, np.clip(q, self.q_low, self.q_high))
+        self.joint_velocity = (q - self.last.q) / self.dt
+        return q
 
 
 class Watchdog:
@@ -209,6 +299,8 @@ class Watchdog:
         self._closed = threading.Event()
         self.trip_reason: str | None = None
         self.trips = 0
+        self.polls = 0
+        self.tripped_event = threading.Event()  # set after a trip's stop ran (tests wait on it, not on a clock)
         self._thread = threading.Thread(target=self._run, name="safety-watchdog", daemon=True)
         self._thread.start()
 
@@ -230,9 +322,11 @@ class Watchdog:
     def reset(self) -> None:
         with self._lock:
             self.trip_reason, self._deadline = None, None
+            self.tripped_event.clear()
 
     def _run(self) -> None:
         while not self._closed.wait(self.poll):
+            self.polls += 1  # checks done; tests wait for a number of them instead of sleeping
             with self._lock:
                 armed = self._deadline is not None and self.trip_reason is None
                 late = armed and self.clock() > self._deadline
@@ -250,6 +344,7 @@ class Watchdog:
                     self.on_trip(reason)
                 except Exception:  # the stop itself may fail when the link is gone
                     log.exception("watchdog: stopping the arm failed")
+                self.tripped_event.set()
 
     def _safe_link_ok(self) -> bool:
         try:
@@ -273,6 +368,7 @@ class OperatorStop:
 
     def __init__(self, stream: IO[str] | None = None, on_stop: Callable[[], Any] | None = None):
         self._event = threading.Event()
+        self.lines = 0  # lines read (a test waits for its line to be read, not for a clock)
         self.on_stop = on_stop
         self._stream = stream if stream is not None else sys.stdin
         self._thread = threading.Thread(target=self._run, name="operator-stop", daemon=True)
@@ -280,6 +376,7 @@ class OperatorStop:
 
     def _run(self) -> None:
         for line in self._stream:
+            self.lines += 1
             if line.strip().lower() in self.STOP_WORDS:
                 log.error("operator stop")
                 self.trigger()

@@ -1,5 +1,5 @@
-"""Video frames, drawn one way for every video vlarl writes (``simulators.wrappers.VideoRecorder`` and
-the evaluation videos of ``vlarl.evaluation.video``): each env is a tile with its instruction on a dark
+"""Video frames, drawn one way for every video vlarl writes (the evaluation videos of
+``vlarl.evaluation.video``): each env is a tile with its instruction on a dark
 band at the top and, on the frames where its episode ended, a green (success) or red (failure) border;
 the tiles of a batch are laid out in a near-square grid. Frames are uint8 [H, W, 3].
 """

@@ -183,7 +183,7 @@ class ManiSkillEnv(SerialBatchedEnv):
     def render_scene(self, i: int, camera: str | None = None) -> np.ndarray | None:
         """Scene ``i``'s human-camera frame (uint8 [H, W, 3]) when built with ``render=True``, else the frame of
         ``camera`` (default: the first policy camera); None for a state-only env. Videos call it once per
-        control step (``step_callback``), so they show every env step, not one frame per chunk."""
+        control step (``chunk_step``'s observer, through ``render_rows``), so they show every env step, not one frame per chunk."""
         if self._render and camera is None:
             f = self.envs[i].render()
             f = f.cpu().numpy() if isinstance(f, torch.Tensor) else np.asarray(f)

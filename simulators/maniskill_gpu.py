@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from simulators.base import EPISODE_METRICS, BatchedEnv, ChunkStepResult, EnvError, EnvSpec, Obs
+from simulators.base import EnvError, EnvSpec, Obs
+from simulators.chunk_stepper import ChunkStepper, StepOutcome, SteppedEnv
 from simulators.maniskill import (
     ManiSkillConfig,
     _camera_slices,
@@ -37,7 +38,7 @@ from simulators.maniskill import (
     make_kwargs,
 )
 from simulators.registry import register_env
-from simulators.serial import SimulatorCrash, check_actions, resolve_seeds
+from simulators.serial import SimulatorCrash, resolve_seeds
 
 
 @dataclass
@@ -59,7 +60,7 @@ def sim_backends(cfg: ManiSkillGPUConfig) -> tuple[str, str | None]:
 
 
 @register_env("maniskill_gpu", ManiSkillGPUConfig)
-class ManiSkillGPUEnv(BatchedEnv):
+class ManiSkillGPUEnv(SteppedEnv):
     @staticmethod
     def validate_config(cfg: ManiSkillGPUConfig, num_envs: int | None = None) -> None:
         if cfg.obs_mode not in ("state", "rgb"):
@@ -119,15 +120,13 @@ class ManiSkillGPUEnv(BatchedEnv):
             task=cfg.task,
             instruction=self.instruction,
         )
-        self._low = torch.from_numpy(low).to(self.device)
-        self._high = torch.from_numpy(high).to(self.device)
         self._ids: torch.Tensor | None = None
         self._init_state: torch.Tensor | None = None  # [B, D] initial simulator state per scene (groups)
         self._seed_desc = "from 0"
-        self._obs: Obs = first
-        self._ret = torch.zeros(num_envs, device=self.device)
-        self._len = torch.zeros(num_envs, dtype=torch.long, device=self.device)
-        self._succ_once = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
+        self._obs: Obs = first  # the simulator's current observation of every scene
+        self._final: Obs | None = None  # rows latched at each scene's last executed step (see step_once)
+        self.stepper = ChunkStepper(num_envs, low, high, self.max_episode_steps, self.device,
+                                    ignore_terminations=cfg.ignore_terminations)
 
     # -- observations -----------------------------------------------------------------------------
     def _convert(self, obs: Any) -> Obs:
@@ -152,13 +151,6 @@ class ManiSkillGPUEnv(BatchedEnv):
         raw, _ = self.env.reset(options={"reset_to_env_states": {"env_states": self._init_state}})
         return raw
 
-    def _partial_reset(self, idx: torch.Tensor) -> Obs:
-        options: dict[str, Any] = {"env_idx": idx}
-        if self._ids is not None:  # back to the group's initial state (rows of idx only)
-            options["reset_to_env_states"] = {"env_states": self._init_state[idx]}
-        obs, _ = self.env.reset(options=options)
-        return self._convert(obs)
-
     # -- interface --------------------------------------------------------------------------------
     def reset(self, seed: int | list[int] | None = None, reset_state_ids: list[int] | None = None) -> Obs:
         B = self.num_envs
@@ -171,94 +163,57 @@ class ManiSkillGPUEnv(BatchedEnv):
         if reset_state_ids is not None:
             raw = self._group_initial_states(list(reset_state_ids))
         obs = self._convert(raw)
-        self._obs = obs
-        self._ret.zero_()
-        self._len.zero_()
-        self._succ_once.zero_()
+        self._obs, self._final = obs, None
+        self.stepper.start_episodes()
         return obs
 
-    def chunk_step(self, actions: torch.Tensor | np.ndarray) -> ChunkStepResult:
-        a = torch.as_tensor(actions, dtype=torch.float32, device=self.device)  # no host copy on GPU
-        if a.ndim != 3 or a.shape[0] != self.num_envs or a.shape[2] != self.spec.action_dim:
-            check_actions(a.cpu(), self.num_envs, self.spec.action_dim)  # raises the shared message
-        if not bool(torch.isfinite(a).all()):
-            check_actions(a.cpu(), self.num_envs, self.spec.action_dim)
-        a = torch.maximum(torch.minimum(a, self._high), self._low)
-        B, T, _ = a.shape
-        dev = self.device
-        rewards = torch.zeros(B, T, device=dev)
-        terminated = torch.zeros(B, T, dtype=torch.bool, device=dev)
-        truncated = torch.zeros(B, T, dtype=torch.bool, device=dev)
-        step_mask = torch.zeros(B, T, dtype=torch.bool, device=dev)
-        success = torch.zeros(B, T, dtype=torch.bool, device=dev)
-        done = torch.zeros(B, dtype=torch.bool, device=dev)
-        episode = {k: torch.full((B,), float("nan"), device=dev) for k in EPISODE_METRICS}
-        final = {
-            "state": self._obs["state"].clone(),
-            "images": {k: v.clone() for k, v in self._obs["images"].items()},
-        }
-        for t in range(T):
-            active = ~done
-            try:
-                obs, r, term, trunc, info = self.env.step(a[:, t])
-            except Exception as e:
-                raise SimulatorCrash(
-                    f"ManiSkillGPUEnv ({self.num_envs} envs, worker {self.worker_index}, task '{self.cfg.task}', "
-                    f"seeds {self._seed_desc}) crashed in step: {type(e).__name__}: {e}"
-                ) from e
-            cur = self._convert(obs)
-            r = torch.as_tensor(r, device=dev).float().reshape(B)
-            s = (
-                info["success"].reshape(B).bool()
-                if "success" in info
-                else torch.zeros(B, dtype=torch.bool, device=dev)
-            )
-            term = torch.as_tensor(term, device=dev).reshape(B).bool()
-            if self.cfg.ignore_terminations:
-                term = torch.zeros_like(term)
-            step_mask[:, t] = active
-            rewards[:, t] = torch.where(active, r, 0.0)
-            success[:, t] = s & active
-            self._ret += rewards[:, t]
-            self._len += active.long()
-            self._succ_once |= s & active
-            trunc = (
-                torch.as_tensor(trunc, device=dev).reshape(B).bool() | (self._len >= self.max_episode_steps)
-            ) & ~term
-            ended = active & (term | trunc)
-            terminated[:, t] = ended & term
-            truncated[:, t] = ended & trunc
-            episode["success_once"] = torch.where(ended, self._succ_once.float(), episode["success_once"])
-            episode["success_at_end"] = torch.where(ended, s.float(), episode["success_at_end"])
-            episode["return"] = torch.where(ended, self._ret, episode["return"])
-            episode["episode_len"] = torch.where(ended, self._len.float(), episode["episode_len"])
-            live = active.clone()
-            final["state"][live] = cur["state"][live]
-            for k in final["images"]:
-                final["images"][k][live] = cur["images"][k][live]
-            self._obs = cur
-            done |= ended
-            if bool(done.all()):
-                break
-        final_obs = None
-        if bool(done.any()):
-            final_obs = {**final, "instruction": [self.instruction] * B}
-            idx = done.nonzero().flatten()
-            self._obs = self._partial_reset(idx)
-            self._ret[idx] = 0.0
-            self._len[idx] = 0
-            self._succ_once[idx] = False
-        return ChunkStepResult(
-            obs=self._obs,
-            rewards=rewards,
-            terminated=terminated,
-            truncated=truncated,
-            step_mask=step_mask,
-            final_obs=final_obs,
-            done=done,
-            episode=episode,
+    # -- the per-step protocol of the chunk stepper -----------------------------------------------
+    def step_once(self, actions: torch.Tensor, active: torch.Tensor) -> StepOutcome:
+        """Step all scenes (a GPU batch cannot pause one); a scene whose episode ended keeps simulating
+        until the chunk boundary, so its observation is latched at its last active step for ``observe``."""
+        B, dev = self.num_envs, self.device
+        try:
+            obs, r, term, trunc, info = self.env.step(actions)
+        except Exception as e:
+            raise SimulatorCrash(
+                f"ManiSkillGPUEnv ({self.num_envs} envs, worker {self.worker_index}, task '{self.cfg.task}', "
+                f"seeds {self._seed_desc}) crashed in step: {type(e).__name__}: {e}"
+            ) from e
+        cur = self._convert(obs)
+        if self._final is None and not bool(active.all()):  # from now on some rows stop following the sim
+            self._final = {"state": self._obs["state"].clone(),
+                           "images": {k: v.clone() for k, v in self._obs["images"].items()}}
+        if self._final is not None:
+            self._final["state"][active] = cur["state"][active]
+            for k in self._final["images"]:
+                self._final["images"][k][active] = cur["images"][k][active]
+        self._obs = cur
+        success = info["success"].reshape(B).bool() if "success" in info else torch.zeros(B, dtype=torch.bool,
+                                                                                           device=dev)
+        return StepOutcome(
+            reward=torch.as_tensor(r, device=dev).float().reshape(B),
+            terminated=torch.as_tensor(term, device=dev).reshape(B).bool(),
+            truncated=torch.as_tensor(trunc, device=dev).reshape(B).bool(),
             success=success,
         )
+
+    def observe(self) -> Obs:
+        if self._final is None:
+            return self._obs
+        return {**self._final, "instruction": [self.instruction] * self.num_envs}
+
+    def end_chunk(self, done: torch.Tensor, episode: dict[str, torch.Tensor]) -> None:
+        """Partial reset of the finished scenes (ManiSkill's ``env_idx``), back to their group's initial state
+        when ``reset_state_ids`` pinned one."""
+        self._final = None
+        idx = done.nonzero().flatten()
+        if idx.numel() == 0:
+            return
+        options: dict[str, Any] = {"env_idx": idx}
+        if self._ids is not None:  # back to the group's initial state (rows of idx only)
+            options["reset_to_env_states"] = {"env_states": self._init_state[idx]}
+        raw, _ = self.env.reset(options=options)
+        self._obs = self._convert(raw)
 
     def render(self) -> np.ndarray | None:
         if not self._render:

@@ -1,9 +1,9 @@
-"""The one chunk loop of the simulators that step one scene at a time (CPU ManiSkill, LIBERO, robosuite).
+"""The simulators that step one scene at a time (CPU ManiSkill, LIBERO, robosuite), on the one chunk stepper.
 
-A simulator adapter only says how to build, reset and step *one* scene (``SceneStep``); this module
-does everything the batched interface promises, once: action checks (shape, NaN), clipping, the
-chunk loop with early stop, auto-reset at the chunk boundary, ``final_obs``, the episode metrics
-(``success_once``, ``success_at_end``, ``return``, ``episode_len``), seeds and ``reset_state_ids``.
+A simulator adapter only says how to build, reset and step *one* scene (``SceneStep``); this module turns
+``num_envs`` such scenes into the per-step protocol of ``simulators.chunk_stepper`` (step every active
+scene once, observe, auto-reset finished scenes), which does the rest once for every env: action checks,
+clipping, early stop, ``final_obs``, the episode metrics. Seeds and ``reset_state_ids`` are kept here.
 Vectorization across cores comes from running several env workers (processes), each holding one
 ``SerialBatchedEnv`` with ``num_envs`` scenes.
 
@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from simulators.base import EPISODE_METRICS, BatchedEnv, ChunkStepResult, EnvError, Obs, training_seed
+from simulators.base import EnvError, Obs, training_seed
+from simulators.chunk_stepper import ChunkStepper, StepOutcome, SteppedEnv
 
 
 @dataclass
@@ -44,22 +45,6 @@ class SceneStep:
     truncated: bool = False  # the simulator's own time limit ended the episode (besides max_episode_steps)
 
 
-def check_actions(actions: torch.Tensor | np.ndarray, num_envs: int, action_dim: int) -> torch.Tensor:
-    """float32 [B, T, action_dim] with no NaN/inf, or a one-line error naming the problem."""
-    a = torch.as_tensor(actions, dtype=torch.float32)
-    if a.ndim != 3 or a.shape[0] != num_envs or a.shape[2] != action_dim:
-        raise EnvError(
-            f"chunk_step expects actions [B={num_envs}, chunk, action_dim={action_dim}], got {tuple(a.shape)}"
-        )
-    if not bool(torch.isfinite(a).all()):
-        bad = (~torch.isfinite(a)).nonzero()[0].tolist()
-        raise EnvError(
-            f"chunk_step got a non-finite action (NaN/inf) at [env, step, dim]={bad}; check the policy's output "
-            "and its action normalization stats"
-        )
-    return a
-
-
 def resolve_seeds(seed: int | list[int] | None, num_envs: int) -> list[int | None]:
     """One seed per env: ``seed + i`` for an int, the list as given, or None (keep the RNG stream)."""
     if isinstance(seed, (int, np.integer)):
@@ -79,19 +64,18 @@ class SimulatorCrash(RuntimeError):
     """A simulator failed inside reset/step; the message names the env, task, seed and state id."""
 
 
-class SerialBatchedEnv(BatchedEnv):
+class SerialBatchedEnv(SteppedEnv):
     """``num_envs`` single-scene simulators stepped in turn, behind the batched chunk interface.
 
     Subclasses set ``self.num_envs``, ``self.spec``, ``self.instructions`` (one per env) and
     ``self.max_episode_steps``, call ``_init_batch()``, and implement ``reset_scene``/``step_scene``.
+    A finished scene is not stepped again before its auto-reset at the chunk boundary.
     """
 
     max_episode_steps: int
     instructions: list[str]
     ignore_terminations: bool = False
-    # Called as ``step_callback(env_index, chunk_step_index)`` after every control step (video
-    # recording uses it to grab per-step frames through ``render_scene``).
-    step_callback: Any = None
+    one_env_at_a_time = True  # each scene runs its chunk in turn (see ``SteppedEnv``)
 
     # -- what a simulator implements ------------------------------------------------------------
     @abc.abstractmethod
@@ -118,6 +102,12 @@ class SerialBatchedEnv(BatchedEnv):
             return None
         return np.stack([self.render_scene(i) for i in range(self.num_envs)])
 
+    def render_rows(self, rows: list[int]) -> list[np.ndarray] | None:
+        """Frames of the scenes ``rows`` only (a finished scene is not rendered while others run)."""
+        if not getattr(self, "_render", False):
+            return None
+        return [np.asarray(self.render_scene(i), dtype=np.uint8) for i in rows]
+
     # -- shared machinery -------------------------------------------------------------------------
     def _scene_call(self, what: str, i: int, fn, *args):
         """Run a simulator call for scene ``i``; a crash is re-raised naming task, seed and state id
@@ -137,15 +127,13 @@ class SerialBatchedEnv(BatchedEnv):
 
     def _init_batch(self) -> None:
         B = self.num_envs
-        self._low = torch.as_tensor(self.spec.action_low, dtype=torch.float32)
-        self._high = torch.as_tensor(self.spec.action_high, dtype=torch.float32)
+        self.stepper = ChunkStepper(B, self.spec.action_low, self.spec.action_high, self.max_episode_steps,
+                                    ignore_terminations=self.ignore_terminations)
         self._obs: list[SceneObs] = []
+        self._raw: list[Any] = [None] * B  # last step's raw observation of a scene not yet converted
         self._seeds: list[int | None] = [None] * B
         self._state_ids: list[int] | None = None
         self._episode_count = [0] * B
-        self._ret = np.zeros(B, dtype=np.float64)
-        self._len = np.zeros(B, dtype=np.int64)
-        self._succ_once = np.zeros(B, dtype=bool)
 
     def _stack(self, per_env: list[SceneObs]) -> Obs:
         images = {}
@@ -183,75 +171,36 @@ class SerialBatchedEnv(BatchedEnv):
             )
             for i in range(self.num_envs)
         ]
-        self._ret[:] = 0.0
-        self._len[:] = 0
-        self._succ_once[:] = False
+        self._raw = [None] * self.num_envs
+        self.stepper.start_episodes()
         return self._stack(self._obs)
 
-    def chunk_step(self, actions: torch.Tensor | np.ndarray) -> ChunkStepResult:
+    # -- the per-step protocol of the chunk stepper -----------------------------------------------
+    def begin_chunk(self) -> None:
         if not self._obs:
             raise EnvError("chunk_step called before reset(); call env.reset(seed=...) first")
-        a = check_actions(actions, self.num_envs, self.spec.action_dim)
-        a = torch.maximum(torch.minimum(a, self._high), self._low).numpy()
-        B, T, _ = a.shape
-        rewards = np.zeros((B, T), dtype=np.float32)
-        terminated = np.zeros((B, T), dtype=bool)
-        truncated = np.zeros((B, T), dtype=bool)
-        step_mask = np.zeros((B, T), dtype=bool)
-        success = np.zeros((B, T), dtype=bool)
-        done = np.zeros(B, dtype=bool)
-        episode = {k: np.full(B, np.nan, dtype=np.float32) for k in EPISODE_METRICS}
-        final_obs = list(self._obs)
-        for i in range(B):
-            last = None
-            for t in range(T):
-                last = r = self._scene_call("step", i, self.step_scene, a[i, t])
-                step_mask[i, t] = True
-                rewards[i, t] = r.reward
-                success[i, t] = r.success
-                self._ret[i] += r.reward
-                self._len[i] += 1
-                self._succ_once[i] |= r.success
-                if self.step_callback is not None:
-                    self.step_callback(i, t)
-                term = r.terminated and not self.ignore_terminations
-                trunc = r.truncated or (self.max_episode_steps > 0 and self._len[i] >= self.max_episode_steps)
-                if term or trunc:
-                    terminated[i, t] = term
-                    truncated[i, t] = trunc and not term
-                    done[i] = True
-                    episode["success_once"][i] = float(self._succ_once[i])
-                    episode["success_at_end"][i] = float(r.success)
-                    episode["return"][i] = float(self._ret[i])
-                    episode["episode_len"][i] = float(self._len[i])
-                    break
-            if last is not None:
-                self._obs[i] = self._scene_call("observe", i, self.scene_obs, last.obs)
-            final_obs[i] = self._obs[i]
-            if done[i]:
-                self._episode_count[i] += 1
-                seed, state_id = self._auto_reset_args(i)
-                self._obs[i] = self._scene_call("auto-reset", i, self.reset_scene, seed, state_id)
-                self._ret[i] = 0.0
-                self._len[i] = 0
-                self._succ_once[i] = False
-        return ChunkStepResult(
-            obs=self._stack(self._obs),
-            rewards=torch.from_numpy(rewards),
-            terminated=torch.from_numpy(terminated),
-            truncated=torch.from_numpy(truncated),
-            step_mask=torch.from_numpy(step_mask),
-            final_obs=self._stack(final_obs) if done.any() else None,
-            done=torch.from_numpy(done),
-            episode={k: torch.from_numpy(v) for k, v in episode.items()},
-            success=torch.from_numpy(success),
-        )
 
+    def step_once(self, actions: np.ndarray, active: np.ndarray) -> StepOutcome:
+        """Step the active scene(s) once; a finished scene waits for its auto-reset."""
+        reward = np.zeros(self.num_envs, dtype=np.float64)
+        term, trunc, succ = flags = np.zeros((3, self.num_envs), dtype=bool)
+        for i, on in enumerate(active.tolist()):
+            if on:
+                r = self._scene_call("step", i, self.step_scene, actions[i])
+                self._raw[i] = r.obs
+                reward[i] = r.reward
+                flags[:, i] = r.terminated, r.truncated, r.success
+        return StepOutcome(reward=reward, terminated=term, truncated=trunc, success=succ)
 
-def obs_to_numpy(obs: Obs) -> dict[str, Any]:
-    """Batched obs with numpy leaves (Ray stores numpy arrays zero-copy in its object store)."""
-    return {
-        "state": np.asarray(obs["state"]),
-        "images": {k: np.asarray(v) for k, v in obs["images"].items()},
-        "instruction": list(obs["instruction"]),
-    }
+    def observe(self) -> Obs:
+        for i, raw in enumerate(self._raw):  # each scene's last step, converted once per chunk
+            if raw is not None:
+                self._obs[i] = self._scene_call("observe", i, self.scene_obs, raw)
+                self._raw[i] = None
+        return self._stack(self._obs)
+
+    def end_chunk(self, done: np.ndarray, episode: dict[str, np.ndarray]) -> None:
+        for i in np.flatnonzero(done).tolist():
+            self._episode_count[i] += 1
+            seed, state_id = self._auto_reset_args(i)
+            self._obs[i] = self._scene_call("auto-reset", i, self.reset_scene, seed, state_id)

@@ -75,7 +75,7 @@ def train_main(argv: list[str] | None = None) -> int:
     from policies.base import CheckpointError
     from simulators.base import EnvError
     from vlarl.config import ConfigError, load_saved_config, load_train_config
-    from vlarl.config.loader import to_yaml
+    from vlarl.config.loader import to_yaml, validate_train_config
 
     resume = [a.split("=", 1)[1] for a in args if a.startswith("resume=")]
     rest = [a for a in args if not a.startswith("resume=")]
@@ -92,6 +92,10 @@ def train_main(argv: list[str] | None = None) -> int:
                                   f"every one is corrupt: see the warning above); start a new run")
         else:
             cfg = load_train_config(rest)
+            from vlarl.planning import apply_fit
+
+            if apply_fit(cfg) is not None:  # placement.gpu_memory_gb: knobs set to fit one GPU (or PlanError)
+                validate_train_config(cfg)
             run_dir = Path(cfg.run_dir) if cfg.run_dir else _default_run_dir(cfg.experiment_name)
             if (run_dir / "config.yaml").exists():
                 raise ConfigError(f"run_dir '{run_dir}' already holds a run; continue it with resume={run_dir} "

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from policies.base import Policy, PolicySpec, as_float_tensor
+from policies.capabilities import FixedInstructionTokens
 from policies.mlp import RunningNorm
 from policies.vlm.backbone import build_backbone, has_backbone_files, save_backbone_files
 
@@ -68,7 +69,7 @@ def value_mlp(dim: int, hidden: int | None = None, layers: int = 1) -> nn.Sequen
 VALUE_SOURCES = ("hidden", "state")
 
 
-class VLAPolicy(Policy):
+class VLAPolicy(Policy, FixedInstructionTokens):
     """Base of every VLA family (look-alike compositions and exact networks): a checkpoint of one carries its
     processor files (tokenizer, ``processor_config.json``, the network's configs) beside the weights, and
     ``from_pretrained`` hands the directory to the constructor as ``restore_dir`` so the network is rebuilt

@@ -31,6 +31,15 @@ def test_default_is_ppo_and_grpo_is_selectable():
         (["algorithm.logprob_level=step"], "algorithm.logprob_level='step' is unknown"),
         (["algorithm.num_minibatches=7"], "must divide the batch"),
         (["algorithm=grpx"], "Did you mean algorithm=grpo?"),
+        # each algorithm accepts only its own keys: PPO's are not SAC's, SAC's demonstrations are not DSRL's
+        (["algorithm=sac", "policy.squash=true", "algorithm.kl_coef=0.1"], "unknown config key 'algorithm.kl_coef'"),
+        (["algorithm=rlpd", "algorithm.update_epochs=2"], "unknown config key 'algorithm.update_epochs'"),
+        (["algorithm=dsrl", "algorithm.bc_weight=1.0"], "unknown config key 'algorithm.bc_weight'"),
+        (["algorithm=ppo", "algorithm.tau=0.1"], "unknown config key 'algorithm.tau'"),
+        # a policy without the capability the algorithm declares (AlgorithmSpec.requires)
+        (["algorithm=sac"], "algorithm=sac needs reparameterized sampling"),
+        (["algorithm=sac"], "set policy.squash=true"),
+        (["algorithm=dsrl"], "policies that have it: policy=noise_steering"),
     ],
 )
 def test_bad_algorithm_config_is_one_clear_line(overrides, needle):

@@ -1,16 +1,25 @@
-"""Every key of the algorithm config group changes behaviour: one case per key, each failing if the
+"""Every key of every registered algorithm's config changes behaviour: one case per key, each failing if the
 key were ignored. Update-level keys run the real ActorWorker.train on a small synthetic rollout of a
-real MLP policy; runner-level keys (num_steps, anneal_lr, dynamic_sampling_rounds, name) are covered
-in test_grpo_runner.py and listed here so the coverage check below stays exact."""
+real MLP policy (a squashed one for SAC/RLPD, a noise-steering one over a saved diffusion base for DSRL);
+runner-level keys (the base ``AlgorithmConfig``'s num_steps, anneal_lr, name, and GRPO's
+dynamic_sampling_rounds) are covered in test_grpo_runner.py and listed here so the coverage check below stays
+exact for every algorithm in the registry."""
 
 from dataclasses import fields, replace
 
+import h5py
+import numpy as np
 import pytest
 import torch
 
 from policies.base import PolicySpec
+from policies.diffusion import DiffusionPolicyConfig, NoiseSteeringConfig
 from policies.mlp import MLPPolicyConfig
-from vlarl.config.schema import GRPOConfig, PPOConfig
+from policies.registry import make_policy
+from vlarl.algorithms.critic_files import save_critics
+from vlarl.algorithms.registry import ALGORITHMS
+from vlarl.algorithms.sac import QEnsemble
+from vlarl.config.schema import DSRLConfig, GRPOConfig, PPOConfig, RLPDConfig, SACConfig, SoftCriticConfig
 from vlarl.data.trajectory import Trajectory
 from vlarl.workers.actor_worker import ActorWorker
 
@@ -121,7 +130,8 @@ GRPO_ONLY = {
     "adv_eps": ({"score": "return"}, 10.0),
     "filter_groups": ({}, True),
 }
-RUNNER_LEVEL = {"name", "num_steps", "anneal_lr", "dynamic_sampling_rounds"}  # test_grpo_runner.py
+BASE_KEYS = {"name", "num_steps", "anneal_lr"}  # AlgorithmConfig: read by the runner for every algorithm
+RUNNER_LEVEL = BASE_KEYS | {"dynamic_sampling_rounds"}  # test_grpo_runner.py
 EXTRA_TESTS = {"skip_nonfinite_grads", "seq-mean-token-mean"}  # below
 
 CASES = [("ppo", k, *v) for k, v in {**SHARED, **PPO_ONLY}.items()] + [
@@ -147,10 +157,19 @@ def test_key_changes_the_update(algo, key, extra, value):
 
 
 def test_every_algorithm_key_is_covered():
-    ppo_keys = {f.name for f in fields(PPOConfig)}
-    grpo_keys = {f.name for f in fields(GRPOConfig)}
-    assert ppo_keys == set(SHARED) | set(PPO_ONLY) | RUNNER_LEVEL - {"dynamic_sampling_rounds"} | {"skip_nonfinite_grads"}
-    assert grpo_keys == set(SHARED) | set(GRPO_ONLY) | RUNNER_LEVEL | {"skip_nonfinite_grads"}
+    """Each registered algorithm's config holds exactly the keys a case here (or the runner's tests) covers:
+    a key added without a case, or one borrowed from another algorithm, fails this."""
+    covered = {
+        "ppo": set(SHARED) | set(PPO_ONLY) | BASE_KEYS | {"skip_nonfinite_grads"},
+        "grpo": set(SHARED) | set(GRPO_ONLY) | RUNNER_LEVEL | {"skip_nonfinite_grads"},
+        "sac": set(SOFT) | set(SAC_ONLY) | BASE_KEYS,
+        "rlpd": set(SOFT) | set(SAC_ONLY) | BASE_KEYS,  # SAC's keys with RLPD's defaults
+        "dsrl": set(SOFT) | set(DSRL_ONLY) | BASE_KEYS,
+    }
+    assert set(ALGORITHMS) == set(covered)
+    for name, spec in ALGORITHMS.items():
+        assert {f.name for f in fields(spec.config)} == covered[name], name
+    assert type(RLPDConfig()).__mro__[1] is SACConfig and DSRLConfig.__mro__[1] is SoftCriticConfig
 
 
 def test_skip_nonfinite_grads_skips_and_counts():
@@ -229,3 +248,120 @@ def test_critic_lr_moves_only_the_value_head_faster():
     assert [g["lr"] for g in worker.optimizer.param_groups] == [1e-3, 5e-3]
     worker.set_lr(5e-4)
     assert [g["lr"] for g in worker.optimizer.param_groups] == pytest.approx([5e-4, 2.5e-3])
+
+
+# --- soft actor-critic (SAC, RLPD, DSRL): the replay, critics, temperature and actor keys -------------------------
+
+SQUASHED = MLPPolicyConfig(hidden_sizes=[16, 16], chunk_size=T, squash=True)
+SOFT_BASE = dict(num_steps=1, batch_size=16, buffer_size=64, learning_starts=0, utd_ratio=0.5,
+                 critic_hidden_sizes=[16, 16], lr=3e-3, q_lr=3e-3, alpha_lr=3e-3, tau=0.05, gamma=0.9)
+
+# key -> (extra base settings, changed value); the files are written by the ``soft_files`` fixture
+SOFT = {
+    "lr": ({}, 1e-4),  # the actor's
+    "max_grad_norm": ({}, 1e-6),
+    "gamma": ({}, 0.5),
+    "tau": ({}, 1.0),
+    "q_lr": ({}, 1e-4),
+    "alpha_lr": ({}, 1e-4),
+    "init_alpha": ({}, 1.0),
+    "target_entropy_per_dim": ({}, -5.0),
+    "backup_entropy": ({}, True),
+    "batch_size": ({}, 8),
+    "buffer_size": ({}, 16),
+    "learning_starts": ({}, 10_000),
+    "utd_ratio": ({}, 1.0),
+    "actor_every": ({}, 2),
+    "reward_scale": ({}, 5.0),
+    "num_critics": ({}, 3),
+    "critic_subset": ({}, 1),
+    "critic_hidden_sizes": ({}, [8]),
+    "critic_layer_norm": ({}, False),
+    "critic_loss": ({}, "hl_gauss"),
+    "hl_gauss_bins": ({"critic_loss": "hl_gauss"}, 11),
+    "hl_gauss_v_min": ({"critic_loss": "hl_gauss"}, -3.0),
+    "hl_gauss_v_max": ({"critic_loss": "hl_gauss"}, 4.0),
+    "hl_gauss_sigma_ratio": ({"critic_loss": "hl_gauss"}, 2.0),
+}
+SAC_ONLY = {
+    "demos": ({"demos": "{demos_a}", "demo_ratio": 0.5}, "{demos_b}"),
+    "num_demos": ({"demos": "{demos_a}", "demo_ratio": 0.5}, 1),
+    "demo_ratio": ({"demos": "{demos_a}", "demo_ratio": 0.5}, 0.25),
+    "bc_weight": ({"demos": "{demos_a}", "demo_ratio": 0.5}, 1.0),
+    "actor_warmup_steps": ({}, 10_000),
+    "critics_from": ({}, "{critics}"),
+}
+DSRL_ONLY = {"critic_input": ({}, "action")}
+
+
+@pytest.fixture(scope="module")
+def soft_files(tmp_path_factory) -> dict[str, str]:
+    """Two demonstration files (different chunks), a critics file shaped as SOFT_BASE's ensemble, a saved base."""
+    d = tmp_path_factory.mktemp("soft")
+    out = {}
+    for tag, value in (("demos_a", 0.3), ("demos_b", -0.6)):
+        with h5py.File(d / f"{tag}.h5", "w") as f:
+            for i in range(3):
+                g = f.create_group(f"traj_{i}")
+                g.create_dataset("actions", data=np.full((5, A), value * (i + 1) / 3, np.float32))
+                g.create_dataset("obs", data=np.linspace(-1, 1, 6 * D, dtype=np.float32).reshape(6, D) * (i + 1))
+        out[tag] = str(d / f"{tag}.h5")
+    torch.manual_seed(7)
+    q = QEnsemble(D + T * A, [16, 16], 1, 2, True)
+    out["critics"] = str(save_critics(d / "critics.pt", q, q))
+    torch.manual_seed(0)
+    make_policy(DiffusionPolicyConfig(chunk_size=T), SPEC).save_pretrained(d / "base")
+    out["base"] = str(d / "base")
+    return out
+
+
+def soft_traj(policy, noise: bool = False, seed: int = 3) -> Trajectory:
+    """Two chunk steps of B envs sampled by ``policy`` with random per-action rewards; no episode ends, so every
+    transition bootstraps (gamma, tau and backup_entropy matter) except two terminated ones."""
+    g = torch.Generator().manual_seed(seed)
+    states = torch.randn(2, B, D, generator=g)
+    obs = [{"state": states[t], "images": {}, "instruction": ["push"] * B} for t in range(2)]
+    samples = [policy.sample(o) for o in obs]
+    dones = torch.zeros(2, B)
+    dones[1, :2] = 1.0
+    step_rewards = torch.randn(2, B, T, generator=g)
+    keys = ("actions", "noise") if noise else ("actions",)
+    return Trajectory(
+        obs={"state": states, "images": {}, "instruction": ["push"] * B},
+        replay={k: torch.stack([s.replay[k] for s in samples]) for k in keys},
+        logprob=torch.stack([s.logprob for s in samples]), values=torch.zeros(2, B), rewards=step_rewards.sum(-1),
+        dones=dones, truncated=torch.zeros(2, B), final_values=torch.zeros(2, B), next_value=torch.zeros(B),
+        step_rewards=step_rewards, step_mask=torch.ones(2, B, T, dtype=torch.bool),
+        next_state=torch.randn(2, B, D, generator=g))
+
+
+def train_soft(policy_cfg, cfg) -> torch.Tensor:
+    """Two updates of the real ActorWorker on two rollouts; the trained actor's weights and the temperature, flat."""
+    torch.manual_seed(0)
+    actor = ActorWorker(policy_cfg, cfg, SPEC, seed=0)
+    noise = isinstance(cfg, DSRLConfig)
+    for seed in (3, 4):
+        actor.train(soft_traj(actor.policy, noise, seed))
+    trained = [p.detach().flatten() for p in actor.policy.parameters() if p.requires_grad]
+    state = actor.alg_state.noise if noise else actor.alg_state
+    return torch.cat([*trained, state.log_alpha.detach().reshape(1)])
+
+
+def _filled(settings: dict, files: dict[str, str]) -> dict:
+    return {k: v.format(**files) if isinstance(v, str) else v for k, v in settings.items()}
+
+
+SOFT_CASES = [("sac", k, *v) for k, v in {**SOFT, **SAC_ONLY}.items()] + [
+    ("dsrl", k, *v) for k, v in {**SOFT, **DSRL_ONLY}.items()]
+
+
+@pytest.mark.parametrize("algo, key, extra, value", SOFT_CASES, ids=[f"{c[0]}-{c[1]}" for c in SOFT_CASES])
+def test_soft_critic_key_changes_the_update(algo, key, extra, value, soft_files):
+    config = SACConfig if algo == "sac" else DSRLConfig
+    policy_cfg = (SQUASHED if algo == "sac" else
+                  NoiseSteeringConfig(base_path=soft_files["base"], chunk_size=T, hidden_sizes=[16, 16]))
+    base = config(**_filled({**SOFT_BASE, **extra}, soft_files))
+    changed = replace(base, **_filled({key: value}, soft_files))
+    a, b = train_soft(policy_cfg, base), train_soft(policy_cfg, changed)
+    assert torch.isfinite(a).all() and torch.isfinite(b).all()
+    assert not torch.allclose(a, b), f"algorithm={algo} algorithm.{key}={value} left the update unchanged"

@@ -15,6 +15,7 @@ from policies.registry import make_policy
 from tests.helpers.chunk_bandit import one_step_trajectory
 from vlarl.algorithms.dsrl import DSRLState, dsrl_update, noise_transitions
 from vlarl.algorithms.registry import validate_algorithm
+from vlarl.config import ConfigError, load_train_config
 from vlarl.config.schema import DSRLConfig
 from vlarl.data.trajectory import Trajectory
 from vlarl.workers.actor_worker import ActorWorker
@@ -130,7 +131,8 @@ def test_state_survives_a_checkpoint(base_dir, tmp_path):
 
 
 def test_bad_settings_are_one_line_refusals(base_dir):
-    assert "demo_ratio=0" in validate_algorithm(replace(SMALL, demos="x.h5", demo_ratio=0.5), num_envs=8)
+    with pytest.raises(ConfigError, match="unknown config key 'algorithm.demos'"):  # no noise to replay in them
+        load_train_config(["algorithm=dsrl", "algorithm.demos=x.h5"])
     assert "critic_input" in validate_algorithm(replace(SMALL, critic_input="both"), num_envs=8)
     assert validate_algorithm(SMALL, num_envs=8) is None
     mlp = MLPPolicy(MLPPolicyConfig(chunk_size=T, squash=True), SPEC)

@@ -15,7 +15,6 @@ import torch
 from policies.base import PolicySpec
 from policies.mlp import MLPPolicy, MLPPolicyConfig
 from vlarl.algorithms.registry import algorithm_spec
-from vlarl.config.schema import ALGORITHM_CONFIGS
 from vlarl.data.trajectory import Trajectory, stack_obs
 
 SPEC = PolicySpec(state_dim=4, action_dim=2, action_low=[-1.0, -1.0], action_high=[1.0, 1.0])
@@ -52,8 +51,8 @@ def _rollout(policy: MLPPolicy, gen: torch.Generator, grouped: bool) -> tuple[Tr
 def test_algorithm_raises_the_bandit_reward(name):
     torch.manual_seed(0)
     policy = MLPPolicy(MLPPolicyConfig(hidden_sizes=[32], chunk_size=2, normalize_obs=False), SPEC)
-    cfg = ALGORITHM_CONFIGS[name](**KNOBS, **EXTRA[name])
     spec = algorithm_spec(name)
+    cfg = spec.config(**KNOBS, **EXTRA[name])
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr, eps=1e-5)
     gen = torch.Generator().manual_seed(1)
     history = []

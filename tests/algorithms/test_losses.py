@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from vlarl.algorithms import broadcast_to_level, ppo_policy_loss, reduce_logprob, value_loss
+from vlarl.algorithms import broadcast_to_level, ppo_policy_loss, reduce_logprob, value_loss_elementwise
 
 
 def test_ppo_clip_hand_computed():
@@ -34,12 +34,12 @@ def test_value_loss_plain_and_clipped():
     v = torch.tensor([2.0])
     old = torch.tensor([0.0])
     ret = torch.tensor([1.0])
-    assert value_loss(v, old, ret).item() == pytest.approx(0.5)
+    assert value_loss_elementwise(v, old, ret).mean().item() == pytest.approx(0.5)
     # clipped prediction = 0 + clamp(2, -0.5, 0.5) = 0.5 -> (0.5-1)^2 = .25; max(1, .25) = 1
-    assert value_loss(v, old, ret, clip=0.5).item() == pytest.approx(0.5)
+    assert value_loss_elementwise(v, old, ret, clip=0.5).mean().item() == pytest.approx(0.5)
     v2 = torch.tensor([1.2])
     # unclipped (0.2)^2 = .04; clipped 0.5 -> .25; max = .25
-    assert value_loss(v2, old, ret, clip=0.5).item() == pytest.approx(0.125)
+    assert value_loss_elementwise(v2, old, ret, clip=0.5).mean().item() == pytest.approx(0.125)
 
 
 def test_granularity_levels():
@@ -73,10 +73,11 @@ def test_dual_clip_bounds_negative_advantage_loss():
 def test_huber_value_loss_is_linear_beyond_delta():
     v, old, ret = torch.tensor([3.0, 0.5]), torch.zeros(2), torch.zeros(2)
     # huber(delta=1): |x|>1: 1*(|x| - 0.5) = 2.5; |x|<=1: 0.5 x^2 = 0.125
-    assert value_loss(v, old, ret, loss_type="huber", huber_delta=1.0).item() == pytest.approx((2.5 + 0.125) / 2)
-    assert value_loss(v, old, ret, loss_type="mse").item() == pytest.approx((4.5 + 0.125) / 2)
+    huber = value_loss_elementwise(v, old, ret, loss_type="huber", huber_delta=1.0)
+    assert huber.tolist() == pytest.approx([2.5, 0.125])
+    assert value_loss_elementwise(v, old, ret, loss_type="mse").tolist() == pytest.approx([4.5, 0.125])
     with pytest.raises(ValueError, match="value_loss"):
-        value_loss(v, old, ret, loss_type="l1")
+        value_loss_elementwise(v, old, ret, loss_type="l1")
 
 
 def test_kl_estimators_hand_computed():

@@ -165,9 +165,9 @@ def test_bc_term_pulls_the_actor_towards_the_demonstrated_chunks():
     cfg = replace(SMALL, bc_weight=100.0, demo_ratio=0.5)
     st = SACState(policy, cfg, spec)
     opt = torch.optim.Adam(policy.parameters(), lr=3e-3)
-    first = actor_step(policy, opt, st, batch, cfg)["bc_loss"]
+    first = actor_step(policy, opt, st, batch, cfg, cfg.bc_weight)["bc_loss"]
     for _ in range(150):
-        last = actor_step(policy, opt, st, batch, cfg)["bc_loss"]
+        last = actor_step(policy, opt, st, batch, cfg, cfg.bc_weight)["bc_loss"]
     assert abs(first - expected) < 1e-3 and last < 0.1 * first
     from vlarl.algorithms.sac import validate_sac
 

@@ -130,7 +130,7 @@ def test_pixel_refusals_are_one_line():
     assert msg is not None and "\n" not in msg
     assert "state-only demonstrations" in msg and "set algorithm.demos=''" in msg
     msg = actor_problem(CNNPolicy(replace(TINY, squash=False), SPEC), SACConfig())
-    assert "policy=cnn policy.squash=true" in msg and "\n" not in msg
+    assert "which policy=cnn has switched off: set policy.squash=true" in msg and "\n" not in msg
 
 
 BIN = Path(sys.executable).parent

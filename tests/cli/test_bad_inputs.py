@@ -88,7 +88,12 @@ CASES: dict[str, tuple[Callable[..., int], str]] = {
     "train-negative-entropy": (_train("algorithm.ent_coef=-1"), "algorithm.ent_coef=-1.0 is out of range"),
     "train-policy-activation": (_train("policy.activation=swish"), "policy.activation='swish' is unknown"),
     "train-cnn-on-state-env": (_train("policy=cnn"), "needs camera images"),
-    "train-sac-unsquashed-actor": (_train("algorithm=sac"), "use policy=mlp policy.squash=true"),
+    "train-sac-unsquashed-actor": (_train("algorithm=sac"), "needs reparameterized sampling (rsample(obs) with a "
+                                   "tanh-squashed chunk), which policy=mlp has switched off: set policy.squash=true"),
+    "train-sac-cnn-unsquashed": (_train("algorithm=sac", "policy=cnn", "env.obs_mode=rgb"), "set policy.squash=true"),
+    "train-dsrl-without-noise-steering": (_train("algorithm=dsrl"), "algorithm=dsrl needs noise steering"),
+    "train-sac-ppo-key": (_train("algorithm=sac", "policy.squash=true", "algorithm.kl_coef=0.1"),
+                          "unknown config key 'algorithm.kl_coef'"),
     "train-ppo-hl-gauss-scalar-head": (_train("algorithm.value_loss=hl_gauss"), "add policy.value_bins=51"),
     "train-grpo-binned-value-head": (_train("algorithm=grpo", "policy.value_bins=51"), "set policy.value_bins=0"),
     "train-sac-binned-value-head": (_train("algorithm=sac", "policy.squash=true", "policy.value_bins=51"),

@@ -47,7 +47,7 @@ def test_libero_task_with_init_state_protocol(tmp_path):
     assert [r["episode_len"] for r in saved["per_episode"]] == [10, 10, 10]
     assert res["episodes"] == 3 and res["tasks"][task]["episodes"] == 3
     assert f"| {task} | 3 |" in (tmp_path / "eval.md").read_text()
-    # the video has a frame per env step (LIBERO renders inside the chunk through step_callback), not per chunk
+    # the video has a frame per env step (LIBERO renders inside the chunk through the stepper's observer), not per chunk
     import imageio.v3 as iio
     import numpy as np
 

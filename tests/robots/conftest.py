@@ -49,7 +49,6 @@ class FrankySim:
         import shutil
         import subprocess
         import sys
-        import time
         from pathlib import Path
 
         exe = shutil.which("franky-sim") or str(Path(sys.executable).with_name("franky-sim"))
@@ -64,15 +63,16 @@ class FrankySim:
         self.proc = subprocess.Popen([exe, "-s", "mujoco", "--hostname", SIM_HOST], stdout=self._log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                      preexec_fn=_die_with_parent)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.stop()
-                raise RuntimeError(f"franky-sim exited with {self.proc.returncode}: {Path(log_path).read_text()[-2000:]}")
-            if "Connect to the server" in Path(log_path).read_text():
-                return
-            time.sleep(0.1)
+        from waits import wait_until
+
+        def up() -> bool:
+            return self.proc.poll() is not None or "Connect to the server" in Path(log_path).read_text()
+
+        if wait_until(up, 60, poll=0.1) and self.proc.poll() is None:
+            return
         self.stop()
+        if self.proc.returncode is not None and "Connect to the server" not in Path(log_path).read_text():
+            raise RuntimeError(f"franky-sim exited with {self.proc.returncode}: {Path(log_path).read_text()[-2000:]}")
         raise RuntimeError("franky-sim did not come up within 60 s")
 
     def log(self) -> str:

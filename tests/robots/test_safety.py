@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 
 import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
+from waits import wait_until
 
 from robots.safety import OperatorStop, SafetyConfig, SafetyLayer, Target, Watchdog
 
@@ -18,6 +18,7 @@ Q0 = np.array([0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785])
 
 
 def _layer(mode="ee_delta", dt=0.1, **kw) -> SafetyLayer:
+    kw.setdefault("joint_checks", False)  # the Cartesian rules on their own (tests/robots/test_joint_safety.py: joints)
     layer = SafetyLayer(SafetyConfig(**kw), mode, dt)
     layer.reset(np.array([0.5, 0.0, 0.4]), DOWN, Q0)
     return layer
@@ -122,17 +123,13 @@ class _FakeClock:
 
 
 def _polls(wd: Watchdog, n: int = 5) -> None:
-    """Let the watchdog thread run ``n`` more polls (it checks the fake clock on each)."""
-    for _ in range(n):
-        time.sleep(wd.poll)
+    """Wait until the watchdog thread has run ``n`` more checks (each reads the fake clock); bounded."""
+    start = wd.polls
+    assert wait_until(lambda: wd.polls >= start + n + 1, 30)  # +1: a check may be in progress at the start
 
 
-def _wait_for(cond, polls: int = 2000) -> bool:
-    for _ in range(polls):
-        if cond():
-            return True
-        time.sleep(0.005)
-    return False
+def _wait_for(cond) -> bool:
+    return wait_until(cond, 30, poll=0.005)
 
 
 def test_watchdog_trips_once_when_late_and_not_when_kicked():
@@ -182,14 +179,10 @@ def test_operator_stop_from_keyboard_stream():
         op = OperatorStop(rf, on_stop=lambda: stops.append(1))
         wf.write("hello\n")
         wf.flush()
-        time.sleep(0.05)
-        assert not op.triggered
+        assert wait_until(lambda: op.lines == 1, 30)  # the line was read ...
+        assert not op.triggered  # ... and did not stop
         wf.write("s\n")
         wf.flush()
-        for _ in range(100):
-            if op.triggered:
-                break
-            time.sleep(0.01)
-        assert op.triggered and stops == [1]
+        assert wait_until(lambda: op.triggered, 30) and stops == [1]
         op.clear()
         assert not op.triggered

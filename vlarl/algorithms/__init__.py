@@ -11,7 +11,7 @@ from vlarl.algorithms.granularity import (
 )
 from vlarl.algorithms.grpo import group_advantages, informative_groups
 from vlarl.algorithms.kl import kl_estimate
-from vlarl.algorithms.losses import ppo_policy_loss, value_loss
+from vlarl.algorithms.losses import ppo_policy_loss, value_loss_elementwise
 from vlarl.algorithms.off_policy import behaviour_weights, staleness_mask
 
 __all__ = [
@@ -30,5 +30,5 @@ __all__ = [
     "reduce_logprob",
     "staleness_mask",
     "trajectory_ids",
-    "value_loss",
+    "value_loss_elementwise",
 ]

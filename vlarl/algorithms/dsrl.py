@@ -21,14 +21,25 @@ The noise actor and temperature step (``vlarl.algorithms.sac.actor_step``) maxim
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from policies.capabilities import NOISE_STEERING, REPARAMETERIZED
 from vlarl.algorithms.chunk_td import chunk_td_target
 from vlarl.algorithms.hl_gauss import bins_to_value, hl_gauss_loss
 from vlarl.algorithms.replay import trajectory_transitions
-from vlarl.algorithms.sac import SACState, _clip, actor_step, critic_step, validate_sac
+from vlarl.algorithms.sac import (
+    SACState,
+    SoftCriticConfig,
+    _clip,
+    critic_step,
+    replay_update,
+    required_state,
+    soft_steps,
+    validate_soft_critic,
+)
 from vlarl.algorithms.spec import AlgorithmSpec, register_algorithm
 from vlarl.algorithms.update import choice_problem
 from vlarl.data.trajectory import Trajectory
@@ -36,11 +47,23 @@ from vlarl.data.trajectory import Trajectory
 CRITIC_INPUTS = ("noise", "action")
 
 
-def steering_problem(policy: Any, cfg: Any) -> str | None:
-    """DSRL steers a frozen model through its initial noise: the policy must decode a chosen noise."""
-    if not callable(getattr(policy, "decode", None)) or getattr(policy, "noise_spec", None) is None:
-        return (f"algorithm={cfg.name} steers the noise of a frozen diffusion or flow policy: use "
-                f"policy=noise_steering policy.base_path=<diffusion or flow_vla policy dir>")
+@dataclass
+class DSRLConfig(SoftCriticConfig):
+    """DSRL: SAC over the initial noise of a frozen diffusion or flow policy (``policy=noise_steering
+    policy.base_path=<dir>``); the base never gets a gradient. ``critic_input=noise`` trains Q(s, noise) by TD
+    (DSRL-SAC); ``action`` trains Q(s, action chunk) by TD and distills it into Q(s, noise) on noise drawn from the
+    base's prior (DSRL-NA), which the noise actor maximizes. No demonstrations: they hold no noise to replay."""
+
+    name: str = "dsrl"
+    critic_input: str = "noise"  # "noise" | "action"
+
+
+def steering_problem(policy: Any, cfg: DSRLConfig) -> str | None:
+    """DSRL steers a frozen model through its initial noise with a reparameterized noise actor (the spec's
+    ``requires``, also asked here for callers that build the state directly)."""
+    for capability in (NOISE_STEERING, REPARAMETERIZED):
+        if problem := capability.refusal(policy, f"algorithm={cfg.name}"):
+            return problem
     return None
 
 
@@ -72,7 +95,7 @@ class DSRLState:
             self.action.load_state_dict(state["action"])
 
 
-def make_dsrl_state(policy: Any, cfg: Any, spec: Any) -> DSRLState:
+def make_dsrl_state(policy: Any, cfg: DSRLConfig, spec: Any) -> DSRLState:
     return DSRLState(policy, cfg, spec)
 
 
@@ -142,55 +165,27 @@ def aliased_critic_step(policy: Any, state: DSRLState, batch: Any, cfg: Any,
             "critic_grad_norm": grad_a, "distill_loss": loss_w.item() / qw.q.num, "distill_grad_norm": grad_w}
 
 
-def dsrl_update(
-    policy: Any,
-    optimizer: torch.optim.Optimizer,
-    traj: Trajectory,
-    cfg: Any,
-    generator: torch.Generator | None = None,
-    reference: Any | None = None,
-    version: int = 0,
-    state: DSRLState | None = None,
-) -> dict[str, float]:
+def dsrl_update(policy: Any, optimizer: torch.optim.Optimizer, traj: Trajectory, cfg: DSRLConfig,
+                generator: torch.Generator | None = None, reference: Any | None = None, version: int = 0,
+                state: DSRLState | None = None) -> dict[str, float]:
     """Add ``traj``'s transitions to the replay, then ``utd_ratio`` critic steps per new transition (an actor and
     temperature step every ``actor_every``) on the noise actor only; returns mean diagnostics."""
-    if state is None:
-        raise ValueError(f"algorithm={cfg.name} keeps a replay buffer: the actor worker builds it with "
-                         f"AlgorithmSpec.make_state and passes it as state=")
-    st = state.noise
-    new = noise_transitions(traj)
-    st.replay.online.extend(new)
-    out: dict[str, float] = {"replay_size": float(len(st.replay)), "critic_steps": 0.0}
-    if len(st.replay) < cfg.learning_starts:
-        return out
-    st.update_credit += cfg.utd_ratio * new.batch_size[0]
-    steps = int(st.update_credit)
-    st.update_credit -= steps
-    sums: dict[str, list[float]] = {}
-    device = next(policy.noise_actor.parameters()).device
-    for i in range(steps):
-        batch = st.replay.sample(cfg.batch_size).to(device)
-        if state.action is None:
-            metrics = critic_step(policy, st, batch, cfg, generator)
-        else:
-            metrics = aliased_critic_step(policy, state, batch, cfg, generator)
-        if (i + 1) % cfg.actor_every == 0:
-            metrics.update(actor_step(policy, optimizer, st, batch, cfg))
-        for k, v in metrics.items():
-            sums.setdefault(k, []).append(v)
-    out.update({k: sum(v) / len(v) for k, v in sums.items()})
-    out["critic_steps"] = float(steps)
-    out["alpha"] = float(st.log_alpha.exp())
-    return out
+    dsrl = required_state(state, cfg)
+    st = dsrl.noise
+
+    def critic(batch: Any) -> dict[str, float]:
+        if dsrl.action is None:
+            return critic_step(policy, st, batch, cfg, generator)
+        return aliased_critic_step(policy, dsrl, batch, cfg, generator)
+
+    return replay_update(st, noise_transitions(traj), cfg,
+                         lambda steps: soft_steps(policy, optimizer, st, cfg, steps, critic))
 
 
-def validate_dsrl(alg: Any, num_envs: int) -> str | None:
-    if alg.demos or alg.demo_ratio > 0:
-        return ("algorithm=dsrl learns from its own noise choices; demonstrations have no noise to replay: "
-                "set algorithm.demos='' algorithm.demo_ratio=0 (the base policy is where demonstrations go)")
-    return validate_sac(alg, num_envs) or choice_problem(alg, "critic_input", CRITIC_INPUTS)
+def validate_dsrl(alg: DSRLConfig, num_envs: int) -> str | None:
+    return validate_soft_critic(alg) or choice_problem(alg, "critic_input", CRITIC_INPUTS)
 
 
-register_algorithm(AlgorithmSpec(name="dsrl", update=dsrl_update, validate=validate_dsrl,
-                                 discount=lambda alg: alg.gamma, make_state=make_dsrl_state,
-                                 check_policy=steering_problem, replays_stale_data=True))
+register_algorithm(AlgorithmSpec(name="dsrl", config=DSRLConfig, update=dsrl_update, validate=validate_dsrl,
+                                 discount=lambda alg: alg.gamma, requires=(NOISE_STEERING, REPARAMETERIZED),
+                                 make_state=make_dsrl_state, replays_stale_data=True))

@@ -19,7 +19,7 @@ is then credited only with what came after it, which matters with dense rewards 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -27,12 +27,41 @@ import torch
 from simulators.base import training_seed
 from vlarl.algorithms.off_policy import behaviour_version_of
 from vlarl.algorithms.ppo import step_mask_of
-from vlarl.algorithms.spec import (SEED_STRIDE, AlgorithmSpec, Collector, episode_horizon, register_algorithm,
-                                  unused_value_head_problem)
-from vlarl.algorithms.update import UpdateBatch, choice_problem, clipped_update, clipped_update_problem
+from vlarl.algorithms.spec import (
+    SEED_STRIDE,
+    AlgorithmSpec,
+    Collector,
+    episode_horizon,
+    register_algorithm,
+    unused_value_head_problem,
+)
+from vlarl.algorithms.update import (
+    ClippedUpdateConfig,
+    UpdateBatch,
+    choice_problem,
+    clipped_algorithm_update,
+    clipped_update_problem,
+    uses_kl_reference,
+)
 from vlarl.data.trajectory import Trajectory, map_step_facts
 
 SCORES = ("success", "return", "reward_to_go")
+
+
+@dataclass
+class GRPOConfig(ClippedUpdateConfig):
+    """GRPO: groups of ``group_size`` envs start from one shared reset state; one episode each;
+    advantage = (score - group mean) / (group std + eps), no critic."""
+
+    name: str = "grpo"
+    num_steps: int = 0  # chunk steps per episode; 0 = ceil(env max_episode_steps / chunk)
+    norm_adv: bool = False  # group normalization already scales advantages
+    group_size: int = 8
+    score: str = "success"  # "success" (success_once) | "return" (episode return) | "reward_to_go"
+    scale_by_std: bool = True  # False = mean-centering only ("Dr. GRPO")
+    adv_eps: float = 1e-6
+    filter_groups: bool = False  # drop all-success and all-fail groups (zero learning signal)
+    dynamic_sampling_rounds: int = 0  # extra rollout rounds to refill filtered groups; 0 = off
 
 
 def group_reset_ids(num_envs: int, group_size: int, base: int) -> list[int]:
@@ -264,21 +293,18 @@ def grpo_batch(traj: Trajectory, cfg: Any, version: int = 0) -> tuple[UpdateBatc
     return batch, info
 
 
-def grpo_update(
-    policy: Any,
-    optimizer: torch.optim.Optimizer,
-    traj: Trajectory,
-    cfg: Any,
-    generator: torch.Generator | None = None,
-    reference: Any | None = None,
-    version: int = 0,
-) -> dict[str, float]:
-    """Group advantages, then the shared clipped update (no value loss); returns diagnostics."""
+def grpo_rollout_batch(traj: Trajectory, cfg: GRPOConfig, version: int) -> tuple[UpdateBatch | None,
+                                                                                 dict[str, float], bool]:
+    """GRPO on one grouped rollout: group advantages, then the shared clipped update (no value loss); the group
+    counts of the rollout side's selection join the metrics (nothing to train when no group was kept)."""
+    counts = _group_counts(traj)
     if traj.num_envs == 0:
-        return {"samples": 0.0, "epochs": 0.0, **{f"{k}": v for k, v in _group_counts(traj).items()}}
+        return None, {"samples": 0.0, "epochs": 0.0, **counts}, False
     batch, info = grpo_batch(traj, cfg, version)
-    out = clipped_update(policy, optimizer, batch, cfg, generator, reference, version)
-    return {**out, **info, **_group_counts(traj)}
+    return batch, {**info, **counts}, False
+
+
+grpo_update = clipped_algorithm_update(grpo_rollout_batch)
 
 
 def _group_counts(traj: Trajectory) -> dict[str, float]:
@@ -337,6 +363,6 @@ def validate_grpo(alg: Any, num_envs: int) -> str | None:
 
 
 # GRPO scores undiscounted episodes, each starting at the batch's first step
-register_algorithm(AlgorithmSpec(name="grpo", update=grpo_update, validate=validate_grpo,
+register_algorithm(AlgorithmSpec(name="grpo", config=GRPOConfig, update=grpo_update, validate=validate_grpo,
                                  discount=lambda alg: 1.0, collect=collect_groups, fresh_episodes=True,
-                                 check_policy=unused_value_head_problem))
+                                 uses_reference=uses_kl_reference, check_policy=unused_value_head_problem))

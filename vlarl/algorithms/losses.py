@@ -1,7 +1,8 @@
 """PPO losses as plain functions on tensors (Schulman et al. 2017).
 
 The ``*_elementwise`` functions return one loss per element (sample or token) so that masking and
-aggregation (``vlarl.algorithms.aggregation``) stay separate; the scalar versions take their mean.
+aggregation (``vlarl.algorithms.aggregation``) stay separate; ``ppo_policy_loss`` is the plain mean with
+its diagnostics, for callers without masks.
 The value losses regress a scalar value (``mse``, ``huber``) or classify a binned one (``hl_gauss``: the
 policy's value head gives logits over ``policy.value_support``, Farebrother et al. 2024).
 """
@@ -106,16 +107,3 @@ def value_loss_elementwise(
         return unclipped
     v_clipped = old_values + (values - old_values).clamp(-clip, clip)
     return torch.max(unclipped, f(v_clipped))
-
-
-def value_loss(
-    values: torch.Tensor,
-    old_values: torch.Tensor,
-    returns: torch.Tensor,
-    clip: float | None = None,
-    loss_type: str = "mse",
-    huber_delta: float = 1.0,
-    support: HLGaussSupport | None = None,
-) -> torch.Tensor:
-    """Mean of ``value_loss_elementwise``."""
-    return value_loss_elementwise(values, old_values, returns, clip, loss_type, huber_delta, support).mean()

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from policies.capabilities import REPARAMETERIZED
 from vlarl.algorithms.chunk_td import chunk_td_target
 from vlarl.algorithms.sac import QEnsemble
 
@@ -116,9 +117,8 @@ class IQL:
         problem = cfg.problem()
         if problem:
             raise ValueError(f"offline: {problem}")
-        if not getattr(policy, "squash", False):
-            raise ValueError("offline IQL fits a tanh-squashed actor (policy=mlp policy.squash=true), the one "
-                             "algorithm=sac|rlpd fine-tunes online")
+        if problem := REPARAMETERIZED.refusal(policy, "offline IQL (the actor algorithm=sac|rlpd fine-tunes online)"):
+            raise ValueError(problem)
         self.cfg, self.policy = cfg, policy
         self.q = QEnsemble(state_dim + chunk * action_dim, list(cfg.critic_hidden_sizes), 1, cfg.num_critics, True)
         self.q_target = QEnsemble(state_dim + chunk * action_dim, list(cfg.critic_hidden_sizes), 1,

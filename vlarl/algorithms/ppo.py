@@ -11,18 +11,54 @@ the expectation over its bins, and the update trains its logits by cross-entropy
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from policies.capabilities import BinnedValueConfig
 from vlarl.algorithms.advantages import bootstrap_truncated, compute_gae
 from vlarl.algorithms.aggregation import trajectory_ids
 from vlarl.algorithms.granularity import REWARD_LEVELS, action_level_advantages
 from vlarl.algorithms.losses import VALUE_LOSSES
 from vlarl.algorithms.off_policy import behaviour_version_of
 from vlarl.algorithms.spec import AlgorithmSpec, register_algorithm
-from vlarl.algorithms.update import UpdateBatch, choice_problem, clipped_update, clipped_update_problem
+from vlarl.algorithms.update import (
+    ClippedUpdateConfig,
+    UpdateBatch,
+    choice_problem,
+    clipped_algorithm_update,
+    clipped_update_problem,
+    uses_kl_reference,
+)
 from vlarl.data.trajectory import Trajectory
+
+
+@dataclass
+class PPOConfig(ClippedUpdateConfig):
+    """Chunked PPO with GAE. One iteration = ``num_steps`` chunk steps of every env, then an update.
+
+    ``value_loss=hl_gauss`` trains a binned value head by cross-entropy against the HL-Gauss target of each return
+    (Farebrother et al. 2024); the bins are the policy's (``policy.value_bins``, ``value_min``, ``value_max``,
+    ``value_sigma_ratio``; ``policy=mlp`` builds them), and the value used by GAE, bootstrapping and
+    ``value_error`` is the expectation over the bin centres. A policy without such a head, or a binned head with
+    another value loss, is refused at config load; so is ``value_clip`` (a cross-entropy has no scalar to clip).
+    """
+
+    name: str = "ppo"
+    gamma: float = 0.8
+    gae_lambda: float = 0.9
+    value_clip: float = 0.0  # 0 = no value clipping
+    value_loss: str = "mse"  # "mse" | "huber" | "hl_gauss" (binned value head: policy.value_bins >= 2)
+    huber_delta: float = 1.0
+    vf_coef: float = 0.5
+    reward_scale: float = 1.0
+    reward_level: str = "chunk"  # "chunk" | "action": "action" credits an action only with rewards at/after it
+    critic_warmup_iterations: int = 0  # first N updates train only the value head
+    # learning rate of the value head's own weights (Policy.value_head_parameters); 0 = algorithm.lr.
+    # A VLA's small value head on a pretrained/SFT'd trunk fits returns of size ~5 far too slowly at a
+    # policy-sized lr (explained variance stayed ~0 for 40 updates at 1e-4): give it its own.
+    critic_lr: float = 0.0
 
 
 def compute_advantages(traj: Trajectory, gamma: float, gae_lambda: float, reward_scale: float = 1.0):
@@ -70,24 +106,14 @@ def ppo_batch(traj: Trajectory, cfg: Any, version: int = 0) -> UpdateBatch:
     )
 
 
-def ppo_update(
-    policy: Any,
-    optimizer: torch.optim.Optimizer,
-    traj: Trajectory,
-    cfg: Any,
-    generator: torch.Generator | None = None,
-    reference: Any | None = None,
-    version: int = 0,
-) -> dict[str, float]:
-    """Run ``cfg.update_epochs`` epochs of minibatch PPO on ``traj``; returns mean diagnostics.
+def ppo_rollout_batch(traj: Trajectory, cfg: PPOConfig, version: int) -> tuple[UpdateBatch, dict[str, float], bool]:
+    """PPO on one rollout: GAE advantages and returns, then ``cfg.update_epochs`` epochs of minibatch steps; the
+    first ``critic_warmup_iterations`` updates (``version`` = updates already made) train the value head only."""
+    warmup = version < cfg.critic_warmup_iterations
+    return ppo_batch(traj, cfg, version), {"critic_warmup": float(warmup)}, warmup
 
-    ``version`` = number of updates already made (for staleness and critic warm-up).
-    """
-    batch = ppo_batch(traj, cfg, version)
-    warmup = version < getattr(cfg, "critic_warmup_iterations", 0)
-    out = clipped_update(policy, optimizer, batch, cfg, generator, reference, version, value_only=warmup)
-    out["critic_warmup"] = float(warmup)
-    return out
+
+ppo_update = clipped_algorithm_update(ppo_rollout_batch)
 
 
 def validate_ppo(alg: Any, num_envs: int) -> str | None:
@@ -117,7 +143,7 @@ def value_head_problem(policy: Any, alg: Any) -> str | None:
     head is built (``policy.value_bins``), so the two must agree."""
     binned = policy.value_support is not None
     if alg.value_loss == "hl_gauss" and not binned:
-        if not hasattr(policy.config, "value_bins"):
+        if not isinstance(policy.config, BinnedValueConfig):
             return (f"algorithm.value_loss=hl_gauss needs a binned value head, which policy={policy.name} cannot "
                     f"build; use algorithm.value_loss=mse (or a policy of the mlp, cnn, flow_vla or ar_vla family "
                     f"with policy.value_bins=51)")
@@ -129,5 +155,6 @@ def value_head_problem(policy: Any, alg: Any) -> str | None:
     return None
 
 
-register_algorithm(AlgorithmSpec(name="ppo", update=ppo_update, validate=validate_ppo,
-                                 discount=lambda alg: alg.gamma, check_policy=value_head_problem))
+register_algorithm(AlgorithmSpec(name="ppo", config=PPOConfig, update=ppo_update, validate=validate_ppo,
+                                 discount=lambda alg: alg.gamma, uses_reference=uses_kl_reference,
+                                 check_policy=value_head_problem))

@@ -183,10 +183,10 @@ def demo_transitions(episodes: list[Any], chunk_size: int) -> TensorDict:
         L, A = actions.shape
         if L == 0:
             continue
-        failed = getattr(ep, "success", None) is False
+        failed = ep.success is False
         rewards = torch.zeros(L + T)
         if failed:
-            final = getattr(ep, "final_state", None)
+            final = ep.final_state
             if final is None:
                 raise ValueError("a failed demonstration needs its final observation (Episode.final_state) to "
                                  "bootstrap from; record it (.h5 obs [L + 1, D]) or leave failed episodes out")

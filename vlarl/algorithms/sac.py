@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +36,79 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from policies.capabilities import REPARAMETERIZED, critic_cameras
 from vlarl.algorithms.chunk_td import chunk_td_target
 from vlarl.algorithms.critic_files import read_critics, shape_problem
 from vlarl.algorithms.hl_gauss import HLGaussSupport, bins_to_value, hl_gauss_loss
 from vlarl.algorithms.replay import MixedReplay, demo_transitions, trajectory_transitions
-from vlarl.algorithms.spec import AlgorithmSpec, register_algorithm, unused_value_head_problem
+from vlarl.algorithms.spec import (
+    AlgorithmConfig,
+    AlgorithmSpec,
+    register_algorithm,
+    unused_value_head_problem,
+)
 from vlarl.algorithms.update import choice_problem
 from vlarl.data.trajectory import Trajectory
 
 CRITIC_LOSSES = ("mse", "hl_gauss")
 MAX_REPLAY_IMAGE_BYTES = 4 * 2**30  # camera images a pixel replay may hold (obs and next obs, uint8)
+
+
+@dataclass
+class SoftCriticConfig(AlgorithmConfig):
+    """Keys of the chunked soft actor-critic update (critic ensembles on a replay, a temperature) that SAC, RLPD
+    and DSRL share. ``lr`` is the actor's learning rate, ``num_steps`` the chunk steps per env per iteration."""
+
+    num_steps: int = 4
+    max_grad_norm: float = 0.5  # clip each critic's and the actor's gradient norm; 0 = no clipping
+    gamma: float = 0.97  # per env step; a chunk of k executed steps bootstraps with gamma^k
+    tau: float = 0.005  # polyak rate of the target critics
+    q_lr: float = 3e-4
+    alpha_lr: float = 3e-4
+    init_alpha: float = 0.1  # entropy temperature at the start
+    target_entropy_per_dim: float = -0.5  # target entropy = this * chunk * action_dim
+    backup_entropy: bool = False  # add -alpha * log pi(a'|s') to the TD target (SERL/RLPD leave it out)
+    batch_size: int = 256
+    buffer_size: int = 200_000  # chunk transitions kept (ring buffer)
+    learning_starts: int = 1_000  # online transitions before the first gradient step
+    utd_ratio: float = 0.5  # critic gradient steps per new chunk transition (update-to-data ratio)
+    actor_every: int = 1  # one actor + temperature step per this many critic steps
+    reward_scale: float = 1.0
+    num_critics: int = 2  # ensemble size
+    critic_subset: int = 2  # target = min over this many members drawn at random (RLPD: 2 of 10)
+    critic_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
+    critic_layer_norm: bool = True
+    critic_loss: str = "mse"  # "mse" | "hl_gauss" (classification over value bins, "Stop Regressing")
+    hl_gauss_bins: int = 51
+    hl_gauss_v_min: float = -0.5
+    hl_gauss_v_max: float = 1.5
+    hl_gauss_sigma_ratio: float = 0.75  # sigma = this * bin width
+
+
+@dataclass
+class SACConfig(SoftCriticConfig):
+    """Chunked SAC: Q(s, action chunk) ensembles trained on replay with chunk-level TD targets, a tanh-squashed
+    actor (``policy.squash=true``), automatic entropy tuning, optionally demonstrations in every batch."""
+
+    name: str = "sac"
+    demos: str = ""  # demonstrations (LeRobot v3 folder or ManiSkill .h5) mixed into every batch
+    num_demos: int = 20  # episodes read from ``demos``
+    demo_ratio: float = 0.0  # fraction of every batch drawn from the demonstrations
+    actor_warmup_steps: int = 0  # critic steps before the actor's first step (critics first learn the started actor)
+    bc_weight: float = 0.0  # actor loss + this x squared distance to the batch's demonstrated chunks (TD3+BC)
+    critics_from: str = ""  # a critics.pt (offline IQL's, scripts/offline_then_online.py) to start Q and target Q
+
+
+@dataclass
+class RLPDConfig(SACConfig):
+    """RLPD (Ball et al. 2023): SAC with demonstrations mixed 50/50 into every batch, an ensemble of 10
+    layer-normed critics with random subsets of 2 for the target, and a higher update-to-data ratio."""
+
+    name: str = "rlpd"
+    num_critics: int = 10
+    critic_subset: int = 2
+    demo_ratio: float = 0.5
+    utd_ratio: float = 1.0
 
 
 class EnsembleLinear(nn.Module):
@@ -98,36 +162,28 @@ class QEnsemble(nn.Module):
 
 
 def actor_problem(policy: Any, cfg: Any) -> str | None:
-    """SAC's actor must be tanh-squashed with a reparameterized sample (``Policy.rsample``); a pixel actor's replay
-    must fit in memory and has no demonstrations."""
-    if not callable(getattr(policy, "rsample", None)) or not getattr(policy, "squash", False):
-        return (f"algorithm={cfg.name} needs a tanh-squashed actor with a reparameterized sample: "
-                f"use policy=mlp policy.squash=true (state), policy=cnn policy.squash=true (cameras) or "
-                f"policy=openvla_oft policy.action_head=l1 policy.squash=true (a VLA's continuous head)")
-    return pixel_problem(policy, cfg) or unused_value_head_problem(policy, cfg)
+    """SAC's actor must be tanh-squashed with a reparameterized sample (``REPARAMETERIZED``, also declared in the
+    spec's ``requires`` and checked at config load); a pixel actor's replay must fit in memory and has no
+    demonstrations."""
+    return (REPARAMETERIZED.refusal(policy, f"algorithm={cfg.name}") or pixel_demos_problem(policy, cfg)
+            or replay_memory_problem(policy, cfg)
+            or unused_value_head_problem(policy, cfg, " (its own critics take algorithm.critic_loss=hl_gauss)"))
 
 
-def critic_cameras(policy: Any) -> list[str]:
-    """The cameras the critics read, so the replay keeps them: a policy with a ``critic_encoder`` gives its
-    critics its ``critic_image_keys`` (the cameras its model reads: OpenVLA-OFT's first ``num_images``, none on
-    blank frames), else all of ``spec.image_keys`` (policy=cnn); none for a policy without one (the critics read
-    the raw state)."""
-    if not callable(getattr(policy, "critic_encoder", None)):
-        return []
-    return list(getattr(policy, "critic_image_keys", policy.spec.image_keys))
-
-
-def pixel_problem(policy: Any, cfg: Any) -> str | None:
-    """Pixel SAC's refusals: state-only demonstrations, and a replay whose images would not fit in memory
-    (``buffer_size`` x 2 (obs, next obs) x cameras x H x W x 3 bytes over ``MAX_REPLAY_IMAGE_BYTES``)."""
-    cameras = critic_cameras(policy)
-    if not cameras:
-        return None
-    if cfg.demos:
+def pixel_demos_problem(policy: Any, cfg: SACConfig) -> str | None:
+    """Demonstrations are state-only; a pixel actor (a policy whose critics read cameras) cannot replay them."""
+    if cfg.demos and critic_cameras(policy):
         return (f"algorithm.demos='{cfg.demos}' holds state-only demonstrations and policy={policy.config.name} "
                 f"learns from camera images (pixel demonstrations are not built): set algorithm.demos='' and "
                 f"algorithm.demo_ratio=0, or use policy=mlp")
-    if not policy.spec.image_size:
+    return None
+
+
+def replay_memory_problem(policy: Any, cfg: SoftCriticConfig) -> str | None:
+    """A pixel replay whose images would not fit in memory (``buffer_size`` x 2 (obs, next obs) x cameras x H x W x
+    3 bytes over ``MAX_REPLAY_IMAGE_BYTES``)."""
+    cameras = critic_cameras(policy)
+    if not cameras or not policy.spec.image_size:
         return None
     h, w = (list(policy.spec.image_size) * 2)[:2]
     per_row = 2 * len(cameras) * int(h) * int(w) * 3
@@ -140,12 +196,17 @@ def pixel_problem(policy: Any, cfg: Any) -> str | None:
 
 
 class SACState:
-    """What SAC keeps across updates: critics, target critics, temperature, their optimizers, the replay."""
+    """What SAC keeps across updates: critics, target critics, temperature, their optimizers, the replay.
 
-    def __init__(self, policy: Any, cfg: Any, spec: Any):
-        problem = actor_problem(policy, cfg)
+    ``cfg``: any ``SoftCriticConfig``; a ``SACConfig``'s demonstrations and saved critics are loaded too (DSRL's
+    config has neither: its replay holds noise choices, which no demonstration or offline critic has)."""
+
+    def __init__(self, policy: Any, cfg: SoftCriticConfig, spec: Any):
+        problem = (actor_problem(policy, cfg) if isinstance(cfg, SACConfig) else
+                   REPARAMETERIZED.refusal(policy, f"algorithm={cfg.name}") or replay_memory_problem(policy, cfg))
         if problem:
             raise ValueError(problem)
+        sac = cfg if isinstance(cfg, SACConfig) else SACConfig(demo_ratio=0.0)  # no demos, no saved critics
         T, A, D = policy.chunk_size, spec.action_dim, spec.state_dim
         device = next(policy.parameters()).device
         self.support = (HLGaussSupport(cfg.hl_gauss_v_min, cfg.hl_gauss_v_max, cfg.hl_gauss_bins,
@@ -159,14 +220,14 @@ class SACState:
             D = self.encoder.out_dim
         self.q = QEnsemble(D + T * A, list(cfg.critic_hidden_sizes), out, cfg.num_critics, cfg.critic_layer_norm)
         self.q.to(device)
-        if cfg.critics_from:  # e.g. offline IQL's critics, which trained the actor this run starts from
-            saved = read_critics(cfg.critics_from)
+        if sac.critics_from:  # e.g. offline IQL's critics, which trained the actor this run starts from
+            saved = read_critics(sac.critics_from)
             problem = shape_problem(saved["shape"], self.q.shape())
             if problem:
                 raise ValueError(problem)
             self.q.load_state_dict(saved["q"])
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
-        if cfg.critics_from:
+        if sac.critics_from:
             self.q_target.load_state_dict(saved["q_target"])
         self.q_params, self.target_params = list(self.q.parameters()), list(self.q_target.parameters())
         # The target critics keep a polyak copy of the encoder (DrQ, SERL) rather than reading the online one: a
@@ -184,11 +245,11 @@ class SACState:
         self.target_entropy = cfg.target_entropy_per_dim * T * A
         self.low = torch.tensor(spec.action_low, dtype=torch.float32, device=device)
         self.high = torch.tensor(spec.action_high, dtype=torch.float32, device=device)
-        self.replay = MixedReplay(cfg.buffer_size, cfg.demo_ratio)
-        if cfg.demos:  # state-only (pixel_problem refuses them for a pixel actor)
+        self.replay = MixedReplay(cfg.buffer_size, sac.demo_ratio)
+        if sac.demos:  # state-only (pixel_demos_problem refuses them for a pixel actor)
             from vlarl.data.demonstrations import read_demonstrations
 
-            episodes = read_demonstrations(cfg.demos, max_episodes=cfg.num_demos, cameras=[])
+            episodes = read_demonstrations(sac.demos, max_episodes=sac.num_demos, cameras=[])
             self.replay.add_demos(demo_transitions(episodes, T))
         self.update_credit = 0.0  # fractional gradient steps carried to the next iteration
         self.critic_steps = 0
@@ -237,7 +298,7 @@ class SACState:
         self.critic_steps = int(state["critic_steps"])
 
 
-def make_sac_state(policy: Any, cfg: Any, spec: Any) -> SACState:
+def make_sac_state(policy: Any, cfg: SACConfig, spec: Any) -> SACState:
     return SACState(policy, cfg, spec)
 
 
@@ -292,8 +353,10 @@ def critic_step(policy: Any, st: SACState, batch: Any, cfg: Any, generator: torc
             "critic_grad_norm": grad_norm}
 
 
-def actor_step(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, batch: Any, cfg: Any) -> dict[str, float]:
-    """One step of the actor (max mean-ensemble Q - alpha log pi) and of the temperature."""
+def actor_step(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, batch: Any, cfg: SoftCriticConfig,
+               bc_weight: float = 0.0) -> dict[str, float]:
+    """One step of the actor (max mean-ensemble Q - alpha log pi, plus ``bc_weight`` x ``demo_bc_loss``) and of
+    the temperature."""
     actions, logp = policy.rsample(replay_obs(batch, st.cameras))
     logp = logp.sum((-2, -1))
     alpha = st.log_alpha.exp().detach()
@@ -305,9 +368,9 @@ def actor_step(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, batc
     finally:
         st.q.requires_grad_(True)
     actor_loss = (alpha * logp - q).mean()
-    bc = demo_bc_loss(actions, batch, st.low, st.high) if cfg.bc_weight > 0 else None
+    bc = demo_bc_loss(actions, batch, st.low, st.high) if bc_weight > 0 else None
     if bc is not None:
-        actor_loss = actor_loss + cfg.bc_weight * bc
+        actor_loss = actor_loss + bc_weight * bc
     optimizer.zero_grad(set_to_none=True)
     actor_loss.backward()
     grad_norm = _clip([p for p in policy.parameters() if p.grad is not None], cfg.max_grad_norm)
@@ -337,59 +400,74 @@ def demo_bc_loss(actions: torch.Tensor, batch: Any, low: torch.Tensor, high: tor
     return (diff.pow(2) * mask).sum() / (mask.sum() * diff.shape[-1]).clamp_min(1.0)
 
 
-def sac_update(
-    policy: Any,
-    optimizer: torch.optim.Optimizer,
-    traj: Trajectory,
-    cfg: Any,
-    generator: torch.Generator | None = None,
-    reference: Any | None = None,
-    version: int = 0,
-    state: SACState | None = None,
-) -> dict[str, float]:
+def sac_update(policy: Any, optimizer: torch.optim.Optimizer, traj: Trajectory, cfg: SACConfig,
+               generator: torch.Generator | None = None, reference: Any | None = None, version: int = 0,
+               state: SACState | None = None) -> dict[str, float]:
     """Add ``traj``'s chunk transitions to the replay, then ``utd_ratio`` critic steps per new transition
     (an actor and temperature step every ``actor_every``); returns mean diagnostics."""
+    st = required_state(state, cfg)
+    return replay_update(st, trajectory_transitions(traj, cameras=st.cameras), cfg,
+                         lambda steps: sac_steps(policy, optimizer, st, cfg, steps, generator))
+
+
+def required_state(state: Any, cfg: AlgorithmConfig) -> Any:
+    """``state`` (what ``AlgorithmSpec.make_state`` built), or a one-line error when an update got none."""
     if state is None:
         raise ValueError(f"algorithm={cfg.name} keeps a replay buffer: the actor worker builds it with "
                          f"AlgorithmSpec.make_state and passes it as state=")
-    new = trajectory_transitions(traj, cameras=state.cameras)
-    state.replay.online.extend(new)
-    out: dict[str, float] = {"replay_size": float(len(state.replay)), "critic_steps": 0.0}
-    if len(state.replay) < cfg.learning_starts:
+    return state
+
+
+def replay_update(st: SACState, new: Any, cfg: SoftCriticConfig, take_steps: Any) -> dict[str, float]:
+    """The replay bookkeeping of every soft actor-critic update: put the ``new`` chunk transitions into
+    ``st.replay``, then (once ``learning_starts`` rows are in) earn ``utd_ratio`` gradient steps per new row,
+    carrying the fraction to the next iteration, and run ``take_steps(steps) -> metrics``."""
+    st.replay.online.extend(new)
+    out: dict[str, float] = {"replay_size": float(len(st.replay)), "critic_steps": 0.0}
+    if len(st.replay) < cfg.learning_starts:
         return out
-    state.update_credit += cfg.utd_ratio * new.batch_size[0]
-    steps = int(state.update_credit)
-    state.update_credit -= steps
-    out.update(sac_steps(policy, optimizer, state, cfg, steps, generator))
+    st.update_credit += cfg.utd_ratio * new.batch_size[0]
+    steps = int(st.update_credit)
+    st.update_credit -= steps
+    out.update(take_steps(steps))
     return out
 
 
-def sac_steps(policy: Any, optimizer: torch.optim.Optimizer, state: SACState, cfg: Any, steps: int,
+def sac_steps(policy: Any, optimizer: torch.optim.Optimizer, state: SACState, cfg: SACConfig, steps: int,
               generator: torch.Generator | None = None) -> dict[str, float]:
     """``steps`` critic steps on batches from ``state.replay`` (an actor and temperature step every
-    ``actor_every``); returns mean diagnostics. Callers that fill the replay themselves (the robot loop's
-    learner, episode by episode) call this directly."""
-    sums: dict[str, float] = {}
-    counts: dict[str, int] = {}
-    device = next(policy.parameters()).device
+    ``actor_every``, once the critics have taken ``actor_warmup_steps``); returns mean diagnostics. Callers that
+    fill the replay themselves (the robot loop's learner, episode by episode) call this directly."""
+    # the actor waits until the critics have taken actor_warmup_steps steps (counted over the whole run): an
+    # actor started from imitation or offline RL is not pulled by critics that have not yet seen its own data
+    return soft_steps(policy, optimizer, state, cfg, steps,
+                      critic=lambda batch: critic_step(policy, state, batch, cfg, generator),
+                      actor_ready=lambda: state.critic_steps > cfg.actor_warmup_steps, bc_weight=cfg.bc_weight)
+
+
+def soft_steps(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, cfg: SoftCriticConfig, steps: int,
+               critic: Any, actor_ready: Any = lambda: True, bc_weight: float = 0.0) -> dict[str, float]:
+    """The loop every soft actor-critic update runs: ``steps`` times sample a batch of ``cfg.batch_size`` from
+    ``st.replay``, take ``critic(batch) -> metrics``, and every ``actor_every`` steps (when ``actor_ready()``) an
+    actor and temperature step on the same batch; returns the metrics' means, ``critic_steps`` and ``alpha``."""
+    sums: dict[str, list[float]] = {}
+    device = st.log_alpha.device
     for i in range(steps):
-        batch = state.replay.sample(cfg.batch_size).to(device)
-        metrics = critic_step(policy, state, batch, cfg, generator)
-        # the actor waits until the critics have taken actor_warmup_steps steps (counted over the whole run): an
-        # actor started from imitation or offline RL is not pulled by critics that have not yet seen its own data
-        if (i + 1) % cfg.actor_every == 0 and state.critic_steps > cfg.actor_warmup_steps:
-            metrics.update(actor_step(policy, optimizer, state, batch, cfg))
+        batch = st.replay.sample(cfg.batch_size).to(device)
+        metrics = critic(batch)
+        if (i + 1) % cfg.actor_every == 0 and actor_ready():
+            metrics.update(actor_step(policy, optimizer, st, batch, cfg, bc_weight))
         metrics["demo_fraction"] = float(batch["is_demo"].float().mean())
         for k, v in metrics.items():
-            sums[k] = sums.get(k, 0.0) + v
-            counts[k] = counts.get(k, 0) + 1
-    out = {k: sums[k] / counts[k] for k in sums}
+            sums.setdefault(k, []).append(v)
+    out = {k: sum(v) / len(v) for k, v in sums.items()}
     out["critic_steps"] = float(steps)
-    out["alpha"] = state.log_alpha.detach().exp().item()
+    out["alpha"] = st.log_alpha.detach().exp().item()
     return out
 
 
-def validate_sac(alg: Any, num_envs: int) -> str | None:
+def validate_soft_critic(alg: SoftCriticConfig) -> str | None:
+    """The refusals every soft actor-critic config shares (SAC, RLPD, DSRL)."""
     checks = (
         (alg.num_steps >= 1, f"algorithm.num_steps={alg.num_steps} must be >= 1"),
         (alg.batch_size >= 1, f"algorithm.batch_size={alg.batch_size} must be >= 1"),
@@ -403,6 +481,20 @@ def validate_sac(alg: Any, num_envs: int) -> str | None:
         (alg.num_critics >= 1, f"algorithm.num_critics={alg.num_critics} must be >= 1"),
         (1 <= alg.critic_subset <= alg.num_critics,
          f"algorithm.critic_subset={alg.critic_subset} must lie in [1, num_critics={alg.num_critics}]"),
+        (alg.hl_gauss_v_max > alg.hl_gauss_v_min and alg.hl_gauss_bins >= 2 and alg.hl_gauss_sigma_ratio > 0,
+         "algorithm.hl_gauss_* need v_max > v_min, bins >= 2 and sigma_ratio > 0"),
+    )
+    for ok, msg in checks:
+        if not ok:
+            return msg
+    return choice_problem(alg, "critic_loss", CRITIC_LOSSES)
+
+
+def validate_sac(alg: SACConfig, num_envs: int) -> str | None:
+    """The soft actor-critic refusals, then those of SAC's demonstrations and saved critics."""
+    if problem := validate_soft_critic(alg):
+        return problem
+    checks = (
         (0 <= alg.demo_ratio <= 1, f"algorithm.demo_ratio={alg.demo_ratio} must lie in [0, 1]"),
         (alg.demo_ratio == 0 or alg.demos, f"algorithm.demo_ratio={alg.demo_ratio} needs algorithm.demos=<path> "
                                            f"(write them with scripts/pushcube_expert.py), or set demo_ratio=0"),
@@ -414,16 +506,14 @@ def validate_sac(alg: Any, num_envs: int) -> str | None:
         (alg.bc_weight == 0 or alg.demo_ratio > 0,
          f"algorithm.bc_weight={alg.bc_weight} imitates the batch's demonstration rows: set algorithm.demo_ratio > 0 "
          f"with algorithm.demos=<path>, or bc_weight=0"),
-        (alg.hl_gauss_v_max > alg.hl_gauss_v_min and alg.hl_gauss_bins >= 2 and alg.hl_gauss_sigma_ratio > 0,
-         "algorithm.hl_gauss_* need v_max > v_min, bins >= 2 and sigma_ratio > 0"),
     )
     for ok, msg in checks:
         if not ok:
             return msg
-    return choice_problem(alg, "critic_loss", CRITIC_LOSSES) or critics_from_problem(alg)
+    return critics_from_problem(alg)
 
 
-def critics_from_problem(alg: Any) -> str | None:
+def critics_from_problem(alg: SACConfig) -> str | None:
     """``algorithm.critics_from`` must name a critics file shaped as this config's ensemble (the input width is
     checked when the env is known, in ``SACState``)."""
     if not alg.critics_from:
@@ -440,7 +530,7 @@ def critics_from_problem(alg: Any) -> str | None:
                                           "out": out, "layer_norm": alg.critic_layer_norm})
 
 
-for _name in ("sac", "rlpd"):
-    register_algorithm(AlgorithmSpec(name=_name, update=sac_update, validate=validate_sac,
-                                     discount=lambda alg: alg.gamma, make_state=make_sac_state,
-                                     check_policy=actor_problem, replays_stale_data=True))
+for _name, _config in (("sac", SACConfig), ("rlpd", RLPDConfig)):
+    register_algorithm(AlgorithmSpec(name=_name, config=_config, update=sac_update, validate=validate_sac,
+                                     discount=lambda alg: alg.gamma, requires=(REPARAMETERIZED,),
+                                     make_state=make_sac_state, check_policy=actor_problem, replays_stale_data=True))

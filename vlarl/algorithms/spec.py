@@ -1,11 +1,19 @@
 """What an algorithm tells the rest of vlarl: one ``AlgorithmSpec``, registered from its own module.
 
-A new algorithm is one module plus one YAML (``configs/algorithm/<name>.yaml`` with its config class in
-``vlarl.config.schema.ALGORITHM_CONFIGS``). The module defines its update and calls
-``register_algorithm(AlgorithmSpec(...))``; ``vlarl.algorithms.registry`` imports it. The runner and the
-actor read only the spec, so neither holds a line that names an algorithm.
+A new algorithm is one module plus one YAML (``configs/algorithm/<name>.yaml``, whose defaults list
+``<name>_schema``). The module declares its config dataclass (a subclass of ``AlgorithmConfig`` holding only
+the keys it reads), defines its update and calls ``register_algorithm(AlgorithmSpec(...))``; the built-ins are
+imported by ``vlarl.algorithms.registry``, others by naming their module in ``plugins=[...]`` (``vlarl-train``
+imports them before it composes the config). The runner and the actor read only the spec, so neither holds a
+line that names an algorithm.
 
 The spec says
+* ``config``: the algorithm's config dataclass; ``configs/algorithm/<name>.yaml`` extends it, so Hydra refuses
+  a key it does not declare;
+* ``requires``: the policy capabilities (``policies.capabilities``) its update calls, checked at config load on
+  the policy built on the meta device: a policy without one is refused in one line that names the policies
+  that have it;
+* ``uses_reference(alg_cfg)``: the actor keeps a frozen copy of the starting policy (a KL penalty's target);
 * ``update(policy, optimizer, traj, cfg, ...) -> metrics``: the actor's step on one batch;
 * ``collect(collector, obs_parts) -> (traj, obs_parts, env_steps)``: how a batch is gathered. The
   ``collector`` is the runner seen through ``Collector`` below: on-policy algorithms ask for
@@ -26,9 +34,10 @@ The spec says
   actor across updates (an off-policy replay buffer, Q networks, their optimizers). The actor worker builds
   it once, passes it to every ``update`` as ``state=``, and saves / loads it beside the checkpoint, so a
   resumed run keeps its replay data;
-* ``check_policy(policy, alg_cfg) -> one line or None`` (optional): a policy this algorithm cannot train (SAC
-  needs a squashed, reparameterized actor), asked at config load of the policy built on the meta device, so
-  the refusal is one line before anything is written rather than an error inside the actor worker.
+* ``check_policy(policy, alg_cfg) -> one line or None`` (optional): what ``requires`` cannot say (a pixel replay
+  that would not fit in memory, a value head the algorithm would not train), asked at config load of the policy
+  built on the meta device after the capabilities, so the refusal is one line before anything is written
+  rather than an error inside the actor worker.
 """
 
 from __future__ import annotations
@@ -37,6 +46,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from policies.capabilities import Capability
 
 
 class Collector(Protocol):
@@ -73,12 +84,31 @@ class AlgorithmState(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+@dataclass
+class AlgorithmConfig:
+    """The keys every algorithm has, because the runner and the actor worker read them for any algorithm.
+
+    Each algorithm's config extends this with only the keys its own module reads."""
+
+    name: str = ""
+    lr: float = 3e-4  # the actor's (policy's) Adam learning rate
+    num_steps: int = 50  # chunk steps per env per iteration (what ``Collector.collect`` gathers by default)
+    anneal_lr: bool = False  # decay the policy's lr linearly to 0 over total_env_steps (the runner sets it)
+
+
+def _no_reference(alg: Any) -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class AlgorithmSpec:
     name: str
     update: Callable[..., dict[str, float]]
     validate: Callable[[Any, int], str | None]
     discount: Callable[[Any], float]
+    config: type[AlgorithmConfig] = AlgorithmConfig
+    requires: tuple[Capability, ...] = ()
+    uses_reference: Callable[[Any], bool] = _no_reference
     collect: Callable[[Collector, list[dict[str, Any]]], tuple[Any, list[dict[str, Any]], int]] = collect_steps
     fresh_episodes: bool = False
     replays_stale_data: bool = False
@@ -97,15 +127,23 @@ def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
     return spec
 
 
-def unused_value_head_problem(policy: Any, alg: Any) -> str | None:
+def unused_value_head_problem(policy: Any, alg: Any, hint: str = "") -> str | None:
     """A binned value head (``policy.value_bins``) is trained only by PPO's ``value_loss=hl_gauss``; an algorithm
-    that trains no value head, or critics of its own, would build it and never use it."""
+    that trains no value head, or critics of its own, would build it and never use it. ``hint``: what the
+    algorithm offers instead, appended to the refusal."""
     support = policy.value_support  # every Policy has it (None: a scalar head or none)
     if support is None:
         return None
     return (f"policy.value_bins={support.num_bins} builds PPO's binned value head, which algorithm={alg.name} does "
-            f"not train; set policy.value_bins=0" + (" (its own critics take algorithm.critic_loss=hl_gauss)"
-                                                     if hasattr(alg, "critic_loss") else ""))
+            f"not train; set policy.value_bins=0{hint}")
+
+
+def capability_problem(spec: AlgorithmSpec, policy: Any) -> str | None:
+    """The first capability ``spec.requires`` that ``policy`` lacks, as one line, or None."""
+    for capability in spec.requires:
+        if problem := capability.refusal(policy, f"algorithm={spec.name}"):
+            return problem
+    return None
 
 
 def episode_horizon(max_episode_steps: int, chunk_size: int) -> int:

@@ -9,6 +9,7 @@ aggregation by ``loss_agg_mode``; then gradient clipping and a skip of non-finit
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,39 @@ from vlarl.algorithms.hl_gauss import bins_to_value
 from vlarl.algorithms.kl import KL_ESTIMATORS, kl_estimate
 from vlarl.algorithms.losses import ppo_policy_loss_elementwise, value_loss_elementwise
 from vlarl.algorithms.off_policy import behaviour_weights, staleness_mask
-from vlarl.data.trajectory import index_obs
+from vlarl.algorithms.spec import AlgorithmConfig
+from vlarl.data.trajectory import Trajectory, index_obs
+
+
+@dataclass
+class ClippedUpdateConfig(AlgorithmConfig):
+    """Knobs of the clipped-surrogate update (``clipped_update``) that PPO and GRPO share.
+
+    Every key changes behaviour (tests/algorithms/test_config_keys.py shows each one); knobs added after the
+    spine default to "off" so the embedded PPO run is unchanged."""
+
+    update_epochs: int = 4
+    num_minibatches: int = 8
+    clip_low: float = 0.2  # ratio lower clip: 1 - clip_low
+    clip_high: float = 0.2  # ratio upper clip: 1 + clip_high (> clip_low = "clip-higher")
+    dual_clip: float = 0.0  # c > 1: for A < 0 bound the loss by -c * A (Ye et al. 2020); 0 = off
+    ent_coef: float = 0.0
+    max_grad_norm: float = 0.5  # 0 = no clipping (the norm is still measured and logged)
+    skip_nonfinite_grads: bool = True  # skip (and count) an optimizer step whose gradient has NaN/inf
+    target_kl: float = 0.1  # stop the epoch loop early when approx KL exceeds this; 0 = never
+    norm_adv: bool = True  # zero-mean unit-std over the whole batch (all workers), before minibatching
+    logprob_level: str = "chunk"  # "token" | "action" | "chunk": where the PPO ratio is taken
+    loss_agg_mode: str = "token-mean"  # "token-mean" | "seq-mean-token-mean" | "traj-mean"
+    kl_coef: float = 0.0  # penalty weight of KL(policy || frozen reference policy); 0 = off
+    kl_estimator: str = "k3"  # "k1" | "k2" | "k3" (Schulman's estimators of KL from samples)
+    max_staleness: int = -1  # drop samples from policies more than this many versions old; -1 = keep all
+    decoupled: bool = False  # AReaL decoupled PPO: clip against the proximal (current) policy
+    behaviour_weight_cap: float = 5.0  # decoupled only: clip pi_prox / pi_behaviour at this value
+
+
+def uses_kl_reference(alg: ClippedUpdateConfig) -> bool:
+    """``AlgorithmSpec.uses_reference`` of the clipped update: a KL penalty needs the frozen starting policy."""
+    return alg.kl_coef > 0
 
 
 @dataclass
@@ -171,6 +204,29 @@ def clipped_update(
         var_y = ret.var()
         out["explained_variance"] = float(1 - (ret - old_v).var() / var_y) if var_y > 0 else float("nan")
     return out
+
+
+#: ``batch_fn(traj, cfg, version) -> (batch or None, info, value_only)``: what an algorithm trained by
+#: ``clipped_update`` says about one rollout (None: nothing to train on; ``info`` joins the metrics)
+BatchFn = Callable[[Trajectory, Any, int], tuple[UpdateBatch | None, dict[str, float], bool]]
+
+
+def clipped_algorithm_update(batch_fn: BatchFn) -> Callable[..., dict[str, float]]:
+    """The ``AlgorithmSpec.update`` of an algorithm that differs from the others only in how it turns a rollout
+    into an ``UpdateBatch`` (PPO: GAE; GRPO: group advantages): build the batch, run ``clipped_update`` on it
+    (``reference``: the frozen KL target; ``version``: updates already made), return its metrics and ``info``."""
+
+    def update(policy: Any, optimizer: torch.optim.Optimizer, traj: Trajectory, cfg: Any,
+               generator: torch.Generator | None = None, reference: Any | None = None,
+               version: int = 0) -> dict[str, float]:
+        batch, info, value_only = batch_fn(traj, cfg, version)
+        if batch is None:
+            return info
+        out = clipped_update(policy, optimizer, batch, cfg, generator, reference, version, value_only=value_only)
+        return {**out, **info}
+
+    update.__doc__ = batch_fn.__doc__
+    return update
 
 
 def choice_problem(alg: Any, key: str, options: tuple[str, ...]) -> str | None:

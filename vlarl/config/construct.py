@@ -29,8 +29,9 @@ def probe_spec(env_cfg: Any) -> PolicySpec:
 
 
 def check_policy(policy_cfg: Any, env_cfg: Any, alg: Any = None) -> str | None:
-    """Build ``policy_cfg`` on the meta device; the family's own refusal (ValueError/KeyError), then the
-    algorithm's (``AlgorithmSpec.check_policy``: a policy it cannot train), or None."""
+    """Build ``policy_cfg`` on the meta device; the family's own refusal (ValueError/KeyError), then the first
+    capability the algorithm needs (``AlgorithmSpec.requires``) that the policy lacks, then the algorithm's own
+    check (``AlgorithmSpec.check_policy``), or None."""
     from policies.registry import make_policy
 
     try:
@@ -45,8 +46,11 @@ def check_policy(policy_cfg: Any, env_cfg: Any, alg: Any = None) -> str | None:
         return None  # a family that cannot be built shape-only; its worker still validates it
     if alg is not None:
         from vlarl.algorithms.registry import algorithm_spec
+        from vlarl.algorithms.spec import capability_problem
 
         spec = algorithm_spec(alg.name)
+        if problem := capability_problem(spec, policy):  # the capabilities the algorithm declares it needs
+            return problem
         if spec.check_policy is not None:
             return spec.check_policy(policy, alg)
     return None

@@ -8,6 +8,7 @@ the valid choices and the fix, and adds the checks that span groups (e.g. envs p
 from __future__ import annotations
 
 import difflib
+import importlib
 import os
 import re
 from dataclasses import fields
@@ -19,7 +20,13 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-from vlarl.config.schema import ALGORITHM_CONFIGS, EvalCLIConfig, PlacementConfig, PPOConfig, TrainConfig
+from vlarl.config.schema import (
+    AlgorithmConfig,
+    EvalCLIConfig,
+    PlacementConfig,
+    TrainConfig,
+    algorithm_configs,
+)
 
 GROUPS = ("env", "policy", "algorithm", "placement", "experiment")
 
@@ -39,6 +46,36 @@ def config_dir() -> Path:
 _registered = False
 
 
+def plugin_modules(overrides: list[str]) -> list[str]:
+    """The modules named by a ``plugins=[a.b,c]`` (or ``plugins=a.b``) override, in order."""
+    out: list[str] = []
+    for o in overrides:
+        key, _, value = o.lstrip("+").partition("=")
+        if key == "plugins":
+            out += [m.strip().strip("'\"") for m in value.strip().strip("[]").split(",") if m.strip()]
+    return out
+
+
+def import_plugins(modules: list[str]) -> None:
+    """Import each plugin module (it registers an algorithm, policy or env when imported) before composing, so
+    its config class is in Hydra's store; then store any algorithm schema it added."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ConfigError(f"plugins: cannot import module '{module}' ({e}); put the folder that holds it on "
+                              f"PYTHONPATH or fix the name in plugins=[...]") from e
+    if _registered:
+        _store_algorithms()
+
+
+def _store_algorithms() -> None:
+    """Every registered algorithm's config as ``algorithm/<name>_schema`` (``AlgorithmSpec.config``)."""
+    cs = ConfigStore.instance()
+    for name, cls in algorithm_configs().items():
+        cs.store(group="algorithm", name=f"{name}_schema", node=cls)
+
+
 def register_schemas() -> None:
     """Put every schema into Hydra's ConfigStore (group YAMLs list ``<name>_schema`` as a default)."""
     global _registered
@@ -54,10 +91,11 @@ def register_schemas() -> None:
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="eval_schema", node=EvalCLIConfig)
-    for name, cls in ALGORITHM_CONFIGS.items():
-        cs.store(group="algorithm", name=f"{name}_schema", node=cls)
+    _store_algorithms()
     cs.store(group="placement", name="placement_schema", node=PlacementConfig)
-    cs.store(group="reward", name="reward_schema", node=__import__("vlarl.rewards", fromlist=["RewardConfig"]).RewardConfig)
+    from vlarl.rewards import RewardConfig
+
+    cs.store(group="reward", name="reward_schema", node=RewardConfig)
     for name, (cls, _) in ENVS.items():
         cs.store(group="env", name=f"{name}_schema", node=cls)
     for name, (cls, _) in POLICIES.items():
@@ -72,7 +110,7 @@ def group_choices(group: str) -> list[str]:
 
 def _schema_for(parent: str) -> type | None:
     """The dataclass behind a top-level group path such as ``algorithm`` (env/policy vary by name)."""
-    return {"algorithm": PPOConfig, "placement": PlacementConfig, "": TrainConfig}.get(parent)
+    return {"algorithm": AlgorithmConfig, "placement": PlacementConfig, "": TrainConfig}.get(parent)
 
 
 def _valid_keys(cfg: DictConfig | None, parent: str) -> list[str]:
@@ -129,6 +167,7 @@ def friendly_error(exc: BaseException, cfg_hint: DictConfig | None = None) -> st
 
 def _compose(config_name: str, overrides: list[str]) -> DictConfig:
     register_schemas()
+    import_plugins(plugin_modules(overrides))
     GlobalHydra.instance().clear()
     d = config_dir()
     if not d.is_dir():
@@ -139,7 +178,8 @@ def _compose(config_name: str, overrides: list[str]) -> DictConfig:
         except Exception as exc:  # Hydra raises several types; all become one clear line
             hint = None
             try:
-                hint = compose(config_name=config_name, overrides=[o for o in overrides if "=" in o and "." not in o.split("=")[0]])
+                hint = compose(config_name=config_name, overrides=[o for o in overrides if "=" in o and (
+                    "." not in o.split("=")[0] or o.startswith("hydra.searchpath="))])
             except Exception:
                 hint = None
             raise ConfigError(friendly_error(exc, hint)) from exc
@@ -174,14 +214,11 @@ def validate_train_config(cfg: TrainConfig) -> None:
 
     if cfg.placement.mode not in MODES:
         raise ConfigError(f"placement.mode='{cfg.placement.mode}' is unknown; choose one of {list(MODES)}")
-    from vlarl.algorithms.registry import algorithm_spec, validate_algorithm
+    from vlarl.algorithms.registry import validate_algorithm
 
     problem = validate_algorithm(alg, env.num_envs, env.num_workers)
     if problem:
         raise ConfigError(problem)
-    if algorithm_spec(alg.name).replays_stale_data and alg.max_staleness >= 0:
-        raise ConfigError(f"algorithm.max_staleness={alg.max_staleness} filters on-policy batches; algorithm={alg.name} "
-                          f"replays every batch whatever policy version sampled it: leave algorithm.max_staleness=-1")
     if cfg.faults.max_worker_deaths < 1 or cfg.faults.death_window_iterations < 1:
         raise ConfigError(f"faults.max_worker_deaths={cfg.faults.max_worker_deaths} and faults.death_window_iterations="
                           f"{cfg.faults.death_window_iterations} must be >= 1 (1 death = stop at the first one)")
@@ -225,6 +262,7 @@ def load_saved_config(run_dir: str | Path, overrides: list[str] | None = None) -
         raise ConfigError(f"resume='{run_dir}' has no config.yaml; point resume at a vlarl run directory")
     register_schemas()
     saved = OmegaConf.load(path)
+    import_plugins(list(saved.get("plugins", [])))
     from policies.registry import policy_config_class, upgrade_run_config
 
     saved.policy = OmegaConf.create(upgrade_run_config(OmegaConf.to_container(saved.policy)))  # an earlier layout
@@ -233,7 +271,12 @@ def load_saved_config(run_dir: str | Path, overrides: list[str] | None = None) -
     base = OmegaConf.structured(TrainConfig)
     base.env = OmegaConf.structured(env_config_class(saved.env.name))
     base.policy = OmegaConf.structured(policy_config_class(saved.policy.name))
-    base.algorithm = OmegaConf.structured(ALGORITHM_CONFIGS[saved.algorithm.get("name", "ppo")])
+    configs = algorithm_configs()
+    name = saved.algorithm.get("name", "ppo")
+    if name not in configs:
+        raise ConfigError(f"resume='{run_dir}' was trained with algorithm={name}, which no module registers now; "
+                          f"add its module to plugins=[...] in {path} or restore the module")
+    base.algorithm = OmegaConf.structured(configs[name])
     try:
         merged = OmegaConf.merge(base, saved)
         for o in overrides or []:

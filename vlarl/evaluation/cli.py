@@ -14,7 +14,16 @@ import json
 import sys
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class ChecksConfig(Protocol):
+    """An env class with its own config check (``validate_config(cfg)`` raises a one-line error), asked before an
+    env is built; envs without one are checked when they are built."""
+
+    @staticmethod
+    def validate_config(cfg: Any) -> None: ...
 
 PROG = "vlarl-eval"
 
@@ -102,9 +111,9 @@ def main(args: list[str]) -> int:
             elif "task" not in user_env and policy.spec.task:
                 env_cfg.task = policy.spec.task
             probe_cfg, label = env_cfg, env_cfg.task
-        check = getattr(env_class(probe_cfg.name), "validate_config", None)
-        if check is not None:
-            check(probe_cfg)
+        klass = env_class(probe_cfg.name)
+        if isinstance(klass, ChecksConfig):
+            klass.validate_config(probe_cfg)
         probe = make_env(probe_cfg, num_envs=1)
         try:
             check_policy_fits_env(policy, probe.spec, f"env {probe.spec.task or probe_cfg.task}")

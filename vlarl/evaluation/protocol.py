@@ -14,7 +14,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -24,6 +24,16 @@ from simulators.base import EPISODE_METRICS, SUCCESS_THRESHOLD
 from simulators.registry import make_env
 from vlarl.data.metrics import wilson_interval
 from vlarl.evaluation.acting import policy_actions
+
+
+@runtime_checkable
+class DescribedPolicy(Protocol):
+    """A policy that names itself and says what it reads (``spec``: state dim, action dim, cameras): a ``Policy``
+    or a ``RemotePolicy``. Such a policy is checked against the env before its first episode; a bare ``act``
+    callable is evaluated unchecked."""
+
+    name: str
+    spec: Any
 
 
 @dataclass
@@ -38,7 +48,7 @@ class TaskPlan:
 
 def plan_task(env_cfg: Any, episodes: int, seed: int, num_init_states: int = 0) -> TaskPlan:
     ids = [k % num_init_states for k in range(episodes)] if num_init_states > 0 else None
-    return TaskPlan(str(getattr(env_cfg, "task", "")), env_cfg, [seed + k for k in range(episodes)], ids)
+    return TaskPlan(str(env_cfg.task), env_cfg, [seed + k for k in range(episodes)], ids)
 
 
 def _pad(xs: list[int], n: int) -> list[int]:
@@ -75,7 +85,7 @@ def run_plan(policy: Any, plan: TaskPlan, num_envs: int, deterministic: bool = T
         env = make_env(plan.env_cfg, num_envs=num_envs)
     results: list[dict[str, Any]] = []
     try:
-        if hasattr(policy, "spec"):
+        if isinstance(policy, DescribedPolicy):
             check_policy_fits_env(policy, env.spec, f"task {plan.task}")
         for start in range(0, episodes, num_envs):
             n = min(num_envs, episodes - start)
@@ -167,7 +177,7 @@ def evaluate_tasks(
         seeds=[first[0], first[-1]] if first else [],
         deterministic=deterministic,
         num_workers=num_workers,
-        policy=getattr(policy, "name", type(policy).__name__),
+        policy=policy.name if isinstance(policy, DescribedPolicy) else type(policy).__name__,
         wall_s=time.time() - t0,
         **(extra or {}),
     )

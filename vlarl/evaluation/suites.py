@@ -82,7 +82,7 @@ def build_env_config(suite: Suite, base: Any | None = None, user_overrides: dict
         ) from e
     names = {f.name for f in dataclasses.fields(klass)}
     values: dict[str, Any] = {}
-    if base is not None and getattr(base, "name", None) == suite.env:
+    if base is not None and base.name == suite.env:  # every env config has its registered name
         values = {k: v for k, v in dataclasses.asdict(base).items() if k in names}
     values.update({k: v for k, v in suite.env_overrides.items() if k in names})
     if suite.max_episode_steps and "max_episode_steps" in names:

@@ -3,12 +3,13 @@
 A policy acts once per chunk, but a chunk is several control steps; a video with one frame per
 chunk skips most of the motion. Frames come from the simulator inside the chunk:
 
-- serial simulators (``SerialBatchedEnv``: LIBERO, robosuite) call ``step_callback(env, step)`` after
-  each control step, and ``render_scene(env)`` renders that scene then, before any auto-reset, so the
-  final frame of an episode is the state its last action reached;
-- any other ``BatchedEnv`` (ManiSkill) is fed the chunk one action at a time (the policy still acts
-  once per chunk, on the same observations) and rendered after each step. An env that ends its episode
-  is reset at once by the simulator, so its last frame is the one before its final step.
+- an env on the one chunk stepper (``simulators.chunk_stepper.SteppedEnv``: every simulator vlarl ships
+  and the Franka) takes an observer, ``chunk_step(actions, observer=fn)``, called after each control step
+  before any auto-reset; the running episodes' envs are rendered then (``render_rows``), so the final frame
+  of an episode is the state its last action reached;
+- any other ``BatchedEnv`` is fed the chunk one action at a time (the policy still acts once per chunk, on
+  the same observations) and rendered after each step. An env that ends its episode is reset at once, so
+  its last frame is the one before its final step.
 
 Each tile carries the instruction on top; when its episode ends it keeps its last frame with a green
 (success) or red (failure) border, and the video ends with one second of the bordered final frames.
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 
 from simulators.base import SUCCESS_THRESHOLD
+from simulators.chunk_stepper import SteppedEnv
 from simulators.frames import border, caption, grid
 from simulators.registry import make_env
 from vlarl.evaluation.acting import policy_actions
@@ -58,21 +60,17 @@ class _EpisodeFrames:
         return out
 
 
-def _step_with_callback(env: Any, actions: torch.Tensor, rec: _EpisodeFrames) -> Any:
-    """One chunk on a serial simulator, keeping the frame of every control step of running episodes."""
-    running = set(rec.running)
+def _step_observed(env: SteppedEnv, actions: torch.Tensor, rec: _EpisodeFrames) -> Any:
+    """One chunk on a stepped env, keeping the frame of every control step of running episodes."""
+    running = rec.running
 
-    def grab(i: int, _t: int) -> None:
-        if i in running:
-            frame = env.render_scene(i)
-            if frame is not None:
-                rec.frames[i].append(np.asarray(frame, dtype=np.uint8))
+    def grab(_t: int, stepped: torch.Tensor) -> None:
+        rows = [i for i in running if bool(stepped[i])]
+        frames = env.render_rows(rows) if rows else []
+        for i, frame in zip(rows, frames or [], strict=False):
+            rec.frames[i].append(np.asarray(frame, dtype=np.uint8))
 
-    env.step_callback = grab
-    try:
-        return env.chunk_step(actions)
-    finally:
-        env.step_callback = None
+    return env.chunk_step(actions, observer=grab)
 
 
 def _step_one_by_one(env: Any, actions: torch.Tensor, rec: _EpisodeFrames) -> list[Any]:
@@ -112,11 +110,10 @@ def record_video(
             raise RuntimeError(f"env '{env_cfg.name}' returned no frame from render(); it cannot record videos")
         instructions = list(obs["instruction"])
         rec = _EpisodeFrames(first)
-        per_step = hasattr(env, "step_callback") and callable(getattr(env, "render_scene", None))
         while rec.running:
             actions = policy_actions(policy, obs, deterministic)
-            if per_step:
-                res = _step_with_callback(env, actions, rec)
+            if isinstance(env, SteppedEnv):
+                res = _step_observed(env, actions, rec)
                 for i in rec.running:
                     if bool(res.done[i]):
                         rec.end(i, bool(res.episode["success_once"][i] > SUCCESS_THRESHOLD))

@@ -8,17 +8,19 @@ it into place; it returns a report dict that goes into ``export.json``.
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import json
 import os
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
+from policies.capabilities import LoRAAdapted
 from vlarl.export.graph import (
     ActGraph,
     ExportError,
@@ -164,7 +166,7 @@ def export_onnx(policy: Any, out_dir: Path, instruction: str, atol: float, opset
     used = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
     _publish(tmp, final)
     return {"file": final.name, "opset": int(used), "max_abs_err": errs, "export_s": time.time() - t0,
-            "runtime": f"onnxruntime {__import__('onnxruntime').__version__}"}
+            "runtime": f"onnxruntime {importlib.metadata.version('onnxruntime')}"}
 
 
 def _convert_opset(program: Any, target: int) -> Any:
@@ -173,18 +175,29 @@ def _convert_opset(program: Any, target: int) -> Any:
     return version_converter.convert_version(program.model_proto, target)
 
 
+@runtime_checkable
+class MergeableLoRALayer(Protocol):
+    """peft's LoRA layer as export sees it (an external library's class, matched by shape): the wrapped
+    ``base_layer``, the adapter ``lora_A`` and ``merge()``, which folds the adapter into the base weights."""
+
+    base_layer: Any
+    lora_A: Any
+
+    def merge(self) -> None: ...
+
+
 def merge_lora(policy: Any) -> int:
     """Fold every peft LoRA adapter into its base layer (W + B A * alpha / r) and drop the adapter
     modules; sets ``config.lora.rank = 0`` so the merged checkpoint rebuilds without LoRA. Returns
     how many layers were merged."""
     merged = 0
     for name, module in list(policy.named_modules()):
-        if hasattr(module, "base_layer") and hasattr(module, "merge") and hasattr(module, "lora_A"):
+        if isinstance(module, MergeableLoRALayer):
             module.merge()
             parent = policy.get_submodule(name.rsplit(".", 1)[0]) if "." in name else policy
             setattr(parent, name.rsplit(".", 1)[-1], module.base_layer)
             merged += 1
-    lora = getattr(policy.config, "lora", None)
+    lora = policy.config.lora if isinstance(policy.config, LoRAAdapted) else None
     if merged and lora is not None and dataclasses.is_dataclass(lora):
         policy.config = dataclasses.replace(policy.config, lora=dataclasses.replace(lora, rank=0))
     return merged

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from policies.capabilities import InstructionTokens
+
 
 class ExportError(RuntimeError):
     """An export that cannot be made or does not match eager PyTorch; the message names the cause and fix."""
@@ -76,28 +78,27 @@ def export_mode() -> Iterator[None]:
 
 
 class ActGraph(nn.Module):
-    """``forward(state, *images) -> actions [B, T, A]``: ``policy.act`` with a fixed instruction."""
+    """``forward(state, *images) -> actions [B, T, A]``: ``policy.act`` with a fixed instruction.
+
+    A policy that tokenizes its instruction in Python (``policies.capabilities.InstructionTokens``, the VLM
+    families) is asked for the tokens once, here; the graph holds them as buffers and runs ``act`` inside the
+    policy's ``fixed_instruction`` context, so no tokenizer is traced."""
 
     def __init__(self, policy: Any, instruction: str = ""):
         super().__init__()
         self.policy = policy
         self.instruction = instruction
         self.image_keys = list(policy.spec.image_keys)
-        text = getattr(policy, "_text", None)
-        if callable(text):  # VLM policies tokenize in Python: do it once here, broadcast over the batch
-            ids, mask = text([instruction], 1)
+        self.fixed_text = isinstance(policy, InstructionTokens)
+        if self.fixed_text:
+            ids, mask = policy.instruction_tokens([instruction], 1)
             self.register_buffer("text_ids", ids.clone(), persistent=False)
             self.register_buffer("text_mask", mask.clone(), persistent=False)
 
     def forward(self, state: torch.Tensor, *images: torch.Tensor) -> torch.Tensor:
         obs = {"state": state, "images": dict(zip(self.image_keys, images, strict=True)),
                "instruction": [self.instruction]}
-        if hasattr(self, "text_ids"):
-            b = state.shape[0]
-            original = self.policy._text
-            self.policy._text = lambda _instr, _b: (self.text_ids.expand(b, -1), self.text_mask.expand(b, -1))
-            try:
+        if self.fixed_text:
+            with self.policy.fixed_instruction(self.text_ids, self.text_mask):
                 return self.policy.act(obs)
-            finally:
-                self.policy._text = original
         return self.policy.act(obs)

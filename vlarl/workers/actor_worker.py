@@ -51,12 +51,12 @@ class ActorWorker:
         self.device = torch.device(device)
         self.alg = alg_cfg
         self.policy = make_policy(policy_cfg, spec).to(self.device)
+        alg_spec = algorithm_spec(alg_cfg.name)
         # KL penalty target: a frozen copy of the starting weights (same seed, so also on resume)
         self.reference = None
-        if alg_cfg.kl_coef > 0:
+        if alg_spec.uses_reference(alg_cfg):
             self.reference = make_policy(policy_cfg, spec).to(self.device).eval().requires_grad_(False)
             self.reference.load_state_dict(self.policy.state_dict())
-        alg_spec = algorithm_spec(alg_cfg.name)
         self.update_fn = alg_spec.update
         # what the algorithm keeps across updates (replay buffer, Q nets); saved with the checkpoint
         self.alg_state = alg_spec.make_state(self.policy, alg_cfg, spec) if alg_spec.make_state else None
