@@ -145,7 +145,7 @@ def test_refusals_are_one_line(vla_spec):
     assert "\n" not in msg and "policy.squash=true needs the continuous L1 head" in msg
     assert "set policy=openvla_oft policy.action_head=l1, or policy.squash=false" in msg
     msg = actor_problem(_oft(vla_spec, squash=False), SACConfig())
-    assert "\n" not in msg and "which policy=ar_vla has switched off: set policy.squash=true" in msg
+    assert "\n" not in msg and "which policy=openvla_oft has switched off: set policy.squash=true" in msg
     msg = check_policy(replace(SQUASHED, critic_cnn={"imagesize": 32}), RGB_ENV, SACConfig())
     assert "\n" not in msg and "policy.critic_cnn has keys ['imagesize']" in msg
     assert check_policy(SQUASHED, RGB_ENV, replace(SACConfig(), buffer_size=20_000)) is None
