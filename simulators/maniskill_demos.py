@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from simulators.base import EnvError
+from simulators.registry import register_demonstrator
 
 #: tasks whose motion-planning solution ships with ManiSkill 3.0.1 (``maniskill_planner_job._solutions``)
 PLANNER_TASKS = ("PushCube-v1", "PullCube-v1", "PickCube-v1", "StackCube-v1", "PegInsertionSide-v1",
@@ -119,9 +119,16 @@ def _count_episodes(h5: Path) -> int:
         return sum(1 for k in f if k.startswith("traj_"))
 
 
-def move_trajectory(src: Path, dst: Path) -> None:
-    """Move a ManiSkill trajectory file and its ``.json`` beside it to ``dst`` (``.h5``)."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(src), str(dst))
-    if src.with_suffix(".json").exists():
-        shutil.move(str(src.with_suffix(".json")), str(dst.with_suffix(".json")))
+class ManiSkillPlanner:
+    """The ManiSkill demonstrator ``vlarl-demos`` finds through ``simulators.registry.demonstrator``."""
+
+    def check(self, env_cfg) -> None:
+        check_request(env_cfg.task, env_cfg.control_mode, env_cfg.obs_mode)
+
+    def make(self, env_cfg, episodes: int, work_dir: str | os.PathLike, seed: int = 0, max_attempts: int = 0,
+             log=print) -> PlannedDemos:
+        return plan_and_convert(env_cfg.task, episodes, env_cfg.control_mode, env_cfg.obs_mode, work_dir, seed=seed,
+                                max_attempts=max_attempts, log=log)
+
+
+register_demonstrator("maniskill", ManiSkillPlanner())

@@ -30,7 +30,8 @@ class EnvConfig:
 
 _REGISTRY: dict[str, tuple[type, str]] = {}
 # Modules that register simulators when imported; extended as simulators are added.
-BUILTIN_MODULES = ["simulators.maniskill", "simulators.maniskill_gpu", "simulators.libero", "simulators.robosuite_env"]
+BUILTIN_MODULES = ["simulators.maniskill", "simulators.maniskill_gpu", "simulators.libero", "simulators.robosuite_env",
+                   "simulators.maniskill_demos"]
 
 
 def register_env(name: str, config_cls: type):
@@ -67,6 +68,24 @@ def registered_suites() -> dict[str, dict[str, Any]]:
 def task_lister(simulator: str) -> Any:
     _load_builtins()
     return _TASK_LISTERS.get(simulator)
+
+
+#: per simulator: the object that makes demonstrations for its tasks (``check(env_cfg)``, ``make(env_cfg, ...)``;
+#: see ``simulators.maniskill_demos.ManiSkillPlanner``), so ``vlarl-demos`` names no simulator
+_DEMONSTRATORS: dict[str, Any] = {}
+
+
+def register_demonstrator(simulator: str, demonstrator: Any) -> None:
+    _DEMONSTRATORS[simulator] = demonstrator
+
+
+def demonstrator(simulator: str) -> Any:
+    """The registered demonstrator of ``simulator``; one line naming the simulators that have one otherwise."""
+    _load_builtins()
+    if simulator not in _DEMONSTRATORS:
+        raise EnvError(f"env={simulator} has no demonstrator; choose an env of {sorted(_DEMONSTRATORS)} (e.g. "
+                       f"env=maniskill_pushcube, env=maniskill env.task=<task>)")
+    return _DEMONSTRATORS[simulator]
 
 
 def _load_builtins() -> None:

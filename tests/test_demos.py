@@ -34,7 +34,7 @@ def test_refusals_are_one_line_exit_2_and_write_nothing(world, capsys, monkeypat
              "has no ManiSkill motion-planning solution")
     _refusal(capsys, world, ["output=out", "env=maniskill_pushcube", "env.control_mode=pd_ee_pose"],
              "cannot be made from the planner's pd_joint_pos")
-    _refusal(capsys, world, ["output=out", "env=robosuite_lift"], "choose a ManiSkill env config")
+    _refusal(capsys, world, ["output=out", "env=robosuite_lift"], "env=robosuite has no demonstrator")
     _refusal(capsys, world, ["env=maniskill_pushcube"], "missing output=")
     _refusal(capsys, world, ["output=out", "episodez=3"], "Did you mean 'episodes'")
     _refusal(capsys, world, ["output=out", "episodes=0"], "episodes and fps must be >= 1")

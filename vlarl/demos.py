@@ -64,14 +64,9 @@ def load_config(args: list[str]) -> DemosConfig:
 
 
 def check_env(env_cfg: Any) -> tuple[int, str]:
-    """Build the env the demonstrations are for (one instance) and return its state dim and instruction; refuses
-    (``EnvError``/``ConfigError``) what is not a ManiSkill env or cannot be built."""
-    from simulators.base import EnvError
+    """Build the env the demonstrations are for (one instance) and return its state dim and instruction."""
     from simulators.registry import make_env
 
-    if str(getattr(env_cfg, "name", "")) != "maniskill":
-        raise EnvError(f"env={getattr(env_cfg, 'name', '?')}: vlarl-demos runs ManiSkill's motion planner; choose a "
-                       f"ManiSkill env config (env=maniskill_pushcube, env=maniskill env.task=<task>, ...)")
     env = make_env(env_cfg, num_envs=1)
     try:
         obs = env.reset(seed=0)
@@ -101,7 +96,7 @@ def write_lerobot(h5: Path, out: Path, instruction: str, fps: int, robot_type: s
             seed = seeds.get(name)
             w.add_episode(instruction, state=np.asarray(g["obs"], np.float32)[:L], actions=actions, rewards=rewards,
                           success=success, extra={"seed": int(seed) if seed is not None else -1,
-                                                  "source": "maniskill_motion_planner"})
+                                                  "source": "vlarl-demos"})
             n += 1
     return n
 
@@ -109,15 +104,15 @@ def write_lerobot(h5: Path, out: Path, instruction: str, fps: int, robot_type: s
 def make_demos(cfg: DemosConfig, log=print) -> dict[str, Any]:
     """Plan, convert and write; returns the summary printed as JSON. The run works in a temporary folder beside
     ``output`` and moves the results in at the end, so an interrupted run leaves no half-written output."""
-    from simulators.maniskill_demos import move_trajectory, plan_and_convert
+    from simulators.registry import demonstrator
 
     env = cfg.env
     out = Path(cfg.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     state_dim, instruction = check_env(env)
     with tempfile.TemporaryDirectory(prefix=".vlarl-demos-", dir=out.parent) as tmp:
-        made = plan_and_convert(env.task, cfg.episodes, env.control_mode, env.obs_mode, tmp, seed=cfg.seed,
-                                max_attempts=cfg.max_attempts, log=log)
+        made = demonstrator(env.name).make(env, cfg.episodes, tmp, seed=cfg.seed, max_attempts=cfg.max_attempts,
+                                           log=log)
         staged = Path(tmp) / "out"
         move_trajectory(made.h5, staged / TRAJECTORY_FILE)
         dims = _obs_dim(staged / TRAJECTORY_FILE)
@@ -139,6 +134,16 @@ def make_demos(cfg: DemosConfig, log=print) -> dict[str, Any]:
             "lerobot": str(out / LEROBOT_DIR) if lerobot_eps else None}
 
 
+def move_trajectory(src: Path, dst: Path) -> None:
+    """Move a ManiSkill-format trajectory file and the ``.json`` beside it to ``dst`` (``.h5``)."""
+    import shutil
+
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(src), str(dst))
+    if src.with_suffix(".json").exists():
+        shutil.move(str(src.with_suffix(".json")), str(dst.with_suffix(".json")))
+
+
 def _obs_dim(h5: Path) -> int:
     import h5py
 
@@ -157,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
 
     system_env.apply()
     from simulators.base import EnvError
-    from simulators.maniskill_demos import check_request
+    from simulators.registry import demonstrator
     from vlarl.collect import check_output
     from vlarl.config import ConfigError
 
@@ -169,9 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.episodes < 1 or cfg.fps < 1 or cfg.max_attempts < 0:
             raise ConfigError("episodes and fps must be >= 1, max_attempts >= 0")
         check_output(cfg)
-        if str(getattr(cfg.env, "name", "")) != "maniskill":
-            check_env(cfg.env)  # the one-line refusal of a non-ManiSkill env
-        check_request(cfg.env.task, cfg.env.control_mode, cfg.env.obs_mode)
+        demonstrator(cfg.env.name).check(cfg.env)
     except (ConfigError, EnvError) as e:
         print(f"{PROG}: error: {str(e).strip().splitlines()[0]}", file=sys.stderr)
         return 2
