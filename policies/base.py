@@ -152,11 +152,17 @@ class Policy(nn.Module, abc.ABC):
         return asdict(self.config)
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike, map_location: str = "cpu") -> Policy:
-        """Load any registered policy from a directory written by ``save_pretrained``."""
+    def from_pretrained(cls, directory: str | os.PathLike, map_location: str = "cpu", **overrides: Any) -> Policy:
+        """Load any registered policy from a directory written by ``save_pretrained``.
+
+        The class comes from the registry by the saved ``policy`` name (a checkpoint of an older layout is
+        converted first, ``policies.registry.upgrade_saved``); ``overrides`` replace fields of the saved config
+        (e.g. ``likelihood="flow_noise"``, ``freeze_state_norm=True``) before the policy is built. The family
+        gets the directory explicitly (``_restore``), so one that saves more than weights (tokenizers, network
+        configs) rebuilds itself from its own files."""
         from safetensors.torch import load_file
 
-        from policies.registry import policy_class
+        from policies.registry import policy_class, upgrade_saved
 
         d = Path(directory)
         if not d.is_dir():
@@ -168,19 +174,21 @@ class Policy(nn.Module, abc.ABC):
                 f"save_pretrained (e.g. <run_dir>/checkpoints/latest)"
             )
         try:
-            meta = json.loads((d / CONFIG_NAME).read_text())
-            klass = policy_class(meta["policy"])
+            name, saved = upgrade_saved(json.loads((d / CONFIG_NAME).read_text()))
+            klass = policy_class(name)
+            spec = _dataclass_from_dict(PolicySpec, saved["spec"])
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"checkpoint file '{d / CONFIG_NAME}' is not a policy config ({e}); "
                                   f"re-save the policy with save_pretrained") from None
         if cls is not Policy and not issubclass(klass, cls):
-            raise CheckpointError(f"'{d}' holds a '{meta['policy']}' policy, not a {cls.__name__}")
-        if cls is Policy and klass.from_pretrained.__func__ is not Policy.from_pretrained.__func__:
-            # families that save more than weights (tokenizers, backbone configs) load themselves
-            return klass.from_pretrained(d, map_location=map_location)
-        config = _dataclass_from_dict(klass.config_class, meta["config"])
-        spec = _dataclass_from_dict(PolicySpec, meta["spec"])
-        policy = klass(config, spec)
+            raise CheckpointError(f"'{d}' holds a '{name}' policy, not a {cls.__name__}")
+        known = {f.name for f in fields(klass.config_class)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ValueError(f"from_pretrained overrides {unknown} are not fields of {klass.config_class.__name__}; "
+                             f"known: {sorted(known)}")
+        config = _dataclass_from_dict(klass.config_class, {**saved["config"], **overrides})
+        policy = klass._restore(config, spec, d)
         try:
             state = load_file(str(d / WEIGHTS_NAME), device=map_location)
         except Exception as e:  # safetensors raises its own error types for a truncated or foreign file
@@ -188,6 +196,12 @@ class Policy(nn.Module, abc.ABC):
                                   f"use another checkpoint") from None
         policy.load_state_dict(state)
         return policy
+
+    @classmethod
+    def _restore(cls, config: Any, spec: PolicySpec, directory: Path) -> Policy:
+        """Build the policy a checkpoint directory holds, before its weights load. Families whose checkpoints
+        carry more than weights (processor files, a frozen base) take ``directory`` here, as an argument."""
+        return cls(config, spec)
 
 
 def _dataclass_from_dict(klass: type, data: dict[str, Any]):

@@ -11,7 +11,7 @@
 6. print SFT vs SFT+RL success (95% CIs), env steps and wall time, and write ``result.json``.
 
 The policy, env and PPO settings live in ``configs/experiment/pushcube_<family>_sft_rl.yaml`` (``flow_vla``: the
-tiny exact SmolVLA, ``policy.architecture=smolvla``; ``-- policy=pi05 '~policy.arch.num_vlm_layers'`` swaps in
+tiny exact SmolVLA, ``policy=smolvla``; ``-- policy=pi05 '~policy.arch.num_vlm_layers'`` swaps in
 the tiny exact pi0.5, ``-- policy=flow_vla`` the look-alike); the SFT
 budget (demos, epochs) is chosen here so the SFT policy is mediocre and RL has room to improve.
 Extra ``key=value`` arguments after ``--`` go to ``vlarl-train`` (and to the policy built for SFT).

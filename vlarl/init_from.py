@@ -54,7 +54,9 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
 
 def check_compatible(ckpt: Path, policy_cfg: Any, spec: PolicySpec, env_cfg: Any = None) -> dict[str, Any]:
     """Raise ``CheckpointError`` naming the first mismatching key; returns the checkpoint's config.json."""
-    meta = json.loads((ckpt / CONFIG_NAME).read_text())
+    from policies.registry import upgrade_saved
+
+    _, meta = upgrade_saved(json.loads((ckpt / CONFIG_NAME).read_text()))  # an earlier layout names its network
     if meta.get("policy") != policy_cfg.name:
         raise CheckpointError(f"init_from='{ckpt}' holds a '{meta.get('policy')}' policy but policy={policy_cfg.name}; "
                               f"set policy={meta.get('policy')} or point init_from at a {policy_cfg.name} checkpoint")

@@ -12,15 +12,14 @@ Decoding a chunk of ``T`` actions x ``A`` dims = ``n = T * A`` tokens:
   pass over ``[prefix | tokens[:-1]]``.
 The value head reads the hidden state of the last prefix position (before the first action token).
 
-``architecture`` picks the network: ``hf`` (the composition above, on ``backbone.kind``) or the exact
-``openvla`` / ``openvla_oft`` (``policies/ar_vla/openvla*.py``, parity-tested against the reference code;
-the policy is then ``policies.ar_vla.openvla_policy.OpenVLAPolicy``).
+This is the look-alike composition on ``backbone.kind``; the exact OpenVLA / OpenVLA-OFT networks are families
+of their own (``policy=openvla`` / ``openvla_oft``, ``policies/ar_vla/openvla_policy.py``).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -31,40 +30,16 @@ from policies.base import ActionSample, PolicySpec
 from policies.registry import register_policy
 from policies.value_head import config_value_support, value_expectation, with_value_bins
 from policies.vlm.backbone import BackboneConfig
-from policies.vlm.policy_base import LoRAConfig, VLAPolicy, coerce_nested
+from policies.vlm.policy_base import BackboneVLAPolicy, LoRAConfig, coerce_nested
 from policies.vlm.tokenizer import ActionTokenizer, add_action_tokens
 
 DECODINGS = ("parallel", "sequential")
-# exact architectures -> the policy class that runs them ("module:Class", imported on first use, as the policy
-# registry does; the subclass imports this module, never the other way round)
-EXACT_ARCHITECTURES = {"openvla": "policies.ar_vla.openvla_policy:OpenVLAPolicy",
-                       "openvla_oft": "policies.ar_vla.openvla_policy:OpenVLAPolicy"}
-ARCHITECTURES = ("hf", *EXACT_ARCHITECTURES)
 _MASKED = -1e9  # logit of bins outside top-k (finite: a masked replay token gives ratio 0, not NaN)
 
 
 @dataclass
 class ARVLAConfig:
     name: str = "ar_vla"
-    # "hf": an HF VLM backbone (backbone.kind); "openvla" / "openvla_oft": the exact networks (decoding is then
-    # theirs: OpenVLA sequential, OFT parallel; the backbone.* sizes are unused)
-    architecture: str = "hf"
-    size: str = "tiny"  # exact architectures without pretrained_path: "tiny" | "published" (random weights)
-    pretrained_path: str | None = None  # exact architectures: an OpenVLA / OpenVLA-OFT folder (HF layout)
-    unnorm_key: str | None = None  # dataset statistics entry that un-normalizes the checkpoint's actions
-    num_images: int = 0  # exact architectures: cameras fed (0 = OpenVLA 1 / OFT 2 from a checkpoint, else the env's)
-    # exact architectures on an env without cameras: feed this many constant black frames (OpenVLA has no
-    # image mask); OFT then sees the state only through its proprio token
-    empty_cameras: int = 0
-    action_head: str = "tokens"  # exact: "tokens" (categorical over the 256 bins) | "l1" (OFT, Gaussian around L1)
-    log_std_init: float = -1.0  # action_head=l1: initial log std of the Gaussian (learned per action dim)
-    # action_head=l1: tanh-squash that Gaussian (normalized units) into the action bounds, with a reparameterized
-    # sample: the actor algorithm=sac|rlpd train (docs/sac_vla_actors.md); false = the PPO Gaussian, unchanged
-    squash: bool = False
-    # squash=true: the SAC critics' own image encoder (policies.cnn.modeling.CNNCriticEncoder) over the model's
-    # cameras; keys override policies.cnn.modeling.CNNPolicyConfig's (e.g. image_size, cnn_channels, vision_dim)
-    critic_cnn: dict = field(default_factory=dict)
-    arch: dict = field(default_factory=dict)  # exact: the built architecture (written at build; restores a save)
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     chunk_size: int = 4  # actions per chunk (T)
     n_action_bins: int = 256
@@ -93,24 +68,11 @@ class ARVLAConfig:
 
     def __post_init__(self) -> None:
         coerce_nested(self)
-        if self.squash and self.architecture == "hf":  # the exact ones refuse it in OpenVLAPolicy (head-aware)
-            raise ValueError("policy.squash=true squashes OpenVLA-OFT's continuous L1 head; architecture=hf has only "
-                             "action tokens: set policy=openvla_oft policy.action_head=l1, or policy.squash=false")
 
 
 @register_policy("ar_vla", ARVLAConfig)
-class ARVLAPolicy(VLAPolicy):
-    def __new__(cls, config: ARVLAConfig | None = None, spec: PolicySpec | None = None):
-        if config is None:  # copy / deepcopy / unpickling
-            return super().__new__(cls)
-        if config.architecture not in ARCHITECTURES:
-            raise ValueError(f"policy.architecture='{config.architecture}' is unknown; choose one of {ARCHITECTURES}")
-        if cls is ARVLAPolicy and config.architecture != "hf":
-            module, qualname = EXACT_ARCHITECTURES[config.architecture].split(":")
-            cls = getattr(importlib.import_module(module), qualname)
-        return super().__new__(cls)
-
-    def __init__(self, config: ARVLAConfig, spec: PolicySpec):
+class ARVLAPolicy(BackboneVLAPolicy):
+    def __init__(self, config: ARVLAConfig, spec: PolicySpec, *, restore_dir: Path | None = None):
         if config.decoding not in DECODINGS:
             raise ValueError(f"policy.decoding='{config.decoding}' is unknown; choose one of {DECODINGS}")
         if config.temperature <= 0:
@@ -118,6 +80,7 @@ class ARVLAPolicy(VLAPolicy):
         super().__init__(
             config, spec,
             extra_tokens=lambda tok: add_action_tokens(tok, config.n_action_bins, config.action_token_strategy),
+            restore_dir=restore_dir,
         )
         self.action_tokenizer = ActionTokenizer(self.backbone.tokenizer, config.n_action_bins,
                                                 config.action_token_strategy)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -35,18 +35,12 @@ from policies.ar_vla.openvla import ActionStatistics, OpenVLA, OpenVLAConfig
 from policies.ar_vla.openvla_oft import OpenVLAOFT
 from policies.ar_vla.prismatic_vision import pixel_values as to_pixel_values
 from policies.base import CheckpointError
-from policies.vlm.checkpoint_mapping import read_safetensors_dir
+from policies.vlm.checkpoint_mapping import LoadReport, read_safetensors_dir
 
 ARCHITECTURE = "OpenVLAForActionPrediction"
 COMPONENTS = {"action_head": "action_head", "proprio_projector": "proprio_projector",
               "vision_backbone": "vision_backbone"}
 FILM_KEY = re.compile(r"\.blocks\.\d+\.(scale|shift)\.")
-
-
-@dataclass
-class LoadReport:
-    missing: list[str] = field(default_factory=list)  # our parameters the checkpoint lacks
-    unused: list[str] = field(default_factory=list)  # checkpoint tensors nothing here reads
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""``policy=ar_vla`` with ``architecture=openvla | openvla_oft``: the exact networks (``openvla.py``,
-``openvla_oft.py``) as an RL policy.
+"""``policy=openvla`` / ``policy=openvla_oft``: the exact networks (``openvla.py``, ``openvla_oft.py``) as RL
+policies.
 
 Observation -> model (OpenVLA's own transforms): each camera [B, H, W, 3] uint8 -> both towers' normalization
 at the architecture's image size, cameras stacked along channels (third-person first); the instruction ->
@@ -26,7 +26,6 @@ bounds for a model built here. The value head reads the hidden state at the prom
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 from dataclasses import asdict, fields, replace
@@ -37,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from policies.ar_vla.modeling import _MASKED, ARVLAPolicy
+from policies.ar_vla.modeling import _MASKED
 from policies.ar_vla.openvla import (
     EMPTY_TOKEN,
     PROMPT,
@@ -49,14 +48,16 @@ from policies.ar_vla.openvla import (
     tiny_config,
 )
 from policies.ar_vla.openvla_checkpoint import load_openvla
+from policies.ar_vla.openvla_config import OpenVLAOFTPolicyConfig, OpenVLAPolicyConfig
 from policies.ar_vla.openvla_oft import OpenVLAOFT
 from policies.ar_vla.prismatic_vision import pixel_values
 from policies.base import ActionSample, Policy, PolicySpec, as_float_tensor
 from policies.cnn.modeling import CNNCriticEncoder, CNNPolicyConfig
 from policies.mlp import RunningNorm, tanh_squash
+from policies.registry import register_policy
 from policies.value_head import config_value_support, value_expectation, value_output, with_value_bins
 from policies.vlm.backbone import BACKBONE_CONFIG_NAME
-from policies.vlm.policy_base import _RESTORE_DIR, DTYPES, PROCESSOR_NAME, value_mlp
+from policies.vlm.policy_base import DTYPES, PROCESSOR_NAME, VLAPolicy, value_mlp
 from policies.vlm.tokenizer import build_byte_tokenizer
 
 BOS, PAD = 1, 32000
@@ -66,19 +67,22 @@ CRITIC_CNN_KEYS = ("vision_encoder", "freeze_vision", "image_size", "cnn_channel
                    "text_dim", "use_state")
 
 
-class OpenVLAPolicy(ARVLAPolicy):
-    """Built by ``ARVLAPolicy`` when ``config.architecture`` names an exact architecture."""
+@register_policy("openvla", OpenVLAPolicyConfig)
+class OpenVLAPolicy(VLAPolicy):
+    """OpenVLA (token head, sequential decoding); ``OpenVLAOFTPolicy`` runs OFT's network on the same code."""
 
-    def __init__(self, config: Any, spec: PolicySpec):
-        config = copy.deepcopy(config)  # ``arch`` is filled in below; the caller's config stays as it was
-        Policy.__init__(self, config, spec)  # not VLAPolicy: the network is the exact one, not a backbone
-        arch = config.architecture
-        if config.action_head not in ("tokens", "l1") or (config.action_head == "l1" and arch != "openvla_oft"):
-            raise ValueError(f"policy.action_head='{config.action_head}' is not one of {arch}'s heads "
-                             "('tokens'; 'l1' for openvla_oft)")
+    architecture = "openvla"
+
+    def __init__(self, config: OpenVLAPolicyConfig, spec: PolicySpec, *, restore_dir: Path | None = None):
+        super().__init__(config, spec)  # the network is the exact one, not a look-alike backbone
+        arch = self.architecture
+        oft = config if isinstance(config, OpenVLAOFTPolicyConfig) else None
+        action_head = oft.action_head if oft is not None else "tokens"
+        if action_head not in ("tokens", "l1"):
+            raise ValueError(f"policy.action_head='{action_head}' is not one of {arch}'s heads ('tokens'; 'l1')")
         stats = proprio = None
         self.tokenizer = None
-        restoring = bool(config.arch) and _RESTORE_DIR.get() is not None
+        restoring = bool(config.arch) and restore_dir is not None
         if config.pretrained_path and not restoring:
             if config.arch:
                 raise ValueError(f"policy.arch.* ({sorted(config.arch)}) shapes a model built here; a pretrained_path "
@@ -90,12 +94,13 @@ class OpenVLAPolicy(ARVLAPolicy):
             cfg = (tiny_config if config.size == "tiny" else published_config)(arch)
             cfg.action_dim, cfg.chunk_size = spec.action_dim, config.chunk_size
             cfg.num_images = config.num_images or max(1, len(spec.image_keys))
-            cfg.proprio_dim = spec.state_dim if arch == "openvla_oft" and config.use_state else 0
-            cfg.action_head = config.action_head
+            cfg.proprio_dim = spec.state_dim if oft is not None and oft.use_state else 0
+            cfg.action_head = action_head
             cfg = _with_overrides(cfg, dict(config.arch))
             model = (OpenVLAOFT if cfg.parallel else OpenVLA)(cfg)
-        self.tokenizer = _llama_tokenizer(config.pretrained_path)
-        config.arch = asdict(cfg)
+        self.tokenizer = _llama_tokenizer(config.pretrained_path, restore_dir)
+        config = replace(config, arch=asdict(cfg))  # the built architecture, in this policy's copy (a save restores it)
+        self.config = config
         if cfg.action_dim != spec.action_dim or cfg.chunk_size != config.chunk_size and arch == "openvla_oft":
             raise ValueError(f"the {arch} model acts with action_dim={cfg.action_dim}, chunk {cfg.chunk_size}; the env "
                              f"needs action_dim={spec.action_dim}, policy.chunk_size={config.chunk_size}")
@@ -119,8 +124,8 @@ class OpenVLAPolicy(ARVLAPolicy):
         self.proprio_stats = proprio
         self.state_norm = RunningNorm(spec.state_dim, 10.0)
         self.register_buffer("action_ids", model.bins.token_ids.clone(), persistent=False)
-        self.log_std = nn.Parameter(torch.full((cfg.action_dim,), float(config.log_std_init))) \
-            if cfg.action_head == "l1" else None
+        self.log_std = nn.Parameter(torch.full((cfg.action_dim,), float(oft.log_std_init))) \
+            if oft is not None and cfg.action_head == "l1" else None
         self._check_squash()
         self.value_support = config_value_support(config)
         self.value_head = self._build_value_head_exact()
@@ -128,10 +133,14 @@ class OpenVLAPolicy(ARVLAPolicy):
 
     # -- construction helpers ----------------------------------------------------------------------
     def _check_squash(self) -> None:
-        """``policy.squash`` needs the L1 head's Gaussian; ``policy.critic_cnn`` may set only what the encoder reads."""
+        """``policy.squash`` (OFT) needs the L1 head's Gaussian; ``policy.critic_cnn`` may set only what the encoder
+        reads."""
+        self.squash = False
+        if not isinstance(self.config, OpenVLAOFTPolicyConfig):
+            return
         self.squash = bool(self.config.squash)
         if self.squash and self.log_std is None:
-            raise ValueError(f"policy.squash=true needs the continuous L1 head ({self.config.architecture} with "
+            raise ValueError(f"policy.squash=true needs the continuous L1 head ({self.architecture} with "
                              f"action_head={self.config.action_head} has no Gaussian to squash): set "
                              f"policy=openvla_oft policy.action_head=l1, or policy.squash=false")
         unknown = sorted(set(self.config.critic_cnn) - set(CRITIC_CNN_KEYS))
@@ -163,7 +172,7 @@ class OpenVLAPolicy(ARVLAPolicy):
             inject_adapter_in_model(lc, m.language_model)
             for name, p in m.language_model.named_parameters():
                 p.requires_grad_("lora_" in name)
-        if cfg.backbone.gradient_checkpointing:
+        if cfg.gradient_checkpointing:
             m.language_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         for part in trunk:
             part.to(DTYPES[cfg.dtype])
@@ -399,9 +408,17 @@ class OpenVLAPolicy(ARVLAPolicy):
                 "prompt": PROMPT, "image_keys": list(self.spec.image_keys)[: self.cfg.num_images],
                 "image_sizes": self.cfg.image_sizes, "timm_model_ids": self.cfg.timm_model_ids}
         (d / PROCESSOR_NAME).write_text(json.dumps(proc, indent=2))
-        (d / BACKBONE_CONFIG_NAME).write_text(json.dumps({"architecture": self.config.architecture,
+        (d / BACKBONE_CONFIG_NAME).write_text(json.dumps({"architecture": self.architecture,
                                                           "openvla": self.config.arch}, indent=2))
         return d
+
+
+@register_policy("openvla_oft", OpenVLAOFTPolicyConfig)
+class OpenVLAOFTPolicy(OpenVLAPolicy):
+    """OpenVLA-OFT: a whole chunk in one bidirectional pass, the proprio token, the L1 head (a Gaussian around it,
+    tanh-squashed for SAC with ``squash``) or OFT's token head."""
+
+    architecture = "openvla_oft"
 
 
 def _with_overrides(cfg: OpenVLAConfig, overrides: dict[str, Any]) -> OpenVLAConfig:
@@ -416,11 +433,11 @@ def _with_overrides(cfg: OpenVLAConfig, overrides: dict[str, Any]) -> OpenVLACon
     return OpenVLAConfig(**merged)
 
 
-def _llama_tokenizer(pretrained_path: str | None):
-    """The checkpoint's own tokenizer: a restored policy's folder first, else the OpenVLA folder; None = bytes."""
+def _llama_tokenizer(pretrained_path: str | None, restore: Path | None):
+    """The checkpoint's own tokenizer: a restored policy's folder (``restore``) first, else the OpenVLA folder;
+    None = bytes."""
     from transformers import AutoTokenizer
 
-    restore = _RESTORE_DIR.get()
     for folder in (restore, Path(pretrained_path) if pretrained_path else None):
         if folder is None or not (folder / "tokenizer_config.json").is_file():
             continue

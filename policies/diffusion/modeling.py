@@ -15,6 +15,7 @@ so it has no Python control flow on tensors and can be exported. Actions are nor
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -62,14 +63,14 @@ class DiffusionPolicyConfig:
 class DiffusionPolicy(ChainVLAPolicy):
     time_scale = 1.0  # diffusers timesteps are already integers in [0, num_train_timesteps)
 
-    def __init__(self, config: DiffusionPolicyConfig, spec: PolicySpec):
+    def __init__(self, config: DiffusionPolicyConfig, spec: PolicySpec, *, restore_dir: Path | None = None):
         if config.scheduler not in SCHEDULERS:
             raise ValueError(f"policy.scheduler='{config.scheduler}' is unknown; choose one of {sorted(SCHEDULERS)}")
         if not 1 <= config.num_inference_steps <= config.num_train_timesteps:
             raise ValueError("policy.num_inference_steps must be in [1, policy.num_train_timesteps]")
         if config.min_std <= 0:
             raise ValueError(f"policy.min_std must be > 0 (it keeps log-densities finite), got {config.min_std}")
-        super().__init__(config, spec)
+        super().__init__(config, spec, restore_dir=restore_dir)
         self.noise_scheduler = SCHEDULERS[config.scheduler](
             num_train_timesteps=config.num_train_timesteps, beta_schedule=config.beta_schedule,
             clip_sample=True, prediction_type="epsilon",

@@ -5,7 +5,7 @@ A small tanh-squashed Gaussian MLP (the *noise actor*) reads the state and picks
 ``w [B, T, M]`` of the base's chain, inside the box ``[-noise_bound, noise_bound]``; the frozen base
 (``policy.base_path``, a ``save_pretrained`` dir) turns ``w`` deterministically into the env's action chunk
 with ``act(obs, noise=w)``: DDIM eta = 0 or the DDPM mean for ``policy=diffusion``, the Euler ODE from t = 1
-(no SDE step, no noise head) for ``policy=flow_vla`` (look-alike, or exact ``pi0`` / ``pi05`` / ``smolvla``).
+(no SDE step, no noise head) for the flow families (look-alike ``flow_vla``, exact ``pi0`` / ``pi05`` / ``smolvla``).
 ``w`` has the base's own initial-noise shape ``base.chunk_shape(B)``, in its normalized model space: ``M`` is
 the env's action dim for diffusion and the look-alike, the padded ``max_action_dim`` for the exact flow networks
 (padded dims enter the velocity, so they are steered too). RL (``algorithm=dsrl``) treats ``w`` as the action:
@@ -23,15 +23,15 @@ import inspect
 import json
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from policies.base import CONFIG_NAME, WEIGHTS_NAME, ActionSample, Policy, PolicySpec
+from policies.base import CONFIG_NAME, ActionSample, Policy, PolicySpec
 from policies.mlp import MLPPolicy, MLPPolicyConfig
-from policies.registry import policy_class, register_policy
+from policies.registry import policy_class, register_policy, upgrade_saved
 
 BASE_DIR = "base"  # the frozen base policy inside a noise-steering checkpoint
 
@@ -39,7 +39,7 @@ BASE_DIR = "base"  # the frozen base policy inside a noise-steering checkpoint
 @dataclass
 class NoiseSteeringConfig:
     name: str = "noise_steering"
-    base_path: str = ""  # a diffusion or flow_vla policy directory (save_pretrained); it stays frozen
+    base_path: str = ""  # a diffusion or flow policy directory (save_pretrained); it stays frozen
     chunk_size: int = 0  # 0 = the base policy's chunk size (T), recorded here when built; any other value must equal it
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
     activation: str = "relu"
@@ -68,14 +68,14 @@ def load_frozen_base(path: str) -> Policy:
     cfg_file = Path(path) / CONFIG_NAME
     if cfg_file.is_file():
         try:
-            name = json.loads(cfg_file.read_text())["policy"]
+            name, _ = upgrade_saved(json.loads(cfg_file.read_text()))
             klass = policy_class(name)
         except (ValueError, KeyError, TypeError):
             name, klass = None, None  # Policy.from_pretrained says what is wrong with the file
         if klass is not None and not steerable(klass):
             raise ValueError(f"policy.base_path='{path}' holds a '{name}' policy, which cannot decode a chosen "
-                             f"initial noise; noise steering needs a policy=diffusion or policy=flow_vla (pi0, pi05, "
-                             f"smolvla) dir")
+                             f"initial noise; noise steering needs a policy=diffusion, flow_vla, pi0, pi05 or smolvla "
+                             f"dir")
     with warnings.catch_warnings():  # built on the meta device (config checks), loading weights is a no-op
         warnings.filterwarnings("ignore", message=".*copying from a non-meta parameter.*")
         return Policy.from_pretrained(path)
@@ -89,15 +89,15 @@ class NoiseSteeringPolicy(Policy):
     squash = True  # rsample is a reparameterized tanh-squashed chunk (what the SAC update needs)
 
     def __init__(self, config: NoiseSteeringConfig, spec: PolicySpec):
-        super().__init__(config, spec)
         if not config.base_path:
-            raise ValueError("policy=noise_steering needs policy.base_path=<diffusion or flow_vla policy dir> "
+            raise ValueError("policy=noise_steering needs policy.base_path=<diffusion or flow policy dir> "
                              "(save_pretrained, e.g. an SFT'd diffusion policy or pi0)")
         if config.noise_bound <= 0:
             raise ValueError(f"policy.noise_bound={config.noise_bound} must be > 0")
         base = load_frozen_base(config.base_path)
-        if config.chunk_size == 0:
-            config.chunk_size = base.chunk_size
+        if config.chunk_size == 0:  # the base's chunk, recorded in this policy's copy of the config
+            config = replace(config, chunk_size=base.chunk_size)
+        super().__init__(config, spec)
         if base.chunk_size != config.chunk_size:
             raise ValueError(f"policy.chunk_size={config.chunk_size} but the base policy's chunk is "
                              f"{base.chunk_size}; set policy.chunk_size={base.chunk_size}")
@@ -170,18 +170,11 @@ class NoiseSteeringPolicy(Policy):
         return d
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike, map_location: str = "cpu") -> Policy:
-        from safetensors.torch import load_file
+    def _restore(cls, config: NoiseSteeringConfig, spec: PolicySpec, directory: Path) -> Policy:
+        """The frozen base is the copy saved beside the weights (``<directory>/base``)."""
+        from policies.base import CheckpointError
 
-        from policies.base import CheckpointError, _dataclass_from_dict
-
-        d = Path(directory)
-        if not (d / CONFIG_NAME).is_file() or not (d / BASE_DIR).is_dir():
-            raise CheckpointError(f"'{d}' is not a noise-steering checkpoint (needs {CONFIG_NAME} and {BASE_DIR}/); "
-                                  f"write it with NoiseSteeringPolicy.save_pretrained")
-        meta = json.loads((d / CONFIG_NAME).read_text())
-        config = _dataclass_from_dict(NoiseSteeringConfig, meta["config"])
-        config.base_path = str(d / BASE_DIR)
-        policy = cls(config, _dataclass_from_dict(PolicySpec, meta["spec"]))
-        policy.load_state_dict(load_file(str(d / WEIGHTS_NAME), device=map_location))
-        return policy
+        if not (directory / BASE_DIR).is_dir():
+            raise CheckpointError(f"'{directory}' is not a noise-steering checkpoint (needs {BASE_DIR}/); write it "
+                                  f"with NoiseSteeringPolicy.save_pretrained")
+        return cls(replace(config, base_path=str(directory / BASE_DIR)), spec)

@@ -1,4 +1,6 @@
-"""``policy=flow_vla`` over an exact architecture (``policy.architecture=smolvla``, pi0/pi0.5 as registered).
+"""The exact flow networks as RL policies: the base class ``ExactFlowPolicy`` and one config per network
+(``policy=pi0`` / ``pi05`` / ``smolvla``; the classes that bind a network live in ``pi0_policy.py`` and
+``smolvla_policy.py``, imported when their family is first built).
 
 The network is the architecture's own (``self.net``, parameter names as in the reference checkpoint under
 ``net.``); this class adds what RL needs around it, with the chain and likelihoods of ``FlowChain``:
@@ -23,19 +25,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from policies.base import Policy, PolicySpec, as_float_tensor
+from policies.flow_vla.chain import FlowChain, FlowChainConfig
 from policies.flow_vla.interface import FlowInputs, FlowPrefix
-from policies.flow_vla.modeling import FlowVLAConfig, FlowVLAPolicy
-from policies.flow_vla.registry import architecture, submodule
 from policies.mlp import RunningNorm
 from policies.value_head import config_value_support, value_output, with_value_bins
-from policies.vlm.policy_base import _RESTORE_DIR, DTYPES, PROCESSOR_NAME, VALUE_SOURCES, value_mlp
+from policies.vlm.policy_base import DTYPES, PROCESSOR_NAME, VALUE_SOURCES, VLAPolicy, value_mlp
 
 ARCH_FILE = "backbone_config.json"  # the name VLA checkpoints use for their network's configs
 
@@ -65,18 +68,83 @@ def _normalizer_affine(norm: Any, dim: int) -> list[torch.Tensor]:
     return _affine(*norm._shift_scale())
 
 
-class ExactFlowPolicy(FlowVLAPolicy):
-    """Built by ``FlowVLAPolicy(config, spec)`` when ``config.architecture`` is not ``lookalike``."""
+@dataclass(frozen=True)
+class FlowNetwork:
+    """What the RL policy needs from an exact flow network beyond its ``FlowArchitecture``:
 
-    def __init__(self, config: FlowVLAConfig, spec: PolicySpec):
-        Policy.__init__(self, config, spec)  # not the look-alike's backbone: the architecture brings its VLM
-        entry = architecture(config.architecture)
-        restore = _RESTORE_DIR.get()
-        saved = json.loads((restore / ARCH_FILE).read_text()) if restore is not None else None
-        adapter = self._build(entry, config, spec, saved)
+    * ``config``: its hyperparameter dataclass (saved beside the weights, rebuilt on load);
+    * ``tiny(**overrides)`` / ``published(name)``: its CPU-test and released-size configs;
+    * ``build(cfg_or_overrides, spec, pretrained_path=None, vlm_path=None) -> adapter`` with ``adapter.model``
+      (the network), ``.tokenizer``, ``.cameras`` (env image keys in model order), ``.empty_cameras``,
+      ``.checkpoint`` (normalization statistics when loaded), ``.inputs(obs, normalized_state) -> FlowInputs``
+      and ``.tokens(tasks) -> (ids, mask)`` (an exported graph bakes the instruction's tokens in);
+    * ``vlm`` / ``vision``: attribute paths of the VLM (frozen by ``freeze_vlm``, LoRA's root) and of the vision
+      tower (frozen by ``freeze_vision``) inside the network;
+    * ``prefix_width`` / ``expert_width``: attribute paths of the prefix features' width (value head input) and
+      of the expert's hidden width (Flow-Noise's noise head input).
+    """
+
+    name: str
+    config: type
+    tiny: Callable[..., Any]
+    published: Callable[[str], Any]
+    build: Callable[..., Any]
+    vlm: str
+    vision: str
+    prefix_width: str
+    expert_width: str
+
+
+def submodule(root: Any, path: str) -> Any:
+    """``root.a.b.c`` for ``path='a.b.c'``."""
+    for part in path.split("."):
+        root = getattr(root, part)
+    return root
+
+
+@dataclass
+class ExactFlowConfig(FlowChainConfig):
+    """The keys of an exact flow network's policy (the chain's, plus where the network comes from)."""
+
+    size: str = "tiny"  # "tiny" (CPU) | "published" (the released size, random weights)
+    arch: dict[str, Any] = field(default_factory=dict)  # network config fields set over the size's (not a checkpoint's)
+    pretrained_path: str = ""  # a published checkpoint dir (LeRobot / openpi layout), loaded whole
+    vlm_path: str = ""  # local folder with the VLM's config + tokenizer when the checkpoint does not hold them
+    gradient_checkpointing: bool = False  # recompute trunk/expert layers in backward
+
+
+@dataclass
+class PI0PolicyConfig(ExactFlowConfig):
+    name: str = "pi0"
+
+
+@dataclass
+class PI05PolicyConfig(ExactFlowConfig):
+    name: str = "pi05"
+
+
+@dataclass
+class SmolVLAPolicyConfig(ExactFlowConfig):
+    name: str = "smolvla"
+
+
+class ExactFlowPolicy(FlowChain, VLAPolicy):
+    """An exact flow network (``network``, set by each registered subclass) with the RL chain around it.
+
+    ``chunk_size`` / ``num_steps`` 0 take the network's own (a loaded checkpoint's); the policy records the
+    resolved values in its own copy of the config (``self.config``), never in the caller's."""
+
+    network: ClassVar[FlowNetwork]
+
+    def __init__(self, config: ExactFlowConfig, spec: PolicySpec, *, restore_dir: Path | None = None):
+        super().__init__(config, spec)  # the network brings its own VLM (no look-alike backbone)
+        entry = self.network
+        saved = json.loads((Path(restore_dir) / ARCH_FILE).read_text()) if restore_dir is not None else None
+        adapter = self._build(entry, config, spec, saved, restore_dir)
         self.entry, self.adapter = entry, adapter
         self.net = adapter.model
-        config.chunk_size, config.num_steps = int(self.net.chunk_size), int(self.net.num_steps)
+        config = dataclasses.replace(config, chunk_size=int(self.net.chunk_size), num_steps=int(self.net.num_steps))
+        self.config = config
         self._check_flow_config(config)
         A, S = spec.action_dim, spec.state_dim
         ckpt = getattr(adapter, "checkpoint", None)
@@ -103,9 +171,9 @@ class ExactFlowPolicy(FlowVLAPolicy):
 
     # -- construction -------------------------------------------------------------------------------
     @staticmethod
-    def _overrides(entry: Any, config: FlowVLAConfig) -> dict[str, Any]:
-        """The architecture config fields the policy config sets (``arch`` + the shared switches)."""
-        names = {f.name for f in dataclasses.fields(entry.load("config"))}
+    def _overrides(entry: FlowNetwork, config: ExactFlowConfig) -> dict[str, Any]:
+        """The network config fields the policy config sets (``arch`` + the shared switches)."""
+        names = {f.name for f in dataclasses.fields(entry.config)}
         unknown = sorted(set(config.arch) - names)
         if unknown:
             raise ValueError(f"policy.arch has keys {unknown} that {entry.name} does not know; known: {sorted(names)}")
@@ -116,28 +184,28 @@ class ExactFlowPolicy(FlowVLAPolicy):
         shared = {k: v for k, v in shared.items() if k in names and not (k in ("chunk_size", steps) and v <= 0)}
         return {**dict(config.arch), **shared}
 
-    def _build(self, entry: Any, config: FlowVLAConfig, spec: PolicySpec, saved: dict | None) -> Any:
-        build, cfg_class = entry.load("build"), entry.load("config")
+    @staticmethod
+    def _build(entry: FlowNetwork, config: ExactFlowConfig, spec: PolicySpec, saved: dict | None,
+               restore_dir: Path | None) -> Any:
+        build, cfg_class = entry.build, entry.config
         if saved is not None:  # a vlarl checkpoint: the resolved config, the saved tokenizer and cameras
             if saved.get("architecture") != entry.name:
-                raise ValueError(f"checkpoint holds a '{saved.get('architecture')}' network, not policy.architecture="
-                                 f"'{entry.name}'")
+                raise ValueError(f"checkpoint holds a '{saved.get('architecture')}' network, not policy={entry.name}'s")
             from transformers import AutoTokenizer
 
-            restore = _RESTORE_DIR.get()
             adapter = build(cfg_class(**saved["config"]), spec)
-            adapter.tokenizer = AutoTokenizer.from_pretrained(str(restore), local_files_only=True)
+            adapter.tokenizer = AutoTokenizer.from_pretrained(str(restore_dir), local_files_only=True)
             adapter.cameras, adapter.empty_cameras = list(saved["cameras"]), int(saved["empty_cameras"])
             return adapter
-        overrides = self._overrides(entry, config)
+        overrides = ExactFlowPolicy._overrides(entry, config)
         if config.pretrained_path:  # the checkpoint's config, with the training switches only (not ``arch``)
             switches = {k: v for k, v in overrides.items() if k not in config.arch}
             return build(switches, spec, pretrained_path=config.pretrained_path, vlm_path=config.vlm_path or None)
         if config.size == "tiny":
-            cfg = entry.load("tiny")(**overrides)
+            cfg = entry.tiny(**overrides)
         else:
             name = entry.name if config.size == "published" else config.size
-            cfg = dataclasses.replace(entry.load("published")(name), **overrides)
+            cfg = dataclasses.replace(entry.published(name), **overrides)
         return build(cfg, spec)
 
     def _make_value_head(self, prefix_width: int) -> nn.Module:
@@ -253,5 +321,3 @@ class ExactFlowPolicy(FlowVLAPolicy):
         (d / PROCESSOR_NAME).write_text(json.dumps(proc, indent=2))
         return d
 
-
-FlowVLAPolicy.exact_class = ExactFlowPolicy

@@ -34,7 +34,8 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from policies.base import CheckpointError
 from policies.flow_vla.interface import FlowInputs
 from policies.flow_vla.pi0 import PI0, PI0Config, make_inputs, published_config
-from policies.flow_vla.smolvla_checkpoint import LoadReport, Normalizer
+from policies.flow_vla.smolvla_checkpoint import Normalizer
+from policies.vlm.checkpoint_mapping import LoadReport
 
 STATE_KEY, ACTION_KEY, IMAGE_PREFIX = "observation.state", "action", "observation.images."
 TYPES = ("pi0", "pi05")

@@ -14,7 +14,7 @@ or absolute). Nothing is downloaded.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -24,6 +24,7 @@ from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 from policies.base import CheckpointError
 from policies.flow_vla.interface import FlowInputs
 from policies.flow_vla.smolvla import SmolVLA, SmolVLAConfig, make_inputs
+from policies.vlm.checkpoint_mapping import LoadReport
 
 MODEL_PREFIX = "model."
 VLM_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json")
@@ -60,12 +61,6 @@ class Normalizer:
         shift, scale, signed = self._shift_scale()
         y = (y + 1) / 2 if signed else y
         return y * scale.to(y) + shift.to(y)
-
-
-@dataclass
-class LoadReport:
-    missing: list[str] = field(default_factory=list)  # our parameters the checkpoint lacks
-    unused: list[str] = field(default_factory=list)  # checkpoint tensors nothing here reads
 
 
 @dataclass

@@ -10,6 +10,7 @@ SmolVLA/GR00T-style simplification that keeps the backbone any HF VLM).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,7 +18,7 @@ from torch import nn
 
 from policies.base import PolicySpec
 from policies.value_head import config_value_support, value_expectation, with_value_bins
-from policies.vlm.policy_base import VLAPolicy
+from policies.vlm.policy_base import BackboneVLAPolicy
 
 
 def timestep_embedding(t: torch.Tensor, dim: int, scale: float) -> torch.Tensor:
@@ -57,7 +58,7 @@ class ActionExpert(nn.Module):
         return self.out(h), h
 
 
-class ChainVLAPolicy(VLAPolicy):
+class ChainVLAPolicy(BackboneVLAPolicy):
     """VLM prefix -> (memory for the expert, value); subclasses define the denoising chain.
 
     With ``value_bins`` in the config (``policies.value_head``) the value head outputs K logits: ``context``
@@ -65,8 +66,8 @@ class ChainVLAPolicy(VLAPolicy):
 
     time_scale: float = 1000.0
 
-    def __init__(self, config: Any, spec: PolicySpec):
-        super().__init__(config, spec)
+    def __init__(self, config: Any, spec: PolicySpec, *, restore_dir: Path | None = None):
+        super().__init__(config, spec, restore_dir=restore_dir)
         H = self.backbone.hidden_size
         self.expert = ActionExpert(spec.action_dim, config.chunk_size, H, config.expert_width,
                                    config.expert_layers, config.expert_heads, self.time_scale)

@@ -14,7 +14,6 @@ sub-models), the tokenizer files (action tokens included) and ``processor_config
 
 from __future__ import annotations
 
-import contextvars
 import json
 import os
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
@@ -31,7 +30,6 @@ from policies.mlp import RunningNorm
 from policies.vlm.backbone import build_backbone, has_backbone_files, save_backbone_files
 
 PROCESSOR_NAME = "processor_config.json"
-_RESTORE_DIR: contextvars.ContextVar[Path | None] = contextvars.ContextVar("vlarl_vlm_restore", default=None)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -72,15 +70,29 @@ VALUE_SOURCES = ("hidden", "state")
 
 
 class VLAPolicy(Policy, FixedInstructionTokens):
-    """Base for VLM policies; ``config`` needs ``backbone``, ``lora``, ``freeze_vlm``, ``freeze_vision``,
-    ``use_state``, ``dtype``. Subclasses add their action head and call ``_finish_init()`` last."""
+    """Base of every VLA family (look-alike compositions and exact networks): a checkpoint of one carries its
+    processor files (tokenizer, ``processor_config.json``, the network's configs) beside the weights, and
+    ``from_pretrained`` hands the directory to the constructor as ``restore_dir`` so the network is rebuilt
+    from those files, not from the config's sizes or a published folder."""
 
-    def __init__(self, config: Any, spec: PolicySpec, extra_tokens=None):
+    def __init__(self, config: Any, spec: PolicySpec, *, restore_dir: Path | None = None):
+        super().__init__(config, spec)
+
+    @classmethod
+    def _restore(cls, config: Any, spec: PolicySpec, directory: Path) -> Policy:
+        return cls(config, spec, restore_dir=directory if has_backbone_files(directory) else None)
+
+
+class BackboneVLAPolicy(VLAPolicy):
+    """A VLA composed here on an HF VLM backbone (``policy.backbone``); ``config`` needs ``backbone``, ``lora``,
+    ``freeze_vlm``, ``freeze_vision``, ``use_state``, ``dtype``. Subclasses add their action head and call
+    ``_finish_init()`` last."""
+
+    def __init__(self, config: Any, spec: PolicySpec, extra_tokens=None, *, restore_dir: Path | None = None):
         super().__init__(config, spec)
         if config.chunk_size < 1:
             raise ValueError(f"policy.chunk_size must be >= 1, got {config.chunk_size}")
-        restore = _RESTORE_DIR.get()
-        self.backbone = build_backbone(config.backbone, extra_tokens, restore)
+        self.backbone = build_backbone(config.backbone, extra_tokens, restore_dir)
         H = self.backbone.hidden_size
         self.state_norm = RunningNorm(spec.state_dim, 10.0)
         self.state_proj = nn.Linear(spec.state_dim, H) if config.use_state else None
@@ -234,13 +246,3 @@ class VLAPolicy(Policy, FixedInstructionTokens):
         }
         (d / PROCESSOR_NAME).write_text(json.dumps(proc, indent=2))
         return d
-
-    @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike, map_location: str = "cpu") -> Policy:
-        """Rebuild the backbone from the checkpoint's own HF configs + tokenizer, then load weights."""
-        d = Path(directory)
-        token = _RESTORE_DIR.set(d if has_backbone_files(d) else None)
-        try:
-            return super().from_pretrained(d, map_location)
-        finally:
-            _RESTORE_DIR.reset(token)

@@ -40,7 +40,8 @@ def test_the_registry_says_which_families_have_each_capability():
     assert NOISE_STEERING.families() == ["noise_steering"]
     assert "cnn" in CRITIC_IMAGE_ENCODER.families() and "mlp" not in CRITIC_IMAGE_ENCODER.families()
     assert {"cnn", "diffusion", "flow_vla"} <= set(SFT.families()) and "mlp" not in SFT.families()
-    assert INSTRUCTION_TOKENS.families() == ["ar_vla", "diffusion", "flow_vla"]  # the VLM families (VLAPolicy)
+    assert INSTRUCTION_TOKENS.families() == ["ar_vla", "diffusion", "flow_vla", "openvla", "openvla_oft", "pi0", "pi05",
+                                             "smolvla"]  # the VLM families (VLAPolicy), one per exact network
 
 
 def test_a_built_policy_has_a_capability_only_when_switched_on():

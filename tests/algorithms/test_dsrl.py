@@ -149,5 +149,6 @@ def test_bad_settings_are_one_line_refusals(base_dir):
 def test_the_steering_chunk_defaults_to_the_bases_and_is_recorded(base_dir):
     cfg = replace(_cfg(base_dir), chunk_size=0)  # 0: take the base's chunk (T = 2 here)
     policy = make_policy(cfg, SPEC)
-    assert policy.chunk_size == T == cfg.chunk_size  # recorded in the config the run saves
+    assert policy.chunk_size == T == policy.config.chunk_size  # recorded in the policy's config, which it saves
+    assert cfg.chunk_size == 0  # the caller's config stays as it was
     assert policy.noise_actor.chunk_size == T and policy.noise_shape[0] == T

@@ -43,6 +43,6 @@ def test_bad_config_is_one_clear_line(overrides, needle):
 
 def test_pipeline_benchmark_workload_is_a_flow_vla_on_state_pushcube():
     cfg = load_train_config(["experiment=pipeline_flow_vla"])
-    assert type(cfg.policy).__name__ == "FlowVLAConfig" and cfg.policy.chunk_size == 2
-    assert cfg.policy.architecture == "smolvla" and cfg.policy.arch["vlm"]["text_config"]["hidden_size"] == 256
+    assert type(cfg.policy).__name__ == "SmolVLAPolicyConfig" and cfg.policy.chunk_size == 2
+    assert cfg.policy.name == "smolvla" and cfg.policy.arch["vlm"]["text_config"]["hidden_size"] == 256
     assert cfg.env.num_envs == 64 and cfg.env.obs_mode == "state"

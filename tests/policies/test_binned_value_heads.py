@@ -13,7 +13,7 @@ import torch
 from vla_helpers import make_obs
 
 from policies import make_policy
-from policies.ar_vla import ARVLAConfig
+from policies.ar_vla import ARVLAConfig, OpenVLAOFTPolicyConfig, OpenVLAPolicyConfig
 from policies.base import Policy
 from policies.cnn import CNNPolicyConfig
 from policies.flow_vla import FlowVLAConfig
@@ -49,9 +49,9 @@ FAMILIES = {
                                         **kw), "value_head"),
     "ar_vla_sequential": (lambda **kw: ARVLAConfig(n_action_bins=32, chunk_size=2, decoding="sequential",
                                                    backbone=BackboneConfig(kind="siglip_qwen2"), **kw), "value_head"),
-    "openvla": (lambda **kw: ARVLAConfig(architecture="openvla", chunk_size=2, **kw), "value_head"),
-    "openvla_oft_l1": (lambda **kw: ARVLAConfig(architecture="openvla_oft", action_head="l1", chunk_size=2,
-                                                value_from="state", **kw), "value_head"),
+    "openvla": (lambda **kw: OpenVLAPolicyConfig(chunk_size=2, **kw), "value_head"),
+    "openvla_oft_l1": (lambda **kw: OpenVLAOFTPolicyConfig(action_head="l1", chunk_size=2, value_from="state", **kw),
+                       "value_head"),
 }
 
 

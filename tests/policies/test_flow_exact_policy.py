@@ -1,4 +1,4 @@
-"""``policy=smolvla`` / ``pi0`` / ``pi05`` (``policy=flow_vla`` with ``architecture=...``): exact networks as RL policies.
+"""``policy=smolvla`` / ``pi0`` / ``pi05``: exact networks as RL policies, one registered family each.
 
 Built through the config YAML and ``make_policy``; sample/evaluate re-score within 1e-5 for both
 likelihoods, PPO moves the expert and leaves a frozen VLM bit-identical, save/load gives identical
@@ -18,11 +18,13 @@ from vla_helpers import ppo_step
 
 from policies import make_policy
 from policies.base import CheckpointError, Policy, PolicySpec
-from policies.flow_vla import FlowVLAConfig
+from policies.flow_vla import SmolVLAPolicyConfig
 from policies.flow_vla.exact import ExactFlowPolicy
 from policies.flow_vla.smolvla import SmolVLA
 from policies.flow_vla.smolvla_checkpoint import load_smolvla
+from policies.flow_vla.smolvla_policy import SmolVLAPolicy
 from vlarl.config import load_train_config
+from vlarl.config.loader import ConfigError
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "reference" / "smolvla" / "checkpoint"
 VLM = "net.vlm_with_expert.vlm."
@@ -82,7 +84,7 @@ def test_save_load_round_trip_gives_identical_act(vla_spec, obs, tmp_path):
     pol.update_normalization(obs)
     a = pol.act(obs)
     loaded = Policy.from_pretrained(pol.save_pretrained(tmp_path / "ckpt"))
-    assert isinstance(loaded, ExactFlowPolicy) and loaded.config.architecture == "smolvla"
+    assert isinstance(loaded, SmolVLAPolicy) and loaded.name == loaded.config.name == "smolvla"
     assert torch.equal(loaded.act(obs), a)
     assert torch.equal(loaded.state_norm.mean, pol.state_norm.mean)
 
@@ -99,8 +101,12 @@ def test_bf16_and_gradient_checkpointing(vla_spec, obs):
 
 def loaded(spec: PolicySpec, path: Path = FIXTURE) -> ExactFlowPolicy:
     """A LeRobot checkpoint through ``policy.pretrained_path`` (built directly: the config loader would also
-    check it against the default env, whose action space differs from the fixture's)."""
-    return make_policy(FlowVLAConfig(architecture="smolvla", pretrained_path=str(path), chunk_size=0, num_steps=0), spec)
+    check it against the default env, whose action space differs from the fixture's); the caller's config keeps
+    its 0s (the policy records the checkpoint's chunk and steps in its own copy)."""
+    cfg = SmolVLAPolicyConfig(pretrained_path=str(path), chunk_size=0, num_steps=0)
+    pol = make_policy(cfg, spec)
+    assert (cfg.chunk_size, cfg.num_steps) == (0, 0)
+    return pol
 
 
 @pytest.mark.parametrize("arch,likelihood", [("pi0", "flow_sde"), ("pi05", "flow_noise")])
@@ -160,5 +166,5 @@ def test_bad_input_is_one_line(vla_spec, tmp_path):
         loaded(_fixture_spec(), other)
     with pytest.raises(ValueError, match="does not know"):
         smolvla(vla_spec, "+policy.arch.no_such_key=1")
-    with pytest.raises(ValueError, match="policy.architecture='nope' is unknown"):
+    with pytest.raises(ConfigError, match="unknown config key 'policy.architecture'"):  # the family is the network
         smolvla(vla_spec, "policy.architecture=nope")

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from policies import make_policy
 from policies.base import Policy, PolicySpec
 from policies.diffusion import NoiseSteeringConfig, NoiseSteeringPolicy
-from policies.flow_vla import FlowVLAConfig
+from policies.flow_vla import FlowVLAConfig, PI0PolicyConfig, SmolVLAPolicyConfig
 from policies.mlp import MLPPolicyConfig
 from tests.helpers.chunk_bandit import one_step_trajectory
 from vlarl.algorithms.dsrl import DSRLState, dsrl_update
@@ -30,9 +30,9 @@ SMALL = DSRLConfig(num_steps=1, batch_size=64, learning_starts=64, utd_ratio=1.0
                    gamma=0.9, tau=0.05, lr=3e-3, q_lr=3e-3, alpha_lr=3e-3, init_alpha=0.01, max_grad_norm=0.0)
 TARGET_NOISE = 0.8  # the bandit's best chunk: what the base decodes from this constant noise (0 is the start)
 BASES = {
-    "lookalike": dict(),
-    "pi0": dict(architecture="pi0", freeze_vlm=True, arch={"empty_cameras": 1}),  # a state-only env: one blank camera
-    "smolvla": dict(architecture="smolvla", freeze_vlm=True, arch={"empty_cameras": 1}),
+    "lookalike": (FlowVLAConfig, dict()),
+    "pi0": (PI0PolicyConfig, dict(freeze_vlm=True, arch={"empty_cameras": 1})),  # a state-only env: one blank camera
+    "smolvla": (SmolVLAPolicyConfig, dict(freeze_vlm=True, arch={"empty_cameras": 1})),
 }
 
 
@@ -40,10 +40,10 @@ BASES = {
 def base_dirs(tmp_path_factory) -> dict[str, object]:
     """Each flow base saved to disk, as an SFT'd one would be."""
     out = {}
-    for name, kw in BASES.items():
+    for name, (config_class, kw) in BASES.items():
         torch.manual_seed(0)
         d = tmp_path_factory.mktemp(name)
-        make_policy(FlowVLAConfig(chunk_size=T, num_steps=4, **kw), SPEC).save_pretrained(d)
+        make_policy(config_class(chunk_size=T, num_steps=4, **kw), SPEC).save_pretrained(d)
         out[name] = d
     return out
 
@@ -136,7 +136,7 @@ def test_dsrl_updates_move_only_the_noise_actor_and_round_trip(base_dirs, tmp_pa
 
 def test_bases_that_cannot_decode_a_noise_are_refused_in_one_line(tmp_path):
     make_policy(MLPPolicyConfig(chunk_size=T), SPEC).save_pretrained(tmp_path / "mlp")
-    with pytest.raises(ValueError, match="holds a 'mlp' policy.*policy=diffusion or policy=flow_vla") as e:
+    with pytest.raises(ValueError, match="holds a 'mlp' policy.*policy=diffusion, flow_vla, pi0, pi05 or smolvla") as e:
         make_policy(_steering(tmp_path / "mlp"), SPEC)
     assert "\n" not in str(e.value)
 

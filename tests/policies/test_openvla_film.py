@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from policies import Policy, PolicySpec, make_policy
-from policies.ar_vla import ARVLAConfig
+from policies.ar_vla import OpenVLAOFTPolicyConfig
 from policies.ar_vla.openvla import OpenVLAConfig, tiny_config
 from policies.ar_vla.openvla_checkpoint import load_openvla
 from policies.ar_vla.openvla_oft import OpenVLAOFT
@@ -127,7 +127,7 @@ def test_film_language_average_leaves_out_padding(film):
 
 def test_policy_with_film_rescores_and_trains_film(vla_spec, obs, tmp_path):
     torch.manual_seed(0)
-    pol = make_policy(ARVLAConfig(architecture="openvla_oft", action_head="l1", chunk_size=2,
+    pol = make_policy(OpenVLAOFTPolicyConfig(action_head="l1", chunk_size=2,
                                   arch={"use_film": True}), vla_spec)
     assert isinstance(pol, OpenVLAPolicy) and pol.cfg.use_film
     s = pol.sample(obs)
@@ -145,7 +145,7 @@ def test_policy_with_film_rescores_and_trains_film(vla_spec, obs, tmp_path):
 def test_oft_plus_folder_drives_the_policy():
     spec = PolicySpec(state_dim=8, action_dim=7, action_low=[-1.0] * 7, action_high=[1.0] * 7,
                       image_keys=["third_person", "wrist"], instruction="put the bowl on the plate")
-    pol = make_policy(ARVLAConfig(architecture="openvla_oft", action_head="l1", chunk_size=8,
+    pol = make_policy(OpenVLAOFTPolicyConfig(action_head="l1", chunk_size=8,
                                   pretrained_path=str(FILM / "checkpoint"), unnorm_key="fixture_sim"), spec)
     ref = load_openvla(FILM / "checkpoint", unnorm_key="fixture_sim")
     assert pol.cfg.use_film
@@ -213,7 +213,7 @@ def test_film_policy_exports_match_eager(tmp_path):
 
     spec = PolicySpec(state_dim=5, action_dim=3, action_low=[-1.0] * 3, action_high=[1.0] * 3, image_keys=["base"],
                       image_size=[32, 32], instruction="push the cube")
-    make_policy(ARVLAConfig(architecture="openvla_oft", action_head="l1", chunk_size=2, arch={"use_film": True}),
+    make_policy(OpenVLAOFTPolicyConfig(action_head="l1", chunk_size=2, arch={"use_film": True}),
                 spec).save_pretrained(tmp_path / "ckpt")
     manifest = export_checkpoint(tmp_path / "ckpt", tmp_path / "export", instruction="push the cube", atol=1e-4)
     for fmt in ("onnx", "torch_export", "hf"):
@@ -222,7 +222,7 @@ def test_film_policy_exports_match_eager(tmp_path):
 
 def test_freeze_vision_keeps_film_maps_trainable(vla_spec):
     """OFT+ trains FiLM with the towers frozen: ``freeze_vision`` freezes the towers' own weights only."""
-    pol = make_policy(ARVLAConfig(architecture="openvla_oft", action_head="l1", chunk_size=2, freeze_vision=True,
+    pol = make_policy(OpenVLAOFTPolicyConfig(action_head="l1", chunk_size=2, freeze_vision=True,
                                   arch={"use_film": True}), vla_spec)
     trainable = {n for n, p in pol.named_parameters() if p.requires_grad}
     assert "model.vision_backbone.featurizer.blocks.0.scale.weight" in trainable

@@ -1,4 +1,4 @@
-"""policy=ar_vla with the exact OpenVLA / OpenVLA-OFT networks: RL interface, checkpoints, LoRA, PPO."""
+"""policy=openvla / openvla_oft, the exact OpenVLA / OpenVLA-OFT networks: RL interface, checkpoints, LoRA, PPO."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from vla_helpers import make_obs, ppo_step, trainable
+from vla_helpers import make_obs, openvla_config, ppo_step, trainable
 
 from policies import Policy, PolicySpec, make_policy
-from policies.ar_vla import ARVLAConfig
+from policies.ar_vla import OpenVLAPolicyConfig
 from policies.ar_vla.openvla_checkpoint import load_openvla
-from policies.ar_vla.openvla_policy import OpenVLAPolicy
+from policies.ar_vla.openvla_policy import OpenVLAOFTPolicy, OpenVLAPolicy
 from policies.vlm import LoRAConfig
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "reference"
@@ -21,8 +21,8 @@ VARIANTS = [("openvla", "tokens"), ("openvla_oft", "tokens"), ("openvla_oft", "l
 
 def _policy(spec, architecture="openvla_oft", action_head="l1", **kw) -> OpenVLAPolicy:
     kw.setdefault("chunk_size", 2)
-    pol = make_policy(ARVLAConfig(architecture=architecture, action_head=action_head, **kw), spec)
-    assert isinstance(pol, OpenVLAPolicy)
+    pol = make_policy(openvla_config(architecture, action_head=action_head, **kw), spec)
+    assert isinstance(pol, OpenVLAPolicy) and pol.name == architecture
     return pol
 
 
@@ -65,7 +65,7 @@ def test_save_and_reload_acts_the_same(vla_spec, obs, tmp_path):
     pol = _policy(vla_spec, lora=LoRAConfig(rank=4))
     pol.save_pretrained(tmp_path)
     again = Policy.from_pretrained(tmp_path)
-    assert isinstance(again, OpenVLAPolicy) and json.loads((tmp_path / "config.json").read_text())["policy"] == "ar_vla"
+    assert isinstance(again, OpenVLAPolicy) and json.loads((tmp_path / "config.json").read_text())["policy"] == "openvla_oft"
     torch.testing.assert_close(again.act(obs), pol.act(obs), atol=1e-6, rtol=0)
 
 
@@ -119,10 +119,12 @@ def test_published_oft_checkpoint_drives_the_policy():
 
 
 def test_bad_configurations_are_named(vla_spec):
-    with pytest.raises(ValueError, match="architecture='openvla2' is unknown"):
-        make_policy(ARVLAConfig(architecture="openvla2"), vla_spec)
-    with pytest.raises(ValueError, match="'l1' for openvla_oft"):
+    with pytest.raises(KeyError, match="unknown policy 'openvla2'"):
+        make_policy(OpenVLAPolicyConfig(name="openvla2"), vla_spec)
+    with pytest.raises(TypeError, match="action_head"):  # OpenVLA has the token head only: no such key
         _policy(vla_spec, "openvla", "l1")
+    with pytest.raises(ValueError, match="policy.action_head='l2' is not one of openvla_oft's heads"):
+        _policy(vla_spec, "openvla_oft", "l2")
     one_camera = PolicySpec(state_dim=5, action_dim=3, action_low=[-1.0] * 3, action_high=[1.0] * 3,
                             image_keys=["base"])
     with pytest.raises(ValueError, match="takes 2 camera image"):
@@ -134,9 +136,10 @@ def test_yaml_composes_and_builds(name, vla_spec, obs):
     from vlarl.config.loader import load_train_config
 
     cfg = load_train_config(["env=maniskill_pushcube_rgb", f"policy={name}", "policy.chunk_size=2"]).policy
-    assert cfg.architecture == name
+    assert cfg.name == name
     pol = make_policy(cfg, vla_spec)
     assert isinstance(pol, OpenVLAPolicy) and pol.act(obs).shape == (3, 2, 3)
+    assert isinstance(pol, OpenVLAOFTPolicy) == (name == "openvla_oft")
 
 
 @pytest.mark.slow

@@ -21,6 +21,16 @@ def make_obs(B: int = 3, seed: int = 1) -> dict:
 
 
 
+def openvla_config(architecture: str, **kw):
+    """The config of ``policy=openvla`` / ``openvla_oft`` by family name; OpenVLA has only the token head, so its
+    config has no ``action_head`` (``action_head="tokens"`` is dropped for it)."""
+    from policies.registry import policy_config_class
+
+    if architecture == "openvla" and kw.get("action_head", "tokens") == "tokens":
+        kw.pop("action_head", None)
+    return policy_config_class(architecture)(**kw)
+
+
 def trainable(policy: Policy) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in policy.named_parameters() if p.requires_grad}
 

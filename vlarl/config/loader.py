@@ -263,7 +263,9 @@ def load_saved_config(run_dir: str | Path, overrides: list[str] | None = None) -
     register_schemas()
     saved = OmegaConf.load(path)
     import_plugins(list(saved.get("plugins", [])))
-    from policies.registry import policy_config_class
+    from policies.registry import policy_config_class, upgrade_run_config
+
+    saved.policy = OmegaConf.create(upgrade_run_config(OmegaConf.to_container(saved.policy)))  # an earlier layout
     from simulators.registry import env_config_class
 
     base = OmegaConf.structured(TrainConfig)

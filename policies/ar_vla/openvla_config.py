@@ -1,0 +1,61 @@
+"""The policy configs of the exact OpenVLA and OpenVLA-OFT networks (``policy=openvla`` / ``openvla_oft``).
+
+Light on purpose: the registry and Hydra read them at start-up, while the networks
+(``policies.ar_vla.openvla_policy``) are imported only when one is built. OFT's config adds the keys only OFT
+has (its continuous L1 head, the squashed SAC actor, the proprio token)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies.vlm.policy_base import LoRAConfig, coerce_nested
+
+
+@dataclass
+class OpenVLAPolicyConfig:
+    name: str = "openvla"
+    size: str = "tiny"  # without pretrained_path: "tiny" | "published" (random weights)
+    pretrained_path: str | None = None  # an OpenVLA / OpenVLA-OFT folder (HF layout), loaded whole
+    unnorm_key: str | None = None  # dataset statistics entry that un-normalizes the checkpoint's actions
+    num_images: int = 0  # cameras fed (0 = OpenVLA 1 / OFT 2 from a checkpoint, else the env's)
+    # on an env without cameras: feed this many constant black frames (OpenVLA has no image mask); OFT then sees
+    # the state only through its proprio token
+    empty_cameras: int = 0
+    arch: dict[str, Any] = field(default_factory=dict)  # OpenVLAConfig fields over the size's (a save records all)
+    chunk_size: int = 4  # actions per chunk (T); OpenVLA's own is 1 (configs/policy/openvla.yaml)
+    temperature: float = 1.0  # action tokens: the categorical over the 256 bins is tempered ...
+    top_k: int = 0  # ... and cut to the top k (0 = all bins)
+    # value head input: "hidden" (the LM state at the prompt's last token) or "state" (an MLP critic on the
+    # normalized state vector: asymmetric actor-critic in simulation, decoupled from the trunk)
+    value_from: str = "hidden"
+    # value_bins K >= 2: the value head outputs K logits over equal bins on [value_min, value_max] and its value
+    # is their expectation (PPO with algorithm.value_loss=hl_gauss); 0 = a scalar value head
+    value_bins: int = 0
+    value_min: float = -1.0
+    value_max: float = 6.0
+    value_sigma_ratio: float = 0.75
+    # keep the state normalization the policy was (SF)trained with: RL rollouts do not move it
+    freeze_state_norm: bool = False
+    freeze_vlm: bool = False
+    freeze_vision: bool = False
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    dtype: str = "float32"  # "float32" | "bfloat16" (trunk weights; heads and log-probs stay fp32)
+    gradient_checkpointing: bool = False  # recompute the Llama layers in backward
+
+    def __post_init__(self) -> None:
+        coerce_nested(self)
+
+
+@dataclass
+class OpenVLAOFTPolicyConfig(OpenVLAPolicyConfig):
+    name: str = "openvla_oft"
+    action_head: str = "tokens"  # "tokens" (categorical over the 256 bins) | "l1" (Gaussian around the L1 head)
+    log_std_init: float = -1.0  # action_head=l1: initial log std of the Gaussian (learned per action dim)
+    # action_head=l1: tanh-squash that Gaussian (normalized units) into the action bounds, with a reparameterized
+    # sample: the actor algorithm=sac|rlpd train (docs/sac_vla_actors.md); false = the PPO Gaussian, unchanged
+    squash: bool = False
+    # squash=true: the SAC critics' own image encoder (policies.cnn.modeling.CNNCriticEncoder) over the model's
+    # cameras; keys override policies.cnn.modeling.CNNPolicyConfig's (e.g. image_size, cnn_channels, vision_dim)
+    critic_cnn: dict[str, Any] = field(default_factory=dict)
+    use_state: bool = True  # the proprio projector's token
