@@ -66,14 +66,22 @@ def import_plugins(modules: list[str]) -> None:
             raise ConfigError(f"plugins: cannot import module '{module}' ({e}); put the folder that holds it on "
                               f"PYTHONPATH or fix the name in plugins=[...]") from e
     if _registered:
-        _store_algorithms()
+        _store_families()
 
 
-def _store_algorithms() -> None:
-    """Every registered algorithm's config as ``algorithm/<name>_schema`` (``AlgorithmSpec.config``)."""
+def _store_families() -> None:
+    """Every registered algorithm's, env's and policy family's config as ``<group>/<name>_schema`` (a plugin
+    module registers its own before composing)."""
+    from policies.registry import _REGISTRY as POLICIES
+    from simulators.registry import _REGISTRY as ENVS
+
     cs = ConfigStore.instance()
     for name, cls in algorithm_configs().items():
         cs.store(group="algorithm", name=f"{name}_schema", node=cls)
+    for name, (cls, *_) in ENVS.items():
+        cs.store(group="env", name=f"{name}_schema", node=cls)
+    for name, (cls, *_) in POLICIES.items():
+        cs.store(group="policy", name=f"{name}_schema", node=cls)
 
 
 def register_schemas() -> None:
@@ -81,25 +89,18 @@ def register_schemas() -> None:
     global _registered
     if _registered:
         return
-    from policies.registry import _REGISTRY as POLICIES
     from policies.registry import _load_builtins as load_policies
-    from simulators.registry import _REGISTRY as ENVS
     from simulators.registry import _load_builtins as load_envs
+    from vlarl.rewards import RewardConfig
 
     load_envs()
     load_policies()
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="eval_schema", node=EvalCLIConfig)
-    _store_algorithms()
     cs.store(group="placement", name="placement_schema", node=PlacementConfig)
-    from vlarl.rewards import RewardConfig
-
     cs.store(group="reward", name="reward_schema", node=RewardConfig)
-    for name, (cls, _) in ENVS.items():
-        cs.store(group="env", name=f"{name}_schema", node=cls)
-    for name, (cls, _) in POLICIES.items():
-        cs.store(group="policy", name=f"{name}_schema", node=cls)
+    _store_families()
     _registered = True
 
 
