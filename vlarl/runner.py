@@ -88,6 +88,7 @@ class Runner:
                 print(f"[vlarl] {plan.describe()}")
                 self._build_rollout_side(device)
         self.actor = self.new_actor()
+        self.policy_chunk = int(ray.get(self.actor.chunk_size.remote()))  # resolved by the policy itself
         if cfg.placement.weight_sync == "collective":  # weights by torch.distributed broadcast, actor = rank 0
             addr, keys = ray.get([self.actor.weight_group_address.remote(), self.actor.weight_keys.remote()])
             ray.get([self.actor.join_weight_group.remote(addr, 2), self.rollout.join_weight_group.remote(addr, 1, 2, keys)])

@@ -47,6 +47,8 @@ def runner(tmp_path_factory):
 
 
 def test_collect_groups_stops_when_every_episode_ended(runner):
+    # the horizon's chunk comes from the built policy (a checkpoint's own for chunk_size=0), not the config
+    assert runner.policy_chunk == make_policy(runner.cfg.policy, runner.policy_spec).chunk_size
     _reseed(runner)
     early, _, steps = collect_groups(runner, None)
     assert early.num_steps == 5 and steps == 4 * 5  # horizon 8, episodes of 5 steps: 3 chunk steps saved

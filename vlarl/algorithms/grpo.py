@@ -326,8 +326,7 @@ def collect_groups(collector: Collector, obs_parts: list[dict[str, Any]]) -> tup
     (``collector.transform``): the driver holds references and reads the group counts only."""
     cfg = collector.cfg
     alg, B = cfg.algorithm, cfg.env.num_envs
-    horizon = alg.num_steps or episode_horizon(collector.env_spec.max_episode_steps,
-                                               int(getattr(cfg.policy, "chunk_size", 1)))
+    horizon = alg.num_steps or episode_horizon(collector.env_spec.max_episode_steps, collector.policy_chunk)
     rounds, trajs, steps = 1 + alg.dynamic_sampling_rounds, [], 0
     target = B // alg.group_size
     # one fresh set of reset states per call (a prefetched async rollout must not reuse the last one)

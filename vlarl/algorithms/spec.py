@@ -57,6 +57,7 @@ class Collector(Protocol):
     env_spec: Any
     iteration: int
     algorithm_state: dict[str, Any]
+    policy_chunk: int  # actions per chunk as the built policy resolved it (a checkpoint's own for chunk_size=0)
 
     def collect(self, obs_parts: list[dict[str, Any]], num_steps: int = 0,
                 until_all_ended: bool = False) -> tuple[Any, list[dict[str, Any]], int]:

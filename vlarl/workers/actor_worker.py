@@ -67,6 +67,11 @@ class ActorWorker:
         self.version = 0
         self.spans = Spans("actor")
 
+    def chunk_size(self) -> int:
+        """The policy's resolved chunk (a checkpoint's own when the config says 0): what an episode horizon in
+        chunk steps is computed from."""
+        return int(self.policy.chunk_size)
+
     def get_weights(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
 
