@@ -28,6 +28,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,8 @@ def _child(args: argparse.Namespace) -> int:
         def emit(d: dict[str, Any]) -> None:
             f.write(json.dumps(d) + "\n")
             f.flush()
+            if args.stall_after_first:  # tests: a child that never finishes, whatever the machine's speed
+                threading.Event().wait()
 
         measure_model(args.one, args, emit)
     return 0
@@ -138,6 +141,8 @@ def run_models(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
                "--chunk-batches", *map(str, args.chunk_batches)]
         if args.tiny:
             cmd.append("--tiny")
+        if args.stall_after_first:
+            cmd.append("--stall-after-first")
         if args.image_lacks:
             cmd += ["--image-lacks", *args.image_lacks]
         t = time.monotonic()
@@ -210,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--predictor", default="gpu_memory_estimate:predict_update_peak")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
+    # tests only: each child blocks after its first measurement, so a limit is reached on any machine
+    ap.add_argument("--stall-after-first", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # the child: one model
     ap.add_argument("--jsonl", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--image-lacks", nargs="*", default=None, help=argparse.SUPPRESS)

@@ -182,21 +182,27 @@ def refuse_unknown_top_level(args: list[str], schema: type) -> None:
             raise ConfigError(f"unknown config key '{key}'.{hint} Valid keys: {valid}")
 
 
-def load_config(args: list[str]) -> CollectConfig:
-    """Compose ``configs/collect.yaml`` + overrides (Hydra, as ``vlarl-eval``) into a typed ``CollectConfig``."""
+def load_cli_config(config_name: str, schema: type, args: list[str]) -> Any:
+    """Compose ``configs/<config_name>.yaml`` + overrides (Hydra, as ``vlarl-eval``) into a typed ``schema``
+    instance: what the small CLIs (``vlarl-collect``, ``vlarl-demos``) share."""
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
     from vlarl.config.loader import ConfigError, _compose, friendly_error, register_schemas
 
-    refuse_unknown_top_level(args, CollectConfig)
+    refuse_unknown_top_level(args, schema)
     register_schemas()
-    ConfigStore.instance().store(name="collect_schema", node=CollectConfig)
-    cfg = _compose("collect", args)
+    ConfigStore.instance().store(name=f"{config_name}_schema", node=schema)
+    cfg = _compose(config_name, args)
     try:
         return OmegaConf.to_object(cfg)
     except Exception as exc:
         raise ConfigError(friendly_error(exc, cfg)) from exc
+
+
+def load_config(args: list[str]) -> CollectConfig:
+    """``configs/collect.yaml`` + overrides as a typed ``CollectConfig``."""
+    return load_cli_config("collect", CollectConfig, args)
 
 
 def check_output(cfg: CollectConfig) -> None:

@@ -46,21 +46,10 @@ class DemosConfig:
 
 
 def load_config(args: list[str]) -> DemosConfig:
-    """Compose ``configs/demos.yaml`` + overrides into a typed ``DemosConfig`` (as ``vlarl-collect`` does)."""
-    from hydra.core.config_store import ConfigStore
-    from omegaconf import OmegaConf
+    """``configs/demos.yaml`` + overrides as a typed ``DemosConfig``."""
+    from vlarl.collect import load_cli_config
 
-    from vlarl.collect import refuse_unknown_top_level
-    from vlarl.config.loader import ConfigError, _compose, friendly_error, register_schemas
-
-    refuse_unknown_top_level(args, DemosConfig)
-    register_schemas()
-    ConfigStore.instance().store(name="demos_schema", node=DemosConfig)
-    cfg = _compose("demos", args)
-    try:
-        return OmegaConf.to_object(cfg)
-    except Exception as exc:
-        raise ConfigError(friendly_error(exc, cfg)) from exc
+    return load_cli_config("demos", DemosConfig, args)
 
 
 def check_env(env_cfg: Any) -> tuple[int, str]:

@@ -8,16 +8,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 
-BIN = Path(sys.executable).parent
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.plugins import one_line_refusal, train, write_plugin
 
 # Vanilla REINFORCE over chunk steps: loss = -mean(log pi(chunk) * (G - mean G)), G the discounted return-to-go
 # inside the batch. It reads only its own keys (gamma, normalize) and the base's (name, lr, num_steps, anneal_lr).
@@ -83,27 +77,15 @@ gamma: 0.8
 
 
 @pytest.fixture
-def plugin(tmp_path) -> dict[str, str]:
+def plugin(tmp_path) -> dict:
     """The two files, in a folder that is not vlarl's: ``<tmp>/mods/reinforce_plugin.py`` and
     ``<tmp>/configs/algorithm/reinforce_plugin.yaml``."""
-    mods, configs = tmp_path / "mods", tmp_path / "configs" / "algorithm"
-    mods.mkdir()
-    configs.mkdir(parents=True)
-    (mods / "reinforce_plugin.py").write_text(textwrap.dedent(MODULE))
-    (configs / "reinforce_plugin.yaml").write_text(YAML)
-    env = {**os.environ, "RAY_DEDUP_LOGS": "0",
-           "PYTHONPATH": os.pathsep.join([str(mods), str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return {"env": env, "searchpath": f"hydra.searchpath=[file://{tmp_path / 'configs'}]", "mods": str(mods)}
-
-
-def _train(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "vlarl-train"), *args], capture_output=True, text=True, timeout=900,
-                          stdin=subprocess.DEVNULL, env=env, cwd=cwd)
+    return write_plugin(tmp_path, "reinforce_plugin", MODULE, "algorithm", YAML)
 
 
 def test_a_plugin_algorithm_refuses_keys_and_policies_it_does_not_take(plugin, tmp_path):
     """Refusals of the plugin's own config and declared capability: one line, exit 2, nothing written."""
-    common = ["plugins=[reinforce_plugin]", plugin["searchpath"], "algorithm=reinforce_plugin"]
+    common = [*plugin["args"], "algorithm=reinforce_plugin"]
     cases = [
         (["policy.squash=true", "algorithm.num_minibatches=4"], "unknown config key 'algorithm.num_minibatches'. "
          "Valid keys of algorithm: ['anneal_lr', 'gamma', 'lr', 'name', 'normalize', 'num_steps']"),
@@ -111,10 +93,9 @@ def test_a_plugin_algorithm_refuses_keys_and_policies_it_does_not_take(plugin, t
         (["policy.squash=true", "algorithm.gamma=2"], "algorithm.gamma=2.0 must lie in [0, 1]"),
     ]
     for extra, needle in cases:
-        p = _train([*common, *extra, f"run_dir={tmp_path / 'never'}"], plugin["env"], tmp_path)
-        lines = p.stderr.strip().splitlines()
-        assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], (extra, p.stderr[-2000:])
-    p = _train(["plugins=[no_such_module]", f"run_dir={tmp_path / 'never'}"], plugin["env"], tmp_path)
+        p = train([*common, *extra, f"run_dir={tmp_path / 'never'}"], plugin["env"], tmp_path)
+        assert one_line_refusal(p, needle), (extra, p.stderr[-2000:])
+    p = train(["plugins=[no_such_module]", f"run_dir={tmp_path / 'never'}"], plugin["env"], tmp_path)
     assert p.returncode == 2 and "plugins: cannot import module 'no_such_module'" in p.stderr
     assert not (tmp_path / "never").exists() and not (tmp_path / "outputs").exists()
 
@@ -123,17 +104,17 @@ def test_a_plugin_algorithm_refuses_keys_and_policies_it_does_not_take(plugin, t
 @pytest.mark.sim
 def test_a_plugin_algorithm_trains_through_vlarl_train(plugin, tmp_path):
     run_dir = tmp_path / "run"
-    args = ["plugins=[reinforce_plugin]", plugin["searchpath"], "algorithm=reinforce_plugin", "policy.squash=true",
+    args = [*plugin["args"], "algorithm=reinforce_plugin", "policy.squash=true",
             "policy.chunk_size=2", "policy.hidden_sizes=[16,16]", "env.num_envs=2", "env.num_workers=1",
             "algorithm.num_steps=4", "algorithm.lr=1e-2", "total_env_steps=48", "eval.episodes=2", "eval.num_envs=2",
             "eval.video_episodes=0", "time_limit_minutes=0", "logger.progress_bar=false", "logger.tensorboard=false",
             "checkpoint_every=1", f"run_dir={run_dir}"]
-    p = _train(args, plugin["env"], tmp_path)
+    p = train(args, plugin["env"], tmp_path)
     assert p.returncode == 0, f"vlarl-train failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    train = [r for r in rows if "train/policy_loss" in r]
-    assert len(train) == 3  # 48 env steps / (2 envs x 4 chunk steps x chunk 2)
-    assert all(math.isfinite(r["train/policy_loss"]) and "train/return_mean" in r for r in train)
+    updates = [r for r in rows if "train/policy_loss" in r]
+    assert len(updates) == 3  # 48 env steps / (2 envs x 4 chunk steps x chunk 2)
+    assert all(math.isfinite(r["train/policy_loss"]) and "train/return_mean" in r for r in updates)
     saved = (run_dir / "config.yaml").read_text()
     assert "name: reinforce_plugin" in saved and "gamma: 0.8" in saved and "reinforce_plugin" in saved.split("plugins:")[1]
 

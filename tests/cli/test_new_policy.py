@@ -8,16 +8,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 
-BIN = Path(sys.executable).parent
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.plugins import one_line_refusal, train, write_plugin
 
 # A linear Gaussian chunk policy with a linear value head: the smallest thing PPO can train.
 MODULE = '''
@@ -86,20 +81,8 @@ chunk_size: 2
 
 @pytest.fixture
 def plugin(tmp_path) -> dict:
-    mods, configs = tmp_path / "mods", tmp_path / "configs" / "policy"
-    mods.mkdir()
-    configs.mkdir(parents=True)
-    (mods / "linear_plugin.py").write_text(textwrap.dedent(MODULE))
-    (configs / "linear_plugin.yaml").write_text(YAML)
-    env = {**os.environ, "RAY_DEDUP_LOGS": "0",
-           "PYTHONPATH": os.pathsep.join([str(mods), str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return {"env": env, "common": ["plugins=[linear_plugin]", f"hydra.searchpath=[file://{tmp_path / 'configs'}]",
-                                   "policy=linear_plugin"], "mods": mods}
-
-
-def _train(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "vlarl-train"), *args], capture_output=True, text=True, timeout=900,
-                          stdin=subprocess.DEVNULL, env=env, cwd=cwd)
+    p = write_plugin(tmp_path, "linear_plugin", MODULE, "policy", YAML)
+    return {**p, "common": [*p["args"], "policy=linear_plugin"]}
 
 
 def test_a_plugin_policy_refuses_what_it_cannot_do(plugin, tmp_path):
@@ -108,9 +91,8 @@ def test_a_plugin_policy_refuses_what_it_cannot_do(plugin, tmp_path):
     cases = [(["policy.hidden_sizes=[8]"], "unknown config key 'policy.hidden_sizes'"),
              (["algorithm=sac"], "algorithm=sac needs reparameterized sampling")]
     for extra, needle in cases:
-        p = _train([*plugin["common"], *extra, f"run_dir={tmp_path / 'never'}"], plugin["env"], tmp_path)
-        lines = p.stderr.strip().splitlines()
-        assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], (extra, p.stderr[-2000:])
+        p = train([*plugin["common"], *extra, f"run_dir={tmp_path / 'never'}"], plugin["env"], tmp_path)
+        assert one_line_refusal(p, needle), (extra, p.stderr[-2000:])
     assert not (tmp_path / "never").exists() and not (tmp_path / "outputs").exists()
 
 
@@ -121,23 +103,26 @@ def test_a_plugin_policy_trains_through_vlarl_train(plugin, tmp_path):
             "algorithm.num_minibatches=1", "algorithm.update_epochs=2", "total_env_steps=48", "eval.episodes=2",
             "eval.num_envs=2", "eval.video_episodes=0", "time_limit_minutes=0", "logger.progress_bar=false",
             "logger.tensorboard=false", "checkpoint_every=1", f"run_dir={run_dir}"]
-    p = _train(args, plugin["env"], tmp_path)
+    p = train(args, plugin["env"], tmp_path)
     assert p.returncode == 0, f"vlarl-train failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    train = [r for r in rows if "train/policy_loss" in r]
-    assert len(train) == 3 and all(math.isfinite(r["train/policy_loss"]) for r in train)  # 48 / (2 x 4 x 2)
+    updates = [r for r in rows if "train/policy_loss" in r]
+    assert len(updates) == 3 and all(math.isfinite(r["train/policy_loss"]) for r in updates)  # 48 / (2 x 4 x 2)
     assert (run_dir / "eval" / "eval.json").is_file()
 
     import torch
+
+    from policies import Policy
+    from policies.registry import _REGISTRY
 
     sys.path.insert(0, str(plugin["mods"]))
     try:  # a plugin family's checkpoint loads once its module is imported (it registers the family)
         import linear_plugin  # noqa: F401
 
-        from policies import Policy
-
         first, last = (Policy.from_pretrained(run_dir / "checkpoints" / f"iter_{i:06d}") for i in (1, 3))
-    finally:
+    finally:  # this test process's registry goes back to the built-in families
         sys.path.remove(str(plugin["mods"]))
+        _REGISTRY.pop("linear_plugin", None)
+        sys.modules.pop("linear_plugin", None)
     assert type(last).__name__ == "LinearPolicy" and last.name == "linear_plugin"
     assert not torch.equal(first.actor.weight, last.actor.weight), "PPO never changed the plugin's actor"

@@ -8,16 +8,10 @@ import the plugin too) and evaluates it; no file of vlarl, simulators/ or config
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 
-BIN = Path(sys.executable).parent
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.plugins import one_line_refusal, train, write_plugin
 
 # A point mass in the unit square steered towards a goal: state (position, goal), action a velocity step.
 MODULE = '''
@@ -90,27 +84,14 @@ max_episode_steps: 20
 
 @pytest.fixture
 def plugin(tmp_path) -> dict:
-    mods, configs = tmp_path / "mods", tmp_path / "configs" / "env"
-    mods.mkdir()
-    configs.mkdir(parents=True)
-    (mods / "point_reach.py").write_text(textwrap.dedent(MODULE))
-    (configs / "point_reach.yaml").write_text(YAML)
-    env = {**os.environ, "RAY_DEDUP_LOGS": "0",
-           "PYTHONPATH": os.pathsep.join([str(mods), str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return {"env": env, "common": ["plugins=[point_reach]", f"hydra.searchpath=[file://{tmp_path / 'configs'}]",
-                                   "~experiment", "env=point_reach"]}  # the default experiment is PushCube's
-
-
-def _train(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "vlarl-train"), *args], capture_output=True, text=True, timeout=900,
-                          stdin=subprocess.DEVNULL, env=env, cwd=cwd)
+    p = write_plugin(tmp_path, "point_reach", MODULE, "env", YAML)
+    return {**p, "common": [*p["args"], "~experiment", "env=point_reach"]}  # the default experiment is PushCube's
 
 
 def test_a_plugin_simulator_refuses_keys_it_does_not_have(plugin, tmp_path):
-    p = _train([*plugin["common"], "env.control_mode=pd_ee_delta_pos", f"run_dir={tmp_path / 'never'}"],
-               plugin["env"], tmp_path)
-    lines = p.stderr.strip().splitlines()
-    assert p.returncode == 2 and len(lines) == 1 and "unknown config key 'env.control_mode'" in lines[0], p.stderr
+    p = train([*plugin["common"], "env.control_mode=pd_ee_delta_pos", f"run_dir={tmp_path / 'never'}"],
+              plugin["env"], tmp_path)
+    assert one_line_refusal(p, "unknown config key 'env.control_mode'"), p.stderr
     assert not (tmp_path / "never").exists()
 
 
@@ -119,7 +100,7 @@ def test_a_plugin_simulator_trains_through_vlarl_train(plugin, tmp_path):
     args = [*plugin["common"], "env.num_workers=1", "policy.hidden_sizes=[32,32]", "algorithm.num_steps=8",
             "total_env_steps=128", "eval.episodes=4", "eval.num_envs=2", "eval.video_episodes=0",
             "time_limit_minutes=0", "logger.progress_bar=false", "logger.tensorboard=false", f"run_dir={run_dir}"]
-    p = _train(args, plugin["env"], tmp_path)
+    p = train(args, plugin["env"], tmp_path)
     assert p.returncode == 0, f"vlarl-train failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len([r for r in rows if "train/policy_loss" in r]) == 4  # 128 env steps / (4 envs x 8 steps)
