@@ -9,7 +9,6 @@ Default tier: 1,000 decoder-level payloads and 300 through a live server; slow t
 from __future__ import annotations
 
 import collections
-import time
 
 import msgpack
 import numpy as np
@@ -27,6 +26,7 @@ from policies.base import Policy  # noqa: E402
 from robots.policy_client import PolicyClient  # noqa: E402
 from robots.policy_server import PolicyServer, RequestError  # noqa: E402
 from robots.wire import WireError, packb  # noqa: E402
+from tests.robots.waits import wait_until  # noqa: E402
 
 D, CAMS, MAX_BATCH = 8, ("base", "wrist"), 4
 LIVE_MAX_BYTES = 64 * 1024  # small on purpose: oversized payloads stay cheap to send thousands of times
@@ -203,10 +203,8 @@ class _Conn:
 
 
 def _until(condition, what: str, limit_s: float = 10.0) -> None:
-    deadline = time.monotonic() + limit_s
-    while not condition():
-        assert time.monotonic() < deadline, f"server never reached: {what}"
-        time.sleep(0.01)
+    """Wait for the server's event loop to finish its bookkeeping (a close is counted after the client saw it)."""
+    assert wait_until(condition, limit_s), f"server never reached: {what}"
 
 
 def _fuzz_live(policy: Policy, n: int) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.client
 import socket
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ import torch
 from policies.base import Policy
 from robots.policy_client import API_KEY_ENV, PolicyClient, PolicyServerError
 from robots.policy_server import PolicyServer, message_bytes_bound, parse_prometheus
+from tests.robots.waits import wait_until
 
 pytest.importorskip("websockets", reason="the policy server needs the robot extra (pip install -e .[robot])")
 
@@ -34,10 +34,7 @@ def _expected(policy: Policy, req: dict) -> np.ndarray:
 
 def _until(condition, what: str, limit_s: float = 10.0) -> None:
     """Wait for the server's event loop to finish its bookkeeping (a close is counted after the client saw it)."""
-    deadline = time.monotonic() + limit_s
-    while not condition():
-        assert time.monotonic() < deadline, f"server never reached: {what}"
-        time.sleep(0.01)
+    assert wait_until(condition, limit_s), f"server never reached: {what}"
 
 
 def _get(port: int, path: str, key: str | None = None) -> tuple[int, str]:
