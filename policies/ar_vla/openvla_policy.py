@@ -17,7 +17,7 @@ Distributions (sampling and ``evaluate`` apply the same rule, so a sample re-sco
   per-dimension log std (``log_std_init``); the env gets the sample clipped to [-1, 1] and un-normalized.
   With ``squash`` (SAC/RLPD's actor, docs/sac_vla_actors.md) the sample ``u`` goes through ``tanh`` instead of
   the clip, then the same un-normalization: the log-prob gets both change-of-variables terms
-  (``policies.mlp.tanh_squash``), ``replay`` keeps ``u`` (``pre_tanh``), ``rsample`` draws it with gradients,
+  (``policies.heads.gaussian.tanh_squash``), ``replay`` keeps ``u`` (``pre_tanh``), ``rsample`` draws it with gradients,
   ``act`` is the squashed mean, and ``critic_encoder`` gives the SAC critics a small image encoder of their own.
 
 Actions are un-normalized with the checkpoint's dataset statistics (``unnorm_key``), or with the env's action
@@ -53,7 +53,8 @@ from policies.ar_vla.openvla_oft import OpenVLAOFT
 from policies.ar_vla.prismatic_vision import pixel_values
 from policies.base import ActionSample, Policy, PolicySpec, as_float_tensor
 from policies.cnn.modeling import CNNCriticEncoder, CNNPolicyConfig
-from policies.mlp import RunningNorm, tanh_squash
+from policies.heads.gaussian import tanh_squash
+from policies.processors.normalize import RunningNormalize
 from policies.registry import register_policy
 from policies.value_head import config_value_support, value_expectation, value_output, with_value_bins
 from policies.vlm.backbone import BACKBONE_CONFIG_NAME
@@ -122,7 +123,7 @@ class OpenVLAPolicy(VLAPolicy):
         self.register_buffer("stat_mask", stats.mask)
         self.stat_eps = stats.eps
         self.proprio_stats = proprio
-        self.state_norm = RunningNorm(spec.state_dim, 10.0)
+        self.state_norm = RunningNormalize("state", spec.state_dim, 10.0)
         self.register_buffer("action_ids", model.bins.token_ids.clone(), persistent=False)
         self.log_std = nn.Parameter(torch.full((cfg.action_dim,), float(oft.log_std_init))) \
             if oft is not None and cfg.action_head == "l1" else None
@@ -224,7 +225,7 @@ class OpenVLAPolicy(VLAPolicy):
         if isinstance(self.model, OpenVLAOFT) and self.model.proprio_projector is not None:
             state = as_float_tensor(obs["state"], self.device)
             proprio = self.proprio_stats.normalize(state) if self.proprio_stats is not None else \
-                self.state_norm(state).clamp(-5, 5)
+                self.state_norm.normalize(state).clamp(-5, 5)
         return ids, mask, pv.to(DTYPES[self.config.dtype]), proprio
 
     # -- the two distributions ----------------------------------------------------------------------------
@@ -257,7 +258,7 @@ class OpenVLAPolicy(VLAPolicy):
     def _value_exact(self, h_pre: torch.Tensor, obs: dict[str, Any]) -> torch.Tensor:
         """What ``evaluate`` returns as the value: [B], or logits [B, K] with a binned head."""
         if self.config.value_from == "state":
-            x = self.state_norm(as_float_tensor(obs["state"], self.device))
+            x = self.state_norm.normalize(as_float_tensor(obs["state"], self.device))
         else:
             x = h_pre.float()
         return value_output(self.value_head(x), self.value_support)

@@ -36,7 +36,7 @@ from torch import nn
 from policies.base import Policy, PolicySpec, as_float_tensor
 from policies.flow_vla.chain import FlowChain, FlowChainConfig
 from policies.flow_vla.interface import FlowInputs, FlowPrefix
-from policies.mlp import RunningNorm
+from policies.processors.normalize import RunningNormalize
 from policies.value_head import config_value_support, value_output, with_value_bins
 from policies.vlm.policy_base import DTYPES, PROCESSOR_NAME, VALUE_SOURCES, VLAPolicy, value_mlp
 
@@ -160,7 +160,7 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
             st = _affine(torch.zeros(S), torch.ones(S), False)  # unused: the running statistics normalize
             lo, hi = torch.tensor(spec.action_low), torch.tensor(spec.action_high)
             ac = _affine(lo, hi - lo, True)
-            self.state_norm = RunningNorm(S, 10.0)
+            self.state_norm = RunningNormalize("state", S, 10.0)
         for prefix, values in (("state", st), ("action", ac)):
             for name, t in zip(("shift", "scale", "mul", "add"), values, strict=True):
                 self.register_buffer(f"{prefix}_{name}", t.float().clone())
@@ -247,7 +247,7 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
         if state.ndim != 2 or state.shape[1] != self.spec.state_dim:
             raise ValueError(f"obs['state'] must be [B, {self.spec.state_dim}], got {tuple(state.shape)}")
         if self.state_norm is not None:
-            return self.state_norm(state)
+            return self.state_norm.normalize(state)
         return (state - self.state_shift) / self.state_scale * self.state_mul + self.state_add
 
     def _text(self, instructions: list[str], batch: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -186,8 +186,11 @@ class RunningNormalize(ProcessorStep):
         self.count = tot
 
     @torch.no_grad()
-    def update(self, batch: Batch) -> None:
-        if self.key in batch:
+    def update(self, batch: Batch | torch.Tensor) -> None:
+        """Fold ``batch[key]`` (or a tensor ``[..., dim]`` of the key's values) into the running statistics."""
+        if isinstance(batch, torch.Tensor):
+            self.fold(batch)
+        elif self.key in batch:
             self.fold(torch.as_tensor(batch[self.key], dtype=torch.float32))
 
     def check(self, spec: PolicySpec) -> None:

@@ -26,7 +26,7 @@ from torch import nn
 
 from policies.base import Policy, PolicySpec, as_float_tensor
 from policies.capabilities import FixedInstructionTokens
-from policies.mlp import RunningNorm
+from policies.processors.normalize import RunningNormalize
 from policies.vlm.backbone import build_backbone, has_backbone_files, save_backbone_files
 
 PROCESSOR_NAME = "processor_config.json"
@@ -94,7 +94,7 @@ class BackboneVLAPolicy(VLAPolicy):
             raise ValueError(f"policy.chunk_size must be >= 1, got {config.chunk_size}")
         self.backbone = build_backbone(config.backbone, extra_tokens, restore_dir)
         H = self.backbone.hidden_size
-        self.state_norm = RunningNorm(spec.state_dim, 10.0)
+        self.state_norm = RunningNormalize("state", spec.state_dim, 10.0)
         self.state_proj = nn.Linear(spec.state_dim, H) if config.use_state else None
         self.register_buffer("action_low", torch.tensor(spec.action_low, dtype=torch.float32))
         self.register_buffer("action_high", torch.tensor(spec.action_high, dtype=torch.float32))
@@ -187,7 +187,7 @@ class BackboneVLAPolicy(VLAPolicy):
         state = as_float_tensor(obs["state"], self.device)
         if state.ndim != 2 or state.shape[1] != self.spec.state_dim:
             raise ValueError(f"obs['state'] must be [B, {self.spec.state_dim}], got {tuple(state.shape)}")
-        return self.state_norm(state)
+        return self.state_norm.normalize(state)
 
     def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
         """Env units [..., A] -> [-1, 1]."""
