@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from policies.base import CheckpointError, PolicySpec
+from policies.spec import CheckpointError, PolicySpec
 
 PROCESSOR_CONFIG = "processor.json"
 PROCESSOR_STATS = "processor.safetensors"

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from policies.base import PolicySpec
 from policies.processors.base import Batch, ProcessorMismatch, ProcessorStep, register_step
+from policies.spec import PolicySpec
 
 MODES = ("mean_std", "min_max", "quantiles", "quantile10", "identity")
 _BOUNDS = {"min_max": ("min", "max"), "quantiles": ("q01", "q99"), "quantile10": ("q10", "q90")}

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from policies.base import PolicySpec
 from policies.processors.base import Batch, ProcessorMismatch, ProcessorStep, register_step
 from policies.processors.normalize import spec_dim
+from policies.spec import PolicySpec
 
 _MAX_NAME = {"state": "max_state_dim", "action": "max_action_dim"}
 

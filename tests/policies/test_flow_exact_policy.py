@@ -153,9 +153,14 @@ def test_lerobot_checkpoint_through_pretrained_path_acts_as_the_loader(tmp_path)
 
 def test_bad_input_is_one_line(vla_spec, tmp_path):
     wide = PolicySpec(state_dim=70, action_dim=3, action_low=[-1.0] * 3, action_high=[1.0] * 3, image_keys=["base"])
-    with pytest.raises(ValueError, match="exceed max_state_dim/max_action_dim 64/8") as e:
+    with pytest.raises(ValueError, match="state dim 70 exceeds the network's padding max_state_dim=64; raise "
+                       "policy.arch.max_state_dim to at least 70") as e:  # the processor's pad_vector step
         smolvla(wide)
     assert "\n" not in str(e.value)
+    wide_actions = PolicySpec(state_dim=5, action_dim=9, action_low=[-1.0] * 9, action_high=[1.0] * 9,
+                              image_keys=["base"])
+    with pytest.raises(ValueError, match="action dim 9 exceeds the network's padding max_action_dim=8"):
+        smolvla(wide_actions)
     with pytest.raises(ValueError, match="action dim 7 differs from the checkpoint's 5"):
         loaded(_fixture_spec(6, 7))
     other = tmp_path / "pi0"

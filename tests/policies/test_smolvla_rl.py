@@ -143,5 +143,8 @@ def test_env_observations_drive_a_tiny_smolvla_and_a_loaded_checkpoint():
     assert loaded.cameras == ["front"] and loaded.empty_cameras == 1  # the checkpoint's empty camera
     with pytest.raises(ValueError, match="action dim 7 differs"):
         build_smolvla(None, _spec(6, 7, ["top", "wrist"]), pretrained_path=fixtures / "checkpoint")
-    with pytest.raises(ValueError, match="exceed max_state_dim"):
-        build_smolvla(tiny_config(), _spec(9, 4, ["base_camera"]))
+    from policies.flow_vla.exact import SmolVLAPolicyConfig
+    from policies.registry import make_policy
+
+    with pytest.raises(ValueError, match="state dim 9 exceeds the network's padding max_state_dim=8"):
+        make_policy(SmolVLAPolicyConfig(), _spec(9, 4, ["base_camera"]))  # the processor's pad_vector check
