@@ -63,14 +63,19 @@ class FlowAdapter:
         mask from ``tokens()`` instead of the instruction)."""
         images = {k: torch.as_tensor(v).to(self.device) for k, v in obs.get("images", {}).items()}
         out = Processor(self.image_steps())({"images": images})["images"]
-        return self.network_inputs([out[c] for c in self.camera_map.cameras if c in out][: len(self.cameras)],
-                                   state, list(obs.get("instruction", [])), tokens)
+        return self.network_inputs(self.fed_images(out), state, list(obs.get("instruction", [])), tokens)
+
+    def fed_images(self, images: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        """The processed images of the cameras the env feeds, in the network's order (the network makes the
+        blank ones at its own size)."""
+        return [images[c] for c, s in zip(self.camera_map.cameras, self.camera_map.sources, strict=True) if s]
 
 
 def env_cameras(spec: PolicySpec, empty: int) -> CameraMap:
     """A network built for this env: every env camera in order, then ``empty`` blank masked ones."""
     keys = list(spec.image_keys)
-    return CameraMap(cameras=keys + [f"empty_camera_{i}" for i in range(empty)], sources=keys + [""] * empty)
+    return CameraMap(cameras=keys + [f"empty_camera_{i}" for i in range(empty)], sources=keys + [""] * empty,
+                     fill_blank=False)
 
 
 def check_config_keys(kind: str, cfg: Any, config_class: type) -> Any:

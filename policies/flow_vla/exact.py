@@ -291,7 +291,7 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
         batch = self.processor({"images": images, "state": self._state(obs)})
         state = batch["state"][..., : self.spec.state_dim]  # the value head reads the unpadded state
         tokens = self._text(list(obs.get("instruction", [])), state.shape[0])
-        return self.adapter.network_inputs(list(batch["images"].values()), batch["state"],
+        return self.adapter.network_inputs(self.adapter.fed_images(batch["images"]), batch["state"],
                                            list(obs.get("instruction", [])), tokens), state
 
     def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:

@@ -89,6 +89,38 @@ def test_save_load_round_trip_gives_identical_act(vla_spec, obs, tmp_path):
     assert torch.equal(loaded.state_norm.mean, pol.state_norm.mean)
 
 
+def test_the_processor_is_saved_with_the_weights_and_older_checkpoints_still_load(vla_spec, obs, tmp_path):
+    """processor.json lists the env <-> network steps; a checkpoint written before the statistics moved into the
+    processor (``state_norm.*`` / ``action_*`` buffers, no processor files) loads to the same actions."""
+    from safetensors.torch import load_file, save_file
+
+    from policies.processors import CameraMap, Processor, RunningNormalize
+
+    pol = smolvla(vla_spec)
+    pol.update_normalization(obs)
+    d = pol.save_pretrained(tmp_path / "ckpt")
+    steps = [s["type"] for s in json.loads((d / "processor.json").read_text())["steps"]]
+    assert steps == ["camera_map", "images_to_float", "running_normalize", "pad_vector", "normalize", "pad_vector"]
+    saved = Processor.load(d)
+    assert saved.find(CameraMap).fed == ["base", "wrist"] and saved.find(CameraMap).blank == 1
+    assert torch.equal(saved.find(RunningNormalize).mean, pol.state_norm.mean)
+    a = pol.act(obs)
+    state = load_file(str(d / "model.safetensors"))
+    old = {}
+    for k, v in state.items():  # the names of the older layout
+        if k.startswith("processor.steps.2."):
+            old["state_norm." + k.split(".")[-1]] = v
+        elif k.startswith("processor.steps.4."):
+            old["action_" + k.split(".")[-1]] = v
+        elif not k.startswith("processor."):
+            old[k] = v
+    old.update({f"state_{n}": torch.zeros(()) for n in ("shift", "scale", "mul", "add")})  # unused, dropped
+    save_file(old, str(d / "model.safetensors"), metadata={"policy": "smolvla"})
+    for f in ("processor.json", "processor.safetensors"):
+        (d / f).unlink()
+    assert torch.equal(Policy.from_pretrained(d).act(obs), a)
+
+
 def test_bf16_and_gradient_checkpointing(vla_spec, obs):
     pol = smolvla(vla_spec, "policy.dtype=bfloat16", "policy.gradient_checkpointing=true", "policy.freeze_vlm=false")
     assert pol.net.action_in_proj.weight.dtype == torch.bfloat16 and pol.net.vlm_with_expert.gradient_checkpointing
