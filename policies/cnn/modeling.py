@@ -128,13 +128,11 @@ class CNNPolicy(GaussianChunkPolicy):
 
     def update_normalization(self, obs: dict[str, Any]) -> None:
         if self.config.normalize_state:
-            self.norm.update(as_float_tensor(obs["state"], self.device))
+            self.norm.update(obs)
 
     def normalization_stats(self) -> dict[str, list[float]]:
         return {
-            "state_mean": self.norm.mean.tolist(),
-            "state_var": self.norm.var.tolist(),
-            "state_count": [float(self.norm.count)],
+            **self.norm.stats(),
             "action_low": self.action_low.tolist(),
             "action_high": self.action_high.tolist(),
             "image_mean": [self.image_mean] * 3,

@@ -35,8 +35,8 @@ import torch
 from torch import nn
 
 from policies.base import Policy, PolicySpec, as_float_tensor
-from policies.flow_vla.chain import FlowChain, FlowChainConfig
 from policies.flow_vla.interface import FlowInputs, FlowPrefix
+from policies.heads.flow import FlowChain, FlowChainConfig
 from policies.processors import CameraMap, Normalize, PadVector, Processor, RunningNormalize
 from policies.value_head import config_value_support, value_output, with_value_bins
 from policies.vlm.policy_base import DTYPES, PROCESSOR_NAME, VALUE_SOURCES, VLAPolicy, value_mlp
@@ -111,6 +111,9 @@ class ExactFlowConfig(FlowChainConfig):
     arch: dict[str, Any] = field(default_factory=dict)  # network config fields set over the size's (not a checkpoint's)
     pretrained_path: str = ""  # a published checkpoint dir (LeRobot / openpi layout), loaded whole
     vlm_path: str = ""  # local folder with the VLM's config + tokenizer when the checkpoint does not hold them
+    # env cameras the network reads, in its camera order (empty: every camera the env renders); a camera the
+    # env does not render is refused when the config loads (the processor's camera_map check)
+    cameras: list[str] = field(default_factory=list)
     gradient_checkpointing: bool = False  # recompute trunk/expert layers in backward
 
 
@@ -141,7 +144,8 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
         super().__init__(config, spec)  # the network brings its own VLM (no look-alike backbone)
         entry = self.network
         saved = json.loads((Path(restore_dir) / ARCH_FILE).read_text()) if restore_dir is not None else None
-        adapter = self._build(entry, config, spec, saved, restore_dir)
+        seen = dataclasses.replace(spec, image_keys=list(config.cameras)) if config.cameras else spec
+        adapter = self._build(entry, config, seen, saved, restore_dir)
         self.entry, self.adapter = entry, adapter
         self.net = adapter.model
         config = dataclasses.replace(config, chunk_size=int(self.net.chunk_size), num_steps=int(self.net.num_steps))
@@ -162,8 +166,9 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
             state_step = RunningNormalize("state", S, 10.0)
             action_step = Normalize.from_bounds("action", spec.action_low, spec.action_high, clip_inverse=True)
         self.processor = Processor([*adapter.image_steps(), state_step,
-                                    PadVector("state", S, int(self.net.max_state_dim)), action_step,
-                                    PadVector("action", A, self.model_action_dim)])
+                                    PadVector("state", S, int(self.net.max_state_dim), "policy.arch.max_state_dim"),
+                                    action_step,
+                                    PadVector("action", A, self.model_action_dim, "policy.arch.max_action_dim")])
         self.processor.check(spec)
         self._register_load_state_dict_pre_hook(self._upgrade_old_stats)
         self.value_support = config_value_support(config)

@@ -18,6 +18,17 @@ import torch
 from torch import nn
 
 
+def gaussian_logprob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """Elementwise log N(x; mean, std^2) (the denoising chains' steps); callers floor ``std`` (min_std) so it
+    can never collapse."""
+    return -((x - mean) ** 2) / (2 * std**2) - std.log() - 0.5 * math.log(2 * math.pi)
+
+
+def gaussian_entropy(std: torch.Tensor) -> torch.Tensor:
+    """Elementwise entropy of N(., std^2)."""
+    return 0.5 + 0.5 * math.log(2 * math.pi) + std.log()
+
+
 def tanh_squash(u: torch.Tensor, logprob_u: torch.Tensor, low: torch.Tensor,
                 high: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """A Gaussian sample ``u`` and its log-prob -> (actions ``low + (high - low) / 2 * (tanh(u) + 1)``, their

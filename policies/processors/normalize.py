@@ -32,6 +32,14 @@ def spec_dim(spec: PolicySpec, key: str) -> int | None:
     return {"state": spec.state_dim, "action": spec.action_dim}.get(key)
 
 
+def check_width(spec: PolicySpec, key: str, dim: int, what: str) -> None:
+    """Refuse an env whose ``key`` is not ``dim`` wide (statistics of ``dim`` values mean nothing for it)."""
+    want = spec_dim(spec, key)
+    if want is not None and want != dim:
+        raise ProcessorMismatch(f"the processor's {what} {key} statistics have {dim} dims but the env's {key} has "
+                                f"{want}; use a checkpoint trained on this env's {key} or start a new policy")
+
+
 @register_step("normalize")
 @dataclass(eq=False)
 class Normalize(ProcessorStep):
@@ -142,11 +150,7 @@ class Normalize(ProcessorStep):
         return {**batch, self.key: self.unnormalize(batch[self.key])}
 
     def check(self, spec: PolicySpec) -> None:
-        want = spec_dim(spec, self.key)
-        if want is not None and want != self.dim:
-            raise ProcessorMismatch(f"the processor normalizes a {self.key} of {self.dim} dims but the env's "
-                                    f"{self.key} has {want}; use a checkpoint trained on this env's {self.key} "
-                                    "or start from a config without fixed statistics")
+        check_width(spec, self.key, self.dim, "fixed")
 
 
 @register_step("running_normalize")
@@ -194,8 +198,9 @@ class RunningNormalize(ProcessorStep):
             self.fold(torch.as_tensor(batch[self.key], dtype=torch.float32))
 
     def check(self, spec: PolicySpec) -> None:
-        want = spec_dim(spec, self.key)
-        if want is not None and want != self.dim:
-            raise ProcessorMismatch(f"the processor's running {self.key} statistics have {self.dim} dims but the "
-                                    f"env's {self.key} has {want}; train this checkpoint on an env with that "
-                                    f"{self.key} or start a new policy")
+        check_width(spec, self.key, self.dim, "running")
+
+    def stats(self) -> dict[str, list[float]]:
+        """``<key>_mean`` / ``<key>_var`` / ``<key>_count`` (what ``normalization.json`` records)."""
+        return {f"{self.key}_mean": self.mean.tolist(), f"{self.key}_var": self.var.tolist(),
+                f"{self.key}_count": [float(self.count)]}

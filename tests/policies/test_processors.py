@@ -175,7 +175,7 @@ def test_checks_refuse_dims_and_sizes_the_env_does_not_have():
         PadVector("state", 3, 8).check(_spec(state=4))
     with pytest.raises(ProcessorMismatch, match="max_action_dim=4"):
         PadVector("action", 6, 4)
-    with pytest.raises(ProcessorMismatch, match="normalizes a action of 2 dims but the env's action has 7"):
+    with pytest.raises(ProcessorMismatch, match="fixed action statistics have 2 dims but the env's action has 7"):
         Normalize.from_bounds("action", [-1, -1], [1, 1]).check(_spec(action=7))
     with pytest.raises(ProcessorMismatch, match="needs 224x224 images but the env renders 8x8; set env.image_size=224"):
         ImageSize(224, 224).check(_spec())

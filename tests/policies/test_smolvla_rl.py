@@ -13,7 +13,7 @@ import torch
 
 from policies.flow_vla.interface import FlowInputs
 from policies.flow_vla.smolvla import SmolVLA, published_config, tiny_config
-from policies.vlm.action_expert import gaussian_logprob
+from policies.heads.gaussian import gaussian_logprob
 from vlarl.algorithms.losses import ppo_policy_loss
 
 STD = 0.1
