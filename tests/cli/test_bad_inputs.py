@@ -107,7 +107,7 @@ CASES: dict[str, tuple[Callable[..., int], str]] = {
     "train-pi0-state-past-padding": (_train("policy=pi0", "policy.arch.max_state_dim=4"),
                                      "the env's state dim 8 exceeds the network's padding max_state_dim=4; raise "
                                      "policy.arch.max_state_dim to at least 8"),
-    "train-smolvla-action-past-padding": (_train("policy=smolvla", "policy.arch.max_action_dim=4"),
+    "train-smolvla-action-past-padding": (_train("policy=smolvla", "+policy.arch.max_action_dim=4"),
                                           "action dim 7 exceeds the network's padding max_action_dim=4"),
     "train-smolvla-camera-not-rendered": (_train("policy=smolvla", "env.obs_mode=rgb", "policy.cameras=[wrist]"),
                                           "expects camera(s) ['wrist'] that the env does not render (env cameras: "
