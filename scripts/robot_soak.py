@@ -2,8 +2,8 @@
 
     python scripts/robot_soak.py --episodes 250 --output outputs/robot_soak [train_hil key=value ...]
 
-Starts franky-sim on a free loopback address, runs ``robots.hil.run`` (the learner on, the scripted operator, the
-graded protocol: what ``scripts/train_hil.py`` runs) for ``--episodes`` episodes, and records
+Starts franky-sim on a free loopback address (``robots.franky_sim``), runs ``vlarl.hil.run`` (the learner on, the
+scripted operator, the graded protocol: what ``scripts/train_hil.py`` runs) for ``--episodes`` episodes, and records
 * every commanded joint velocity: the safety layer's joint velocity of each target sent to the arm (through the
   FR3 kinematics in ``ee_delta``), against ``--limit-fraction`` (0.9) of the FR3's position-dependent limits;
 * the measured joint velocities, read from the arm at ``--sample-hz`` on a thread of their own, against the same;
@@ -19,10 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import shutil
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -32,45 +28,10 @@ from typing import Any
 
 import numpy as np
 
-SIM_PORTS = (1337, 1338)  # libfranka's robot and gripper command ports
 DEFAULTS = ["chunk_size=2", "env.goal_radius=0.05", "hil.learner.bc_weight=1.0", "hil.interventions.device=scripted",
             "hil.interventions.protocol=graded", "hil.interventions.graded_episodes=[5,10]", "operator_stop=false",
             "env.safety.watchdog_timeout=1.0", "env.franky.home_dynamics_factor=0.3"]
-
-
-def free_loopback_host() -> str:
-    """A 127.0.0.x (x >= 100: the tests use .1-.59) whose libfranka ports are free; ValueError when none is."""
-    for last in range(100, 250):
-        host = f"127.0.0.{last}"
-        ok = True
-        for port in SIM_PORTS:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    s.bind((host, port))
-                except OSError:
-                    ok = False
-        if ok:
-            return host
-    raise ValueError("every loopback address 127.0.0.100-249 has its libfranka ports taken; stop a franky-sim")
-
-
-def start_franky_sim(host: str, log_path: Path) -> subprocess.Popen:
-    exe = shutil.which("franky-sim") or str(Path(sys.executable).with_name("franky-sim"))
-    if not Path(exe).exists():
-        raise ValueError("franky-sim is not installed; pip install 'vlarl[robot]'")
-    with open(log_path, "w") as f:
-        proc = subprocess.Popen([exe, "-s", "mujoco", "--hostname", host], stdout=f, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    up = threading.Event()
-    for _ in range(1200):  # until it listens (bounded: a sim that never comes up is an error)
-        if proc.poll() is not None:
-            raise RuntimeError(f"franky-sim exited: {log_path.read_text()[-2000:]}")
-        if "Connect to the server" in log_path.read_text():
-            return proc
-        up.wait(0.1)
-    proc.terminate()
-    raise RuntimeError("franky-sim did not come up within 120 s")
+SOAK_HOSTS = range(100, 250)  # 127.0.0.x for the soak's simulator (the tests use .1-.59)
 
 
 class Monitor:
@@ -217,23 +178,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-run-exits", type=int, default=5, help="resumes after an exception before giving up")
     ap.add_argument("overrides", nargs="*", help="train_hil keys, key=value")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logging.getLogger("robots.safety").setLevel(logging.ERROR)  # clamps are counted per episode instead
-    import torch
-
-    torch.set_num_threads(1)
     from robots.franky_driver import RobotLinkError
-    from robots.hil import run
+    from robots.franky_sim import franky_sim_executable, free_loopback_host, start_franky_sim, stop_franky_sim
     from robots.reach_task import FrankaReachEnv
-    from scripts.train_hil import initial_policy, load_config, read_episode, writer_factory
+    from vlarl.hil import run
+    from vlarl.hil.cli import initial_policy, load_config, prologue
+    from vlarl.hil.episodes import lerobot_writer
 
+    prologue()
     try:
         if args.episodes < 1 or args.eval_every < 1 or args.eval_episodes < 1 or not 0 < args.limit_fraction <= 1:
             raise ValueError("--episodes, --eval-every and --eval-episodes must be >= 1, --limit-fraction in (0, 1]")
         out = Path(args.output)
         if out.exists() and any(out.iterdir()):
             raise ValueError(f"--output {out} is not empty; pass a new folder")
-        host = free_loopback_host()
+        franky_sim_executable()
+        host = free_loopback_host(SOAK_HOSTS)
         cfg = load_config([*DEFAULTS, f"output={out / 'run'}", f"env.franky.ip={host}", f"hil.episodes={args.episodes}",
                            f"hil.eval_every={args.eval_every}", f"hil.eval_episodes={args.eval_episodes}",
                            *args.overrides])
@@ -249,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     mon = Monitor(env, args.sample_hz, args.limit_fraction)
     try:
         policy_dir = initial_policy(cfg, env)
-        writer = writer_factory(int(cfg.env.policy_hz), cfg.video_codec)
+        writer = lerobot_writer(int(cfg.env.policy_hz), cfg.video_codec)
         resume = False
         segment: list[dict[str, Any]] = []  # rows of the run segment in progress (run returns them at its end)
 
@@ -262,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         while True:
             try:
                 segment.clear()
-                run(cfg.hil, env, policy_dir, cfg.output, writer, read_episode, resume=resume, on_episode=progress)
+                run(cfg.hil, env, policy_dir, cfg.output, writer, resume=resume, on_episode=progress)
                 rows.extend(segment)
                 break
             except (RobotLinkError, RuntimeError) as exc:  # a run exit: counted, then resumed as a user would
@@ -275,8 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         mon.close()
         env.close()
-        sim.terminate()
-        sim.wait(10)
+        stop_franky_sim(sim)
     summary = summarize(rows, exits, env, mon, cfg, args, time.monotonic() - t0, host)
     kinds, evals, wall = summary["faults"], summary["evals"], summary["wall_s"]
     cmd_n, meas_n = summary["commands"], summary["samples"]
