@@ -85,11 +85,18 @@ class LearnerHost:
             v, w = self.learner.weights()
         return v, w, {**self.metrics, "learner/updates": float(self.learner.updates)}
 
-    def save(self, path: str) -> None:
-        """The learner's state (weights, optimizers, counters, RNG) as one file, replaced atomically and durably."""
+    def save(self, path: str) -> tuple[int, dict[str, torch.Tensor], dict[str, float]]:
+        """The learner's state (weights, optimizers, counters, RNG) as one file, replaced atomically and durably;
+        returns the (version, weights, metrics) it holds. Both are taken in one hold of the lock, so the policy
+        the caller exports is the one in the checkpoint even while the update thread runs."""
+        import io
+
         with self._lock:
-            sd = self.learner.state_dict()
-        atomic_save(lambda tmp: torch.save(sd, tmp), path)
+            buf = io.BytesIO()
+            torch.save(self.learner.state_dict(), buf)  # serialized here: the update thread mutates the tensors
+            v, w = self.learner.weights()
+        atomic_save(lambda tmp: tmp.write_bytes(buf.getvalue()), path)
+        return v, w, {**self.metrics, "learner/updates": float(self.learner.updates)}
 
     def close(self) -> None:
         self._stop.set()

@@ -226,12 +226,9 @@ def run(cfg: HILConfig, env: Any, policy_dir: str | Path, output: str | Path,
                     link.call("update")
                 row = episode_row(k, recorder.last_meta, np.array([s.reward for s in steps]), robot_s)
                 if (k + 1) % max(1, cfg.checkpoint_every) == 0 or k + 1 == cfg.episodes or stopped:
-                    link.call("save", str(ckpt))
-                    v, w, lm = link.call("weights", -1)
-                    if w is not None:
-                        policy.load_state_dict(w)
-                        version = v
-                        atomic_save(policy.save_pretrained, out / "policy")
+                    version, w, lm = link.call("save", str(ckpt))  # the checkpoint's own weights
+                    policy.load_state_dict(w)
+                    atomic_save(policy.save_pretrained, out / "policy")
                     row.update(lm)
                 if not stopped and cfg.eval_every and ((k + 1) % cfg.eval_every == 0 or k + 1 == cfg.episodes):
                     row["eval/success"] = evaluate(env, policy, cfg, faults=fault_log)
