@@ -17,8 +17,6 @@ never half written: a crashed run resumes from exactly the episodes that were pu
 
 HDF5 layout (one file per deployment run)::
 
-Layout (one file per deployment run)::
-
     data.attrs:  total (steps), env_args (json: robot config)
     data/demo_<i>/
         attrs:            num_samples, success, fault, instruction, episode_len
@@ -44,6 +42,19 @@ from typing import Any, Protocol
 import numpy as np
 
 log = logging.getLogger(__name__)
+
+
+def step_columns(steps: list[Any]) -> dict[str, np.ndarray]:
+    """The per-step columns both recorders store, from ``StepRecord``s [N]: ``state [N, D]``, ``action [N, A]``
+    (executed), ``policy_action [N, A]``, ``reward [N]``, ``intervention [N]`` (0/1), ``num_clamps [N]`` and
+    ``images`` {camera: uint8 [N, H, W, 3]}."""
+    return {"state": np.concatenate([s.obs["state"] for s in steps]).astype(np.float32),
+            "action": np.stack([s.action for s in steps]).astype(np.float32),
+            "policy_action": np.stack([s.policy_action for s in steps]).astype(np.float32),
+            "reward": np.array([s.reward for s in steps], np.float32),
+            "intervention": np.array([s.intervened for s in steps], np.uint8),
+            "num_clamps": np.array([len(s.clamps) for s in steps], np.int32),
+            "images": {k: np.concatenate([s.obs["images"][k] for s in steps]) for k in steps[0].obs["images"]}}
 
 
 class HDF5EpisodeRecorder:
@@ -74,21 +85,19 @@ class HDF5EpisodeRecorder:
                         "fault": str(meta.get("fault", "")), "instruction": str(meta.get("instruction", "")),
                         "episode_len": int(meta.get("episode_len", n))})
         if n:
-            g.create_dataset("actions", data=np.stack([s.action for s in steps]).astype(np.float32))
-            g.create_dataset("policy_actions", data=np.stack([s.policy_action for s in steps]).astype(np.float32))
-            g.create_dataset("rewards", data=np.array([getattr(s, "reward", 0.0) for s in steps], np.float32))
-            g.create_dataset("interventions", data=np.array([getattr(s, "intervened", False) for s in steps], np.uint8))
+            col = step_columns(steps)
+            for name, key in (("actions", "action"), ("policy_actions", "policy_action"), ("rewards", "reward"),
+                              ("interventions", "intervention"), ("num_clamps", "num_clamps")):
+                g.create_dataset(name, data=col[key])
             dones = np.zeros(n, np.uint8)
             dones[-1] = 1
             g.create_dataset("dones", data=dones)
             obs = g.create_group("obs")
-            obs.create_dataset("state", data=np.concatenate([s.obs["state"] for s in steps]).astype(np.float32))
-            for key in steps[0].obs["images"]:
-                obs.create_dataset(key, data=np.concatenate([s.obs["images"][key] for s in steps]),
-                                   compression="gzip", compression_opts=1)
+            obs.create_dataset("state", data=col["state"])
+            for key, frames in col["images"].items():
+                obs.create_dataset(key, data=frames, compression="gzip", compression_opts=1)
             g.create_dataset("clamps", data=[json.dumps([asdict(c) for c in s.clamps]) for s in steps],
                              dtype=h5py.string_dtype())
-            g.create_dataset("num_clamps", data=np.array([len(s.clamps) for s in steps], np.int32))
         self._data.attrs["total"] = int(self._data.attrs["total"]) + n
         self._file.flush()
         self.episodes += 1
@@ -134,18 +143,13 @@ class LeRobotEpisodeRecorder:
         steps, self._steps = self._steps, []
         if not steps:  # nothing was executed (e.g. a fault before the first step): no frames to store
             return
-        images = {k: np.concatenate([s.obs["images"][k] for s in steps]) for k in steps[0].obs["images"]}
+        col = step_columns(steps)
         self.writer.add_episode(
-            str(meta.get("instruction") or self.instruction),
-            state=np.concatenate([s.obs["state"] for s in steps]).astype(np.float32),
-            actions=np.stack([s.action for s in steps]).astype(np.float32),
-            images=images or None, success=bool(meta.get("success", False)),
-            rewards=np.array([getattr(s, "reward", 0.0) for s in steps], np.float32),
+            str(meta.get("instruction") or self.instruction), state=col["state"], actions=col["action"],
+            images=col["images"] or None, success=bool(meta.get("success", False)), rewards=col["reward"],
             extra={"fault": str(meta.get("fault", "")), "episode_len": int(meta.get("episode_len", len(steps))),
                    **{k: v for k, v in meta.items() if k not in _META_KEYS and isinstance(v, int | float | str)}},
-            frame_features={"policy_action": np.stack([s.policy_action for s in steps]).astype(np.float32),
-                            "num_clamps": np.array([len(s.clamps) for s in steps], np.float32),
-                            "intervention": np.array([getattr(s, "intervened", False) for s in steps], np.float32)})
+            frame_features={k: col[k].astype(np.float32) for k in ("policy_action", "num_clamps", "intervention")})
         self.episodes += 1
 
     def close(self) -> None:
