@@ -26,6 +26,7 @@ A kill loses no recorded episode. Each episode is a dataset of its own, publishe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -76,7 +77,7 @@ def run_episode(env: Any, policy: Any, seed: int, deterministic: bool) -> tuple[
 
 
 def _operator_stopped(env: Any) -> bool:
-    return getattr(env, "last_fault", None) == "operator stop"
+    return env.last_fault == "operator stop"
 
 
 _ROW_KEYS = ("stage", "policy_version", "success", "episode_len", "intervention_steps", "takeovers", "clamps",
@@ -121,6 +122,111 @@ def check_output(output: str | Path, resume: bool) -> None:
         raise FileExistsError(f"output '{out}' already holds a run ({n} episodes); pass resume=true or a new output")
 
 
+def restore_output(out: Path, resume: bool, read_episode: Callable[[Path], dict[str, Any]] | None,
+                   policy_hz: float) -> list[dict[str, Any]]:
+    """Make ``out`` ready for a run segment and return its recorded episodes (``read_episode`` of each; [] for a
+    fresh run). On resume: sweep what a kill left (staged episodes published, partial ones and temporaries
+    removed) and append the metrics rows a killed process did not write, rebuilt from the episodes themselves."""
+    check_output(out, resume)
+    out.mkdir(parents=True, exist_ok=True)
+    ep_root = out / "episodes"
+    if resume:
+        sweep_temporaries(out)
+        published, swept = sweep_partial_episodes(ep_root)
+        if published or swept:
+            log.warning("resume: %d staged episode(s) published, %d partial one(s) removed", published, swept)
+    done = recorded_episodes(ep_root)
+    if done and read_episode is None:
+        raise ValueError("resume needs read_episode to reload the recorded episodes into the replay buffers")
+    history = [read_episode(p) for p in done] if done else []
+    metrics_path = out / "metrics.jsonl"
+    logged = {r["episode"] for r in _logged_rows(metrics_path) if "episode" in r}
+    with open(metrics_path, "a") as f:
+        robot_s = 0.0
+        for i, ep in enumerate(history):
+            robot_s += len(ep["reward"]) / policy_hz
+            if i not in logged:
+                _append_row(f, {**episode_row(i, ep.get("meta", {}), ep["reward"], robot_s), "rebuilt": True})
+    return history
+
+
+class TrainingEpisodes:
+    """The loop's state between episodes: the robot-side policy and its version, the learner link, the recorder,
+    robot time and the faults met in a row. ``episode(k)`` plays, records and learns from training episode ``k``
+    (and runs the checkpoint and evaluation that fall after it)."""
+
+    def __init__(self, cfg: HILConfig, env: Any, policy: Any, link: LearnerLink, operator: Any, out: Path,
+                 writer_factory: Callable[[Path], Any], first: int, robot_s: float):
+        self.cfg, self.env, self.policy, self.link, self.operator, self.out = cfg, env, policy, link, operator, out
+        self.version, self.seed, self.robot_s = -1, 0, robot_s
+        self.faults = 0  # in a row: a recovered fault never ends the run, max_faults of them in a row do
+        self.fault_log: list[str] = []  # faults since the last row: start motions and evaluations (recovered)
+        self.stopped = False  # an operator stop ended the last episode (or its evaluation)
+        self.recorder = EpisodeFolderRecorder(out / "episodes", writer_factory, first_index=first,
+                                              instruction=env.cfg.instruction,
+                                              final_state=lambda: env.observe()["state"][0],
+                                              episode_meta=self.episode_meta)
+
+    def episode_meta(self) -> dict[str, Any]:
+        """Stored with each recorded episode (read when its metrics row is rebuilt)."""
+        return {"stage": getattr(self.operator, "stage", "none"), "policy_version": self.version, "seed": self.seed,
+                "clamps": len(self.env.safety.clamps),
+                "goal_reached": float(getattr(self.env, "goal_reached", np.nan))}
+
+    def out_of_robot_time(self) -> bool:
+        return bool(self.cfg.robot_minutes) and self.robot_s / 60.0 >= self.cfg.robot_minutes
+
+    def _fault(self, what: str, error: Exception) -> None:
+        """Count a fault that cost an episode; ``error`` when it is one too many in a row."""
+        self.fault_log.append(what)
+        self.faults += 1
+        if self.faults > self.cfg.max_faults:
+            raise error
+
+    def episode(self, k: int) -> dict[str, Any] | None:
+        """Training episode ``k`` -> its metrics row, or None when nothing was recorded (a fault: recovered, to be
+        tried again; or an operator stop before the first step, ``stopped``)."""
+        cfg, env = self.cfg, self.env
+        got = self.link.poll_weights(self.version)  # the newest weights, if the learner has published some
+        if got is not None and got[1] is not None:
+            self.policy.load_state_dict(got[1])
+            self.version = got[0]
+        self.seed = cfg.seed * 10_000 + k
+        if isinstance(self.operator, ProtocolOperator):
+            self.operator.episode = k - 1  # the stage is a function of the episode number, faults and resumes alike
+        try:
+            res, terminated = run_episode(env, self.policy, self.seed, deterministic=False)
+        except RobotLinkError as exc:  # e.g. a reflex during the start motion: recover, count, try k again
+            log.error("episode %d lost to a robot fault (%s); recovering", k, exc)
+            self._fault(f"start: {exc}", exc)
+            recover_arm(env, cfg.max_faults)
+            return None
+        steps = self.recorder.last_steps
+        self.stopped = _operator_stopped(env)
+        if not steps:  # nothing executed, nothing recorded
+            if not self.stopped:
+                self._fault(f"empty: {env.last_fault}",
+                            RobotLinkError(f"{self.faults + 1} episodes in a row ended before their first step"))
+            return None
+        self.faults = 0
+        self.robot_s += len(steps) / env.cfg.policy_hz
+        self.link.add_episode(episode_arrays(steps, res.final_obs["state"][0], terminated))
+        if not cfg.use_ray:
+            self.link.call("update")
+        row = episode_row(k, self.recorder.last_meta, np.array([s.reward for s in steps]), self.robot_s)
+        if (k + 1) % max(1, cfg.checkpoint_every) == 0 or k + 1 == cfg.episodes or self.stopped:
+            self.version, weights, learner_metrics = self.link.call("save", str(self.out / CHECKPOINT))
+            self.policy.load_state_dict(weights)  # the checkpoint's own weights, exported for vlarl-deploy
+            atomic_save(self.policy.save_pretrained, self.out / "policy")
+            row.update(learner_metrics)
+        if not self.stopped and cfg.eval_every and ((k + 1) % cfg.eval_every == 0 or k + 1 == cfg.episodes):
+            row["eval/success"] = evaluate(env, self.policy, cfg, faults=self.fault_log)
+            self.stopped = _operator_stopped(env)
+        row["learner_restarts"] = self.link.restarts
+        row["recovered_faults"], self.fault_log = self.fault_log, []
+        return row
+
+
 def run(cfg: HILConfig, env: Any, policy_dir: str | Path, output: str | Path,
         writer_factory: Callable[[Path], Any] | None = None,
         read_episode: Callable[[Path], dict[str, Any]] | None = read_episode,
@@ -141,113 +247,38 @@ def run(cfg: HILConfig, env: Any, policy_dir: str | Path, output: str | Path,
     if env.cfg.auto_reset:
         raise ValueError("the learning loop resets the env itself (a seed per episode): build it with "
                          "env.auto_reset=false")
-    writer_factory = writer_factory or lerobot_writer(int(env.cfg.policy_hz))
-    out = Path(output)
-    check_output(out, resume)
-    out.mkdir(parents=True, exist_ok=True)
-    ep_root, ckpt = out / "episodes", out / CHECKPOINT
-    if resume:
-        sweep_temporaries(out)
-        published, swept = sweep_partial_episodes(ep_root)
-        if published or swept:
-            log.warning("resume: %d staged episode(s) published, %d partial one(s) removed", published, swept)
-    done_eps = recorded_episodes(ep_root)
-    if done_eps and read_episode is None:
-        raise ValueError("resume needs read_episode to reload the recorded episodes into the replay buffers")
-    history = [read_episode(p) for p in done_eps] if done_eps else []
-    first = len(done_eps)
-    robot_s = sum(len(ep["reward"]) for ep in history) / env.cfg.policy_hz
-    metrics_path = out / "metrics.jsonl"
-    logged = {r["episode"] for r in _logged_rows(metrics_path) if "episode" in r}
-    with open(metrics_path, "a") as f:  # rows a killed process did not write, from the episodes themselves
-        acc = 0.0
-        for i, ep in enumerate(history):
-            acc += len(ep["reward"]) / env.cfg.policy_hz
-            if i not in logged:
-                _append_row(f, {**episode_row(i, ep.get("meta", {}), ep["reward"], acc), "rebuilt": True})
-
+    out, hz = Path(output), env.cfg.policy_hz
+    history = restore_output(out, resume, read_episode, hz)
+    first, robot_s = len(history), sum(len(ep["reward"]) for ep in history) / hz
     policy = Policy.from_pretrained(str(policy_dir))
-    if ckpt.is_file():  # the learner's last weights (policy/ is an export of the same, for deployment)
-        policy.load_state_dict(torch.load(ckpt, weights_only=False)["policy"])
+    if (out / CHECKPOINT).is_file():  # the learner's last weights (policy/ is an export of the same)
+        policy.load_state_dict(torch.load(out / CHECKPOINT, weights_only=False)["policy"])
     policy.eval()
     link = LearnerLink(cfg, policy_dir, out, read_episode, history)
     del history
-    if operator is None:
-        operator = make_operator(cfg.interventions, first_episode=first)
-    reward_fn = make_reward_fn(cfg.reward, env, critic)
-    version, seed = -1, 0
-
-    def episode_meta() -> dict[str, Any]:  # stored with each recorded episode (read when its row is rebuilt)
-        return {"stage": getattr(operator, "stage", "none"), "policy_version": version, "seed": seed,
-                "clamps": len(env.safety.clamps), "goal_reached": float(getattr(env, "goal_reached", np.nan))}
-
-    recorder = EpisodeFolderRecorder(ep_root, writer_factory, first_index=first, instruction=env.cfg.instruction,
-                                     final_state=lambda: env.observe()["state"][0], episode_meta=episode_meta)
+    operator = operator if operator is not None else make_operator(cfg.interventions, first_episode=first)
+    loop = TrainingEpisodes(cfg, env, policy, link, operator, out,
+                            writer_factory or lerobot_writer(int(hz)), first, robot_s)
     rows: list[dict[str, Any]] = []
-    faults, k = 0, first
-    fault_log: list[str] = []  # faults since the last row: start motions and evaluations (recovered)
-    metrics_file = open(metrics_path, "a")  # noqa: SIM115 - closed in finally
-    try:
-        with env.hooks(operator=operator, reward_fn=reward_fn, recorder=recorder):
-            while k < cfg.episodes:
-                if cfg.robot_minutes and robot_s / 60.0 >= cfg.robot_minutes:  # resumed runs count earlier segments
+    with (open(out / "metrics.jsonl", "a") as metrics, contextlib.closing(link),
+          env.hooks(operator=operator, reward_fn=make_reward_fn(cfg.reward, env, critic), recorder=loop.recorder)):
+        k = first
+        while k < cfg.episodes and not loop.out_of_robot_time():  # resumed runs count earlier segments' time
+            row = loop.episode(k)
+            if row is None:
+                if loop.stopped:
                     break
-                got = link.poll_weights(version)  # the newest weights, if the learner has published some; never waits
-                if got is not None and got[1] is not None:
-                    policy.load_state_dict(got[1])
-                    version = got[0]
-                seed = cfg.seed * 10_000 + k
-                if isinstance(operator, ProtocolOperator):
-                    operator.episode = k - 1  # the stage is a function of the episode number, faults and resumes alike
-                try:
-                    res, terminated = run_episode(env, policy, seed, deterministic=False)
-                except RobotLinkError as exc:  # e.g. a reflex during the start motion: recover, count, try k again
-                    log.error("episode %d lost to a robot fault (%s); recovering", k, exc)
-                    fault_log.append(f"start: {exc}")
-                    faults += 1
-                    if faults > cfg.max_faults:
-                        raise
-                    recover_arm(env, cfg.max_faults)
-                    continue
-                steps = recorder.last_steps
-                stopped = _operator_stopped(env)
-                if not steps:  # nothing executed, nothing recorded
-                    if stopped:
-                        break
-                    faults += 1
-                    fault_log.append(f"empty: {getattr(env, 'last_fault', None)}")
-                    if faults > cfg.max_faults:
-                        raise RobotLinkError(f"{faults} episodes in a row ended before their first step")
-                    continue
-                faults = 0  # max_faults counts faults in a row: a recovered fault never ends the run
-                robot_s += len(steps) / env.cfg.policy_hz
-                link.add_episode(episode_arrays(steps, res.final_obs["state"][0], terminated))
-                if not cfg.use_ray:
-                    link.call("update")
-                row = episode_row(k, recorder.last_meta, np.array([s.reward for s in steps]), robot_s)
-                if (k + 1) % max(1, cfg.checkpoint_every) == 0 or k + 1 == cfg.episodes or stopped:
-                    version, w, lm = link.call("save", str(ckpt))  # the checkpoint's own weights
-                    policy.load_state_dict(w)
-                    atomic_save(policy.save_pretrained, out / "policy")
-                    row.update(lm)
-                if not stopped and cfg.eval_every and ((k + 1) % cfg.eval_every == 0 or k + 1 == cfg.episodes):
-                    row["eval/success"] = evaluate(env, policy, cfg, faults=fault_log)
-                    stopped = _operator_stopped(env)
-                row["learner_restarts"] = link.restarts
-                row["recovered_faults"], fault_log = fault_log, []
-                rows.append(row)
-                _append_row(metrics_file, row)
-                log.info("episode %d: %s", k, row)
-                k += 1
-                if on_episode is not None:
-                    on_episode(row)
-                if stopped:
-                    log.warning("operator stop: the arm is stopped and the run ends after episode %d; resume=true goes on",
-                                row["episode"])
-                    break
-    finally:
-        metrics_file.close()
-        link.close()
+                continue
+            rows.append(row)
+            _append_row(metrics, row)
+            log.info("episode %d: %s", k, row)
+            k += 1
+            if on_episode is not None:
+                on_episode(row)
+            if loop.stopped:
+                log.warning("operator stop: the arm is stopped and the run ends after episode %d; resume=true goes "
+                            "on", row["episode"])
+                break
     return rows
 
 
@@ -280,8 +311,7 @@ def evaluate(env: Any, policy: Any, cfg: HILConfig, faults: list[str] | None = N
             else:
                 if _operator_stopped(env):
                     break
-                fault = getattr(env, "last_fault", None)
-                fault = f"eval: {fault}" if fault else None
+                fault = f"eval: {env.last_fault}" if env.last_fault else None
             if fault is None:
                 wins.append(float(res.episode["success_once"][0]))
                 i, in_a_row = i + 1, 0
