@@ -256,6 +256,7 @@ def test_training_loop_sends_only_safety_filtered_commands_and_an_operator_stop_
         eps = recorded_episodes(out / "episodes")
         assert len(eps) == 3 and read_episode(eps[2])["meta"]["fault"] == "operator stop"
         assert torch.load(out / "learner.pt", weights_only=False)["episodes"] == 3  # checkpointed at the stop
+        assert env.operator is None and env.recorder is None and env.reward_fn is None  # the loop's hooks came out
         rows2 = run(hil, env, pol, out, writer, read_episode, resume=True)
         assert [r["episode"] for r in rows2] == [3, 4] and rows2[0]["stage"] == "guided_exploration"
         assert len(env.driver.sent) == len(produced)  # resumed episodes went through the safety layer too
