@@ -1,4 +1,4 @@
-"""The soak (scripts/robot_soak.py) as a smoke test: a two-episode run on franky-sim through vlarl.hil.run writes a
+"""The soak (scripts/robot_soak.py -> vlarl.hil.soak) as a smoke test: a two-episode run on franky-sim through vlarl.hil.run writes a
 complete soak.json with the velocity and fault counters; bad input is one line, exit 2, nothing written."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from scripts import robot_soak
+from vlarl.hil import soak as robot_soak
 
 torch.set_num_threads(1)
 
