@@ -34,7 +34,13 @@ from safetensors.torch import save_file
 
 from policies.base import CheckpointError
 from policies.flow_vla.pi0_checkpoint import EMBED, HEAD, RENAMES
-from policies.flow_vla.smolvla_checkpoint import ACTION_KEY, IMAGE_PREFIX, MODEL_PREFIX, STATE_KEY, resolve_vlm
+from policies.flow_vla.smolvla_checkpoint import (
+    ACTION_KEY,
+    IMAGE_PREFIX,
+    MODEL_PREFIX,
+    STATE_KEY,
+    resolve_vlm,
+)
 
 EPS = 1e-8  # LeRobot's normalizer eps (its processors' default)
 STAT_NAMES = {"MEAN_STD": ("mean", "std"), "MIN_MAX": ("min", "max"), "QUANTILES": ("q01", "q99"),

@@ -60,8 +60,9 @@ def digest(folder: str | Path) -> dict[str, str]:
     out = {}
     for f in sorted(p for p in folder.rglob("*") if p.is_file()):
         h = hashlib.sha256()
-        if f.suffix == ".safetensors":
-            for name, t in sorted(load_file(str(f)).items()):
+        if f.suffix in (".safetensors", ".pt"):  # by tensors: a file's own framing may differ run to run
+            state = load_file(str(f)) if f.suffix == ".safetensors" else torch.load(f, weights_only=True)
+            for name, t in sorted(state.items()):
                 h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
                 h.update(t.contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b"")
         elif f.suffix == ".json":
@@ -81,9 +82,7 @@ def vlarl_policy(family: str) -> Any:
 
     _, source, name, _ = FAMILIES[family]
     if family == "oft":
-        from policies.ar_vla.oft_export import fixture_policy
-
-        return fixture_policy(source)
+        return oft_policy(source)
     lerobot = json.loads((source / "config.json").read_text())
     cams = [k.split(".")[-1] for k, v in lerobot["input_features"].items()
             if v["type"] == "VISUAL" and "empty_camera" not in k]
@@ -95,21 +94,56 @@ def vlarl_policy(family: str) -> Any:
     return make_policy(cfg, spec)
 
 
-def perturb(policy: Any, seed: int = SEED) -> Any:
+OFT_UNNORM = "fixture_sim"  # which of the OFT fixture's two statistics entries the policy acts with
+
+
+def oft_policy(source: Path) -> Any:
+    """The OFT fixture (``openvla_oft/checkpoint``: L1 head, proprio projector, two cameras, chunk 8)."""
+    from policies import make_policy
+    from policies.ar_vla.openvla_config import OpenVLAOFTPolicyConfig
+    from policies.base import PolicySpec
+
+    io = json.loads((source / "io.json").read_text())["constants"]
+    action, state = io["ACTION_DIM"], io["PROPRIO_DIM"]
+    spec = PolicySpec(state_dim=state, action_dim=action, action_low=[-1.0] * action, action_high=[1.0] * action,
+                      image_keys=["third_person", "wrist"], image_size=[32, 32], instruction=TASKS[0])
+    cfg = OpenVLAOFTPolicyConfig(pretrained_path=str(source / "checkpoint"), unnorm_key=OFT_UNNORM,
+                                 chunk_size=io["NUM_ACTIONS_CHUNK"], action_head="l1")
+    return make_policy(cfg, spec)
+
+
+def _network_and_stats(policy: Any, family: str) -> tuple[Any, list[tuple[Any, Any]]]:
+    """(the network, [(shift or low, scale or high)] of every normalization the policy applies)."""
+    if family == "oft":
+        stats = [(policy.stat_low, policy.stat_high)]
+        if policy.proprio_stats is not None:
+            stats.append((policy.proprio_stats.low, policy.proprio_stats.high))
+        return policy.model, stats
+    return policy.net, [(policy.state_shift, policy.state_scale), (policy.action_shift, policy.action_scale)]
+
+
+def perturb(policy: Any, family: str, seed: int = SEED) -> Any:
     """Change the policy as an RL update would, deterministically: every tensor of the network moves by
-    ``0.02 * N(0, 1) * (its RMS or 1)``, the normalization shifts by ``0.1 * N(0, 1)`` and scales by
-    ``exp(0.1 * N(0, 1))`` (so the exported statistics differ from the checkpoint's too)."""
+    ``0.02 * N(0, 1) * (its RMS or 1)``; each normalization's shift (low) moves by ``0.1 * N(0, 1)`` and its
+    scale (or high - low) by ``exp(0.1 * N(0, 1))``, so the exported statistics differ from the checkpoint's."""
     import torch
 
+    network, stats = _network_and_stats(policy, family)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for _, p in sorted(policy.net.named_parameters()):
+        for _, p in sorted(network.named_parameters()):
             rms = p.float().pow(2).mean().sqrt().clamp_min(1e-3) if p.numel() else torch.tensor(1.0)
             p.add_((0.02 * rms * torch.randn(p.shape, generator=g)).to(p.dtype))
-        for prefix in ("state", "action"):
-            shift, scale = getattr(policy, f"{prefix}_shift"), getattr(policy, f"{prefix}_scale")
-            shift.add_(0.1 * torch.randn(shift.shape, generator=g))
-            scale.mul_(torch.exp(0.1 * torch.randn(scale.shape, generator=g)))
+        for shift, scale in stats:
+            step = 0.1 * torch.randn(shift.shape, generator=g).to(shift.dtype)
+            factor = torch.exp(0.1 * torch.randn(scale.shape, generator=g)).to(scale.dtype)
+            if family == "oft":  # bounds: (low, high) -> (low + step, low + step + (high - low) * factor)
+                span = (scale - shift) * factor
+                shift.add_(step)
+                scale.copy_(shift + span)
+            else:
+                shift.add_(step)
+                scale.mul_(factor)
     return policy
 
 
@@ -122,8 +156,14 @@ def fixed_inputs(policy: Any, family: str, seed: int = SEED + 1) -> tuple[dict, 
     shapes = policy_camera_shapes(policy, family)
     for cam, (h, w) in shapes.items():
         tensors[f"image.{cam}"] = torch.randint(0, 256, (BATCH, h, w, 3), dtype=torch.uint8, generator=g)
-    tensors["noise"] = torch.randn(BATCH, policy.chunk_size, policy.model_action_dim, generator=g)
-    return tensors, {"tasks": TASKS, "cameras": list(shapes)}
+    if family != "oft":  # OFT's L1 head is deterministic: no noise
+        tensors["noise"] = torch.randn(BATCH, policy.chunk_size, policy.model_action_dim, generator=g)
+    meta = {"tasks": TASKS, "cameras": list(shapes)}
+    if family == "oft":  # OFT's deploy code takes prompt ids: vlarl's, one sample at a time (no padding)
+        for b, task in enumerate(TASKS):
+            tensors[f"input_ids.{b}"] = policy._text([task], 1)[0][0].cpu()  # noqa: SLF001
+        meta["unnorm_key"] = OFT_UNNORM
+    return tensors, meta
 
 
 def policy_camera_shapes(policy: Any, family: str) -> dict[str, tuple[int, int]]:
@@ -145,8 +185,8 @@ def vlarl_actions(policy: Any, tensors: dict, meta: dict) -> Any:
     import torch
 
     with torch.no_grad():
-        if hasattr(policy, "actions_with_noise"):
-            return policy.actions_with_noise(obs_of(tensors, meta), tensors["noise"])
+        if "noise" not in tensors:  # OFT: the L1 head's chunk un-normalized as OFT does (no clip to [-1, 1] first)
+            return policy.stats.unnormalize(policy._forward(obs_of(tensors, meta), None)[0])  # noqa: SLF001
         inputs, _ = policy.flow_inputs(obs_of(tensors, meta))
         chunk = policy.net.sample_actions(inputs, tensors["noise"].to(policy.device))
         return policy.unnormalize_actions(chunk.float())
@@ -166,7 +206,7 @@ def vlarl_side(family: str, work: Path) -> Path:
     from safetensors.torch import save_file
 
     torch.manual_seed(0)
-    policy = perturb(vlarl_policy(family)).eval()
+    policy = perturb(vlarl_policy(family), family).eval()
     tensors, meta = fixed_inputs(policy, family)
     folder = OUT / family
     folder.mkdir(parents=True, exist_ok=True)
@@ -229,6 +269,68 @@ def lerobot_actions(family: str, export_dir: Path, tensors: dict, meta: dict) ->
         return post(policy.predict_action_chunk(processed, noise=tensors["noise"].clone()))
 
 
+def oft_actions(export_dir: Path, tensors: dict, meta: dict) -> tuple[Any, dict]:
+    """OpenVLA-OFT's deploy path on the export: ``OpenVLAForActionPrediction.from_pretrained``, the dataset
+    statistics, action head and proprio projector loaded by OFT's own ``openvla_utils`` functions (compiled from
+    its source: that module imports tensorflow), its processor, ``normalize_proprio`` and ``predict_action``."""
+    import ast
+
+    import numpy as np
+    import timm
+    import torch
+    import transformers
+    from PIL import Image
+
+    sys.path.insert(0, str(HERE))
+    import _openvla_common as common
+    import openvla_oft as fixture
+
+    common.shim_torchvision_ops()
+    common.register_tiny_towers()
+    from prismatic.extern.hf.modeling_prismatic import OpenVLAForActionPrediction
+    from prismatic.extern.hf.processing_prismatic import PrismaticImageProcessor
+    from prismatic.models.action_heads import L1RegressionActionHead
+    from prismatic.models.projectors import ProprioProjector
+    from prismatic.vla import constants as K
+
+    tree = ast.parse(common.read_repo_file("oft", "experiments/robot/openvla_utils.py"))
+    wanted = ("find_checkpoint_file", "load_component_state_dict", "_load_dataset_stats", "normalize_proprio")
+    scope = {"torch": torch, "os": os, "json": json, "np": np, "Any": object, "Dict": dict,
+             "model_is_on_hf_hub": lambda _: False, "NormalizationType": K.NormalizationType,
+             "ACTION_PROPRIO_NORMALIZATION_TYPE": K.ACTION_PROPRIO_NORMALIZATION_TYPE}
+    fns = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in wanted]
+    exec(compile(ast.Module(body=fns, type_ignores=[]), "openvla_utils.py", "exec"), scope)
+
+    ckpt = str(export_dir)
+    vla = OpenVLAForActionPrediction.from_pretrained(ckpt, torch_dtype=torch.float32, attn_implementation="sdpa")
+    vla.vision_backbone.set_num_images_in_input(fixture.NUM_IMAGES)
+    vla.eval()
+    scope["_load_dataset_stats"](vla, ckpt)
+    llm_dim = vla.config.text_config.hidden_size
+    head = L1RegressionActionHead(input_dim=llm_dim, hidden_dim=llm_dim, action_dim=K.ACTION_DIM)
+    head.load_state_dict(scope["load_component_state_dict"](scope["find_checkpoint_file"](ckpt, "action_head")))
+    proprio_projector = ProprioProjector(llm_dim=llm_dim, proprio_dim=K.PROPRIO_DIM)
+    proprio_projector.load_state_dict(
+        scope["load_component_state_dict"](scope["find_checkpoint_file"](ckpt, "proprio_projector")))
+    head.eval(), proprio_projector.eval()
+    processor = PrismaticImageProcessor.from_pretrained(ckpt)
+    key = meta["unnorm_key"]
+    actions = []
+    with torch.no_grad():
+        for b in range(len(meta["tasks"])):
+            pv = torch.cat([processor([Image.fromarray(tensors[f"image.{c}"][b].numpy())], return_tensors="pt")
+                            ["pixel_values"] for c in meta["cameras"]], 1)
+            ids = tensors[f"input_ids.{b}"][None]
+            proprio = scope["normalize_proprio"](tensors["state"][b].double().numpy(), vla.norm_stats[key]["proprio"])
+            chunk, _ = vla.predict_action(input_ids=ids, unnorm_key=key, pixel_values=pv,
+                                          attention_mask=torch.ones_like(ids), proprio=proprio,
+                                          proprio_projector=proprio_projector, action_head=head)
+            actions.append(torch.as_tensor(np.asarray(chunk)))
+    versions = {"transformers": transformers.__version__, "timm": timm.__version__,
+                "openvla_oft_commit": common.repo_commit("oft")}
+    return torch.stack(actions), versions
+
+
 def reference_side(family: str, export_dir: Path) -> None:
     import torch
     from safetensors.torch import load_file, save_file
@@ -239,9 +341,6 @@ def reference_side(family: str, export_dir: Path) -> None:
     meta = json.loads((folder / "inputs.json").read_text())
     loaded = digest(export_dir)  # what the reference is about to load
     if family == "oft":
-        sys.path.insert(0, str(HERE))
-        from roundtrip_oft import oft_actions  # noqa: PLC0415
-
         actions, versions = oft_actions(export_dir, tensors, meta)
     else:
         import lerobot
@@ -270,9 +369,22 @@ def reference_python(family: str) -> Path:
         import pi0
 
         return pi0.ensure_env(pi0.DEFAULT_OPENPI)
+    import _openvla_common as common
+
+    return common.ensure_env(venv, patch_llama=True)
+
+
+def reference_env(family: str) -> dict[str, str]:
+    """OFT's code is not a package on the registry: its files go into a package folder on PYTHONPATH."""
+    if family != "oft":
+        return {}
+    sys.path.insert(0, str(HERE))
+    import _openvla_common as common
     import openvla_oft
 
-    return openvla_oft.ensure_oft_env()
+    root = openvla_oft.VENV / "reference_code"
+    common.write_reference_package(root, openvla_oft.FILES)
+    return {"PYTHONPATH": str(root), "_CHECK_PEFT": "0"}
 
 
 def main() -> int:
@@ -292,7 +404,7 @@ def main() -> int:
             exported = vlarl_side(family, Path(work))
             python = reference_python(family)
             rc = subprocess.call([str(python), str(Path(__file__).resolve()), "--inside", family, str(exported)],
-                                 env=env)
+                                 env={**env, **reference_env(family)})
             if rc:
                 return rc
             shutil.rmtree(exported)

@@ -45,7 +45,7 @@ def family(request) -> str:
 def exported(family, tmp_path_factory):
     """(perturbed vlarl policy, the export folder) made now, from the committed inputs."""
     torch.manual_seed(0)
-    policy = RT.perturb(RT.vlarl_policy(family)).eval()
+    policy = RT.perturb(RT.vlarl_policy(family), family).eval()
     folder = RT.export(policy, family, tmp_path_factory.mktemp(family))
     return policy, folder
 

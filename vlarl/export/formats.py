@@ -275,7 +275,7 @@ def export_layout(layout: str, policy: Any, out_dir: Path, instruction: str, ato
     errs = verify(lambda x: reloaded.act(obs_from_inputs(reloaded, x, instruction)), policy, instruction,
                   atol if exact else float("inf"), layout)
     _publish(tmp, final)
-    return {"dir": final.name, **report, "lora_layers_merged": merged, "max_abs_err": errs,
+    return {**report, "dir": final.name, "lora_layers_merged": merged, "max_abs_err": errs,
             "export_s": time.time() - t0}
 
 
