@@ -132,7 +132,8 @@ def perturb(policy: Any, family: str, seed: int = SEED) -> Any:
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for _, p in sorted(network.named_parameters()):
-            rms = p.float().pow(2).mean().sqrt().clamp_min(1e-3) if p.numel() else torch.tensor(1.0)
+            # the RMS in float64, rounded to float32: the same bits whatever the thread count's reduction order
+            rms = p.double().pow(2).mean().sqrt().float().clamp_min(1e-3) if p.numel() else torch.tensor(1.0)
             p.add_((0.02 * rms * torch.randn(p.shape, generator=g)).to(p.dtype))
         for shift, scale in stats:
             step = 0.1 * torch.randn(shift.shape, generator=g).to(shift.dtype)
@@ -185,8 +186,15 @@ def vlarl_actions(policy: Any, tensors: dict, meta: dict) -> Any:
     import torch
 
     with torch.no_grad():
-        if "noise" not in tensors:  # OFT: the L1 head's chunk un-normalized as OFT does (no clip to [-1, 1] first)
-            return policy.stats.unnormalize(policy._forward(obs_of(tensors, meta), None)[0])  # noqa: SLF001
+        if "noise" not in tensors:  # OFT: the L1 head's chunk un-normalized as OFT does (no clip to [-1, 1] first),
+            # one sample at a time as OFT deploys (vlarl's batch pads prompts of different lengths after <s>
+            # without shifting the position ids, which moves a padded sample's actions by ~1e-2)
+            rows = []
+            for b, task in enumerate(meta["tasks"]):
+                one = {k: v[b : b + 1] for k, v in tensors.items() if k == "state" or k.startswith("image.")}
+                mean = policy._forward(obs_of(one, {**meta, "tasks": [task]}), None)[0]  # noqa: SLF001
+                rows.append(policy.stats.unnormalize(mean)[0])
+            return torch.stack(rows)
         inputs, _ = policy.flow_inputs(obs_of(tensors, meta))
         chunk = policy.net.sample_actions(inputs, tensors["noise"].to(policy.device))
         return policy.unnormalize_actions(chunk.float())
@@ -205,6 +213,7 @@ def vlarl_side(family: str, work: Path) -> Path:
     import torch
     from safetensors.torch import save_file
 
+    torch.set_num_threads(1)  # as the test re-exports
     torch.manual_seed(0)
     policy = perturb(vlarl_policy(family), family).eval()
     tensors, meta = fixed_inputs(policy, family)
@@ -276,16 +285,17 @@ def oft_actions(export_dir: Path, tensors: dict, meta: dict) -> tuple[Any, dict]
     import ast
 
     import numpy as np
-    import timm
     import torch
-    import transformers
     from PIL import Image
 
     sys.path.insert(0, str(HERE))
     import _openvla_common as common
     import openvla_oft as fixture
 
-    common.shim_torchvision_ops()
+    common.shim_torchvision_ops()  # before timm / transformers import torchvision
+    import timm
+    import transformers
+
     common.register_tiny_towers()
     from prismatic.extern.hf.modeling_prismatic import OpenVLAForActionPrediction
     from prismatic.extern.hf.processing_prismatic import PrismaticImageProcessor
