@@ -134,3 +134,80 @@ def _close(a, b) -> bool:
     if isinstance(a, float) or isinstance(b, float):
         return abs(float(a) - float(b)) <= 1e-6 * max(1.0, abs(float(a)))
     return a == b
+
+
+def test_cli_exports_a_lora_tuned_vlarl_checkpoint_to_lerobot_and_openpi(tmp_path, capsys):
+    """``vlarl-export formats=[lerobot,openpi]`` on a vlarl checkpoint of a LoRA-tuned pi0: the adapters are merged
+    (no LoRA tensor, the reference's tensor set), and each layout loads back acting as the tuned policy."""
+    from policies import make_policy
+    from policies.flow_vla.exact import PI0PolicyConfig
+    from policies.vlm import LoRAConfig
+    from vlarl.export.cli import main as export_main
+
+    torch.set_num_threads(1)
+    base = RT.vlarl_policy("pi0")
+    cfg = PI0PolicyConfig(pretrained_path=base.config.pretrained_path, chunk_size=0, num_steps=0,
+                          lora=LoRAConfig(rank=2))
+    torch.manual_seed(0)
+    policy = make_policy(cfg, base.spec).eval()
+    with torch.no_grad():  # LoRA B starts at zero; give the adapters something to merge
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5, generator=torch.Generator().manual_seed(len(name)))
+    ckpt = policy.save_pretrained(tmp_path / "rl")
+    out = tmp_path / "export"
+    assert export_main([f"checkpoint={ckpt}", f"output={out}", "formats=[lerobot,openpi]"]) == 0
+    manifest = json.loads((out / "export.json").read_text())["formats"]
+    assert manifest["lerobot"]["lora_layers_merged"] > 0 and manifest["openpi"]["lora_layers_merged"] > 0
+    source = load_file(str(Path(base.config.pretrained_path) / "model.safetensors"))
+    lerobot = load_file(str(out / "lerobot" / "model.safetensors"))
+    openpi = load_file(str(out / "openpi" / "model.safetensors"))
+    assert sorted(lerobot) == sorted(source) and sorted(openpi) == sorted(k[len("model."):] for k in source)
+    tensors, meta = RT.fixed_inputs(base, "pi0")
+    want = policy.act(RT.obs_of(tensors, meta))
+    for layout, module in (("lerobot", "lerobot_export"), ("openpi", "openpi_export")):
+        writer = importlib.import_module(f"policies.flow_vla.{module}")
+        got = writer.reload(base, out / layout).act(RT.obs_of(tensors, meta))
+        assert (got - want).abs().max().item() <= TOL, layout
+    assert (want - base.act(RT.obs_of(tensors, meta))).abs().max().item() > 100 * TOL  # LoRA changed the actions
+
+
+def test_cli_refuses_a_layout_the_family_did_not_come_from_in_one_line(tmp_path, capsys):
+    from vlarl.export.cli import main as export_main
+
+    torch.set_num_threads(1)
+    ckpt = RT.vlarl_policy("smolvla").save_pretrained(tmp_path / "rl")
+    capsys.readouterr()
+    for fmt, says in (("oft", "covers openvla_oft policies, not 'smolvla'"), ("openpi", "covers pi0 and pi05")):
+        assert export_main([f"checkpoint={ckpt}", f"output={tmp_path / 'o'}", f"formats=[{fmt}]"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and "\n" not in err
+        assert not (tmp_path / "o" / fmt).exists() and not (tmp_path / "o" / f".{fmt}.tmp").exists()
+
+
+def test_a_policy_trained_from_scratch_exports_its_running_statistics(tmp_path):
+    """No source checkpoint: LeRobot's config from the network's, state MEAN_STD from the running statistics, actions
+    MIN_MAX from the env bounds; LeRobot does not clip as vlarl does, so the check is left to the caller (exact
+    False) and here it is compared where nothing clips."""
+    from policies import make_policy
+    from policies.base import PolicySpec
+    from policies.flow_vla.exact import PI0PolicyConfig
+    from vlarl.export import export_policy
+
+    torch.set_num_threads(1)
+    spec = PolicySpec(state_dim=3, action_dim=2, action_low=[-1.0, 0.0], action_high=[1.0, 2.0],
+                      image_keys=["base"], image_size=[32, 32], instruction="push the cube")
+    torch.manual_seed(0)
+    policy = make_policy(PI0PolicyConfig(chunk_size=4, num_steps=2, arch={"max_state_dim": 8, "max_action_dim": 8}),
+                         spec).eval()
+    obs = {"state": torch.randn(16, 3)}
+    policy.update_normalization(obs)
+    export_policy(policy, tmp_path, formats=["lerobot"])
+    folder = tmp_path / "lerobot"
+    config = json.loads((folder / "config.json").read_text())
+    assert config["normalization_mapping"] == {"VISUAL": "IDENTITY", "STATE": "MEAN_STD", "ACTION": "MIN_MAX"}
+    assert config["input_features"]["observation.state"]["shape"] == [3]  # the env's dims, not the padding 8
+    assert config["output_features"]["action"]["shape"] == [2] and config["max_action_dim"] == 8
+    stats = load_file(str(folder / "policy_postprocessor_step_0_unnormalizer_processor.safetensors"))
+    assert torch.equal(stats["action.min"], torch.tensor([-1.0, 0.0]))
+    assert torch.allclose(stats["observation.state.mean"], policy.state_norm.mean)
