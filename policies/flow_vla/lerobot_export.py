@@ -60,17 +60,20 @@ def _feature(kind: str, shape: list[int]) -> dict[str, Any]:
 def lerobot_weights(kind: str, state: dict[str, torch.Tensor], tied: bool) -> dict[str, torch.Tensor]:
     """The network's ``state_dict`` (the loader's names) -> LeRobot's names: the inverse of the loaders' mapping.
 
-    ``kind`` ``pi0``/``pi05``: ``model.`` prefix, the loader's ``RENAMES`` undone, ``EMBED`` dropped (tied to
-    ``HEAD``); ``smolvla``: ``model.`` prefix (the embedding kept, ``lm_head`` dropped when the VLM ties them)."""
+    ``kind`` ``pi0``/``pi05``: ``model.`` prefix, the loader's ``RENAMES`` undone; ``smolvla``: ``model.`` prefix.
+    Tied embeddings (PaliGemma's always, SmolVLM's when ``tied``) are saved once, under the name LeRobot's
+    ``save_pretrained`` keeps (safetensors' ``save_model`` keeps the alphabetically first of a shared group:
+    ``lm_head.weight``), which the loaders re-tie."""
+    smol_head, smol_embed = "vlm_with_expert.vlm.lm_head.weight", "vlm_with_expert.vlm.model.text_model.embed_tokens.weight"
+    pairs = [(HEAD, EMBED)] if kind in ("pi0", "pi05") else [(smol_head, smol_embed)] if tied else []
+    dropped = {max(a, b) for a, b in pairs if a in state and b in state}
     out = {}
     for k, v in state.items():
+        if k in dropped:
+            continue
         if kind in ("pi0", "pi05"):
-            if k == EMBED and HEAD in state:
-                continue
             for old, new in RENAMES:
                 k = k.replace(new, old)
-        elif tied and k.endswith("lm_head.weight"):
-            continue
         out[MODEL_PREFIX + k] = v.detach().contiguous().cpu()
     return dict(sorted(out.items()))
 
