@@ -65,6 +65,11 @@ def _fixed_normalizer(key: str, norm: Any, dim: int) -> Normalize:
     return Normalize.from_shift_scale(key, norm.mode.lower(), shift.float(), scale.float())
 
 
+def _normalize_buffer(key: str, name: str) -> property:
+    """A read-only attribute for buffer ``name`` of the processor's ``normalize`` step of ``key``."""
+    return property(lambda self: getattr(self._proc_step(Normalize, key), name))
+
+
 # state-dict names of the statistics before they moved into the processor (checkpoints written then still load)
 _OLD_STATS = {f"{k}_{n}": (k, n) for k in ("state", "action") for n in ("shift", "scale", "mul", "add")}
 
@@ -259,6 +264,17 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
         if step is None:
             raise RuntimeError(f"the policy's processor has no {kind.__name__} step for '{key}'")
         return step
+
+    # the normalization's buffers (``x_norm = (x - shift) / scale * mul + add``, the processor's), read and set by
+    # the exports (``lerobot_export.policy_stats``, ``openpi_export.reload``); state_* under fixed statistics only
+    state_shift = _normalize_buffer("state", "shift")
+    state_scale = _normalize_buffer("state", "scale")
+    state_mul = _normalize_buffer("state", "mul")
+    state_add = _normalize_buffer("state", "add")
+    action_shift = _normalize_buffer("action", "shift")
+    action_scale = _normalize_buffer("action", "scale")
+    action_mul = _normalize_buffer("action", "mul")
+    action_add = _normalize_buffer("action", "add")
 
     @property
     def state_norm(self) -> RunningNormalize | None:
