@@ -143,6 +143,16 @@ class GaussianChunkPolicy(Policy):
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         return self._value_of(self._features(obs))
 
+    # -- the running state statistics (``self.norm``, a processor step) ------------------------------------
+    normalizes_state: bool = True
+
+    def update_normalization(self, obs: dict[str, Any]) -> None:
+        if self.normalizes_state:
+            self.norm.update(obs)
+
+    def normalization_stats(self) -> dict[str, list[float]]:
+        return {**self.norm.stats(), "action_low": self.action_low.tolist(), "action_high": self.action_high.tolist()}
+
 
 @register_policy("mlp", MLPPolicyConfig)
 class MLPPolicy(GaussianChunkPolicy):
@@ -161,13 +171,6 @@ class MLPPolicy(GaussianChunkPolicy):
             )
         return self.norm.normalize(state) if self.config.normalize_obs else state
 
-    def update_normalization(self, obs: dict[str, Any]) -> None:
-        if self.config.normalize_obs:
-            self.norm.update(obs)
-
-    def normalization_stats(self) -> dict[str, list[float]]:
-        return {
-            **self.norm.stats(),
-            "action_low": self.action_low.tolist(),
-            "action_high": self.action_high.tolist(),
-        }
+    @property
+    def normalizes_state(self) -> bool:
+        return self.config.normalize_obs

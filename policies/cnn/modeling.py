@@ -126,18 +126,12 @@ class CNNPolicy(GaussianChunkPolicy):
         mean = self._dist(self._features(obs)).mean
         return (((mean - actions.to(self.device)) / half) ** 2).mean()
 
-    def update_normalization(self, obs: dict[str, Any]) -> None:
-        if self.config.normalize_state:
-            self.norm.update(obs)
+    @property
+    def normalizes_state(self) -> bool:
+        return self.config.normalize_state
 
     def normalization_stats(self) -> dict[str, list[float]]:
-        return {
-            **self.norm.stats(),
-            "action_low": self.action_low.tolist(),
-            "action_high": self.action_high.tolist(),
-            "image_mean": [self.image_mean] * 3,
-            "image_std": [self.image_std] * 3,
-        }
+        return {**super().normalization_stats(), "image_mean": [self.image_mean] * 3, "image_std": [self.image_std] * 3}
 
 
 def _vision_encoder(config: CNNPolicyConfig) -> tuple[nn.Module, Any, Any]:
