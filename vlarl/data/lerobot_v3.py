@@ -9,7 +9,7 @@ v3.0 packs many episodes per file and finds each one through relational metadata
                                                  data/file_index, dataset_from_index, dataset_to_index,
                                                  videos/<camera>/{chunk_index, file_index, from_timestamp,
                                                  to_timestamp}, stats/<feature>/<stat>, and any extra columns
-    data/chunk-XXX/file-XXX.parquet              one row per frame: observation.state, action, timestamp,
+    data/chunk-XXX/file-XXX.parquet              one row per frame: observation.state (+ environment_state), action, timestamp,
                                                  frame_index, episode_index, index, task_index, ...
     videos/<camera>/chunk-XXX/file-XXX.mp4       the camera stream of consecutive episodes
 
