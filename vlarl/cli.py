@@ -22,6 +22,7 @@ USAGE_TRAIN = """usage: vlarl-train [group=choice ...] [key=value ...] [resume=<
 USAGE_EVAL = """usage: vlarl-eval checkpoint=<policy dir> [env=<config>] [env.task=...] [episodes=100]
                   [seed=1000000] [num_envs=4] [num_workers=1] [video_episodes=3] [output=<dir>]
        vlarl-eval checkpoint=<policy dir> suite=<name> [tasks=[...]] [num_envs=4] [num_workers=1] [video_episodes=1]
+       vlarl-eval checkpoint=<policy dir> plugins=[my_module] hydra.searchpath=[file://<configs dir>] [env=...]
        vlarl-eval --compare <a/eval.json> <b/eval.json> [metric=success_once|success_at_end]
 
   suites (pinned tasks x episodes x seeds x init states): maniskill_pushcube, maniskill_tabletop,
