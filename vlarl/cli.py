@@ -67,12 +67,20 @@ def _validate_env(env_cfg: Any) -> None:
         check(env_cfg)
 
 
-def train_main(argv: list[str] | None = None) -> int:
+def _arguments(argv: list[str] | None, usage: str) -> list[str] | None:
+    """The command's arguments (``sys.argv[1:]`` unless given), or None once ``usage`` is printed for -h/--help."""
     args = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in args):
-        print(USAGE_TRAIN)
-        return 0
+        print(usage)
+        return None
     _prepare_process()
+    return args
+
+
+def train_main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv, USAGE_TRAIN)
+    if args is None:
+        return 0
     from policies.base import CheckpointError
     from simulators.base import EnvError
     from vlarl.config import ConfigError, load_saved_config, load_train_config
@@ -139,11 +147,9 @@ def train_main(argv: list[str] | None = None) -> int:
 
 
 def eval_main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if any(a in ("-h", "--help") for a in args):
-        print(USAGE_EVAL)
+    args = _arguments(argv, USAGE_EVAL)
+    if args is None:
         return 0
-    _prepare_process()
     from vlarl.evaluation.cli import main
 
     return main(args)
