@@ -7,10 +7,11 @@ reported as one line naming the problem and the fix, with exit code 2, before an
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from vlarl import console
 
 USAGE_TRAIN = """usage: vlarl-train [group=choice ...] [key=value ...] [resume=<run_dir>]
 
@@ -37,15 +38,6 @@ def _fail(prog: str, msg: str) -> int:
     return 2
 
 
-def _prepare_process() -> None:
-    import torch
-
-    from vlarl import system_env
-
-    system_env.apply()
-    torch.set_num_threads(int(os.environ.get("VLARL_TORCH_THREADS", "1")))
-
-
 def _one_line(exc: BaseException) -> str:
     """The message of ``exc``, or of the error a Ray worker raised (``RayTaskError`` carries it as ``cause``)."""
     cause = getattr(exc, "cause", None)
@@ -67,18 +59,8 @@ def _validate_env(env_cfg: Any) -> None:
         check(env_cfg)
 
 
-def _arguments(argv: list[str] | None, usage: str) -> list[str] | None:
-    """The command's arguments (``sys.argv[1:]`` unless given), or None once ``usage`` is printed for -h/--help."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if any(a in ("-h", "--help") for a in args):
-        print(usage)
-        return None
-    _prepare_process()
-    return args
-
-
 def train_main(argv: list[str] | None = None) -> int:
-    args = _arguments(argv, USAGE_TRAIN)
+    args = console.arguments(argv, USAGE_TRAIN)
     if args is None:
         return 0
     from policies.base import CheckpointError
@@ -147,7 +129,7 @@ def train_main(argv: list[str] | None = None) -> int:
 
 
 def eval_main(argv: list[str] | None = None) -> int:
-    args = _arguments(argv, USAGE_EVAL)
+    args = console.arguments(argv, USAGE_EVAL)
     if args is None:
         return 0
     from vlarl.evaluation.cli import main
