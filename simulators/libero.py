@@ -34,12 +34,11 @@ from simulators.base import EnvError, EnvSpec
 from simulators.mujoco_render import (
     RenderQuality,
     apply_render_quality,
-    release_render_context,
     select_gl_backend,
 )
 from simulators.registry import EnvConfig, register_env, register_suites
 from simulators.robosuite_compat import patch_robosuite
-from simulators.robosuite_env import clear_gripper_state, seeded_global_numpy
+from simulators.robosuite_env import clear_gripper_state, close_scenes, resize_square, seeded_global_numpy
 from simulators.serial import SceneObs, SceneStep, SerialBatchedEnv
 
 # The evaluation suites (assets/tasks/libero_suites.json): per suite its step limit (longest demonstration
@@ -212,7 +211,7 @@ class LiberoEnv(SerialBatchedEnv):
         for c in self.cameras:
             img = raw[f"{c}_image"][::-1, ::-1]
             if img.shape[0] != self.cfg.image_size:
-                img = _resize(img, self.cfg.image_size)
+                img = resize_square(img, self.cfg.image_size)
             images[c] = np.ascontiguousarray(img, dtype=np.uint8)
         return SceneObs(state=state, images=images)
 
@@ -242,24 +241,13 @@ class LiberoEnv(SerialBatchedEnv):
     def render_scene(self, i: int, camera: str | None = None) -> np.ndarray | None:
         raw = self._last_raw[i]
         if camera is None and self._render:
-            return _resize(np.ascontiguousarray(raw["agentview_image"][::-1, ::-1]), self.cfg.render_size)
+            return resize_square(np.ascontiguousarray(raw["agentview_image"][::-1, ::-1]), self.cfg.render_size)
         cam = camera or (self.cameras[0] if self.cameras else None)
         if cam is None:
             return None
-        return _resize(np.ascontiguousarray(raw[f"{cam}_image"][::-1, ::-1]), self.cfg.image_size)
+        return resize_square(np.ascontiguousarray(raw[f"{cam}_image"][::-1, ::-1]), self.cfg.image_size)
 
     def close(self) -> None:
-        for env in self.envs:
-            with contextlib.suppress(Exception):
-                release_render_context(env.sim)
-            with contextlib.suppress(Exception):
-                env.close()
+        close_scenes(self.envs)
         self.envs = []
 
-
-def _resize(img: np.ndarray, size: int) -> np.ndarray:
-    if img.shape[0] == size and img.shape[1] == size:
-        return img
-    import cv2
-
-    return cv2.resize(np.ascontiguousarray(img), (size, size), interpolation=cv2.INTER_AREA)

@@ -198,7 +198,7 @@ class RobosuiteEnv(SerialBatchedEnv):
         for c in self.cameras:
             img = raw[f"{c}_image"]
             if img.shape[0] != self.cfg.image_size:
-                img = _resize(img, self.cfg.image_size)
+                img = resize_square(img, self.cfg.image_size)
             images[c] = np.ascontiguousarray(img[::-1], dtype=np.uint8)
         return SceneObs(state=np.concatenate(parts).astype(np.float32), images=images)
 
@@ -225,20 +225,16 @@ class RobosuiteEnv(SerialBatchedEnv):
     def render_scene(self, i: int, camera: str | None = None) -> np.ndarray | None:
         raw = self._last_raw[i]
         if camera is None and self._render:
-            return _resize(
+            return resize_square(
                 np.ascontiguousarray(raw[f"{self.cfg.render_camera}_image"][::-1]), self.cfg.render_size
             )
         cam = camera or (self.cameras[0] if self.cameras else None)
         if cam is None:
             return None
-        return _resize(np.ascontiguousarray(raw[f"{cam}_image"][::-1]), self.cfg.image_size)
+        return resize_square(np.ascontiguousarray(raw[f"{cam}_image"][::-1]), self.cfg.image_size)
 
     def close(self) -> None:
-        for env in self.envs:
-            with contextlib.suppress(Exception):
-                release_render_context(env.sim)
-            with contextlib.suppress(Exception):
-                env.close()
+        close_scenes(self.envs)
         self.envs = []
 
 
@@ -246,9 +242,20 @@ def _words(task: str) -> str:
     return "".join(" " + c.lower() if c.isupper() else c for c in task).strip()
 
 
-def _resize(img: np.ndarray, size: int) -> np.ndarray:
+def resize_square(img: np.ndarray, size: int) -> np.ndarray:
+    """An ``[H, W, 3]`` frame as ``[size, size, 3]`` (area interpolation; returned as is when it already fits)."""
     if img.shape[0] == size and img.shape[1] == size:
         return img
     import cv2
 
     return cv2.resize(np.ascontiguousarray(img), (size, size), interpolation=cv2.INTER_AREA)
+
+
+def close_scenes(envs: list[Any]) -> None:
+    """Release each robosuite env's render context, then close it; an env that fails either is passed over (a
+    worker shutting down must close the rest)."""
+    for env in envs:
+        with contextlib.suppress(Exception):
+            release_render_context(env.sim)
+        with contextlib.suppress(Exception):
+            env.close()
