@@ -18,10 +18,9 @@ import numpy as np
 import torch
 
 from simulators.assets import load_json
-from simulators.base import EnvError, EnvSpec
+from simulators.base import EnvError, EnvSpec, InstructedTask
 from simulators.maniskill_tasks import (  # noqa: F401  (INSTRUCTIONS, check_task: re-exported)
     INSTRUCTIONS,
-    InstructedTask,
     _asset_paths,
     asset_for_path,
     assets_named_in,
