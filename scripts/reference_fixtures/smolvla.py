@@ -38,6 +38,11 @@ SEED = 0
 TASKS = ["pick up the red cube", "open the top drawer slowly"]
 
 
+def ensure_env() -> Path:
+    """This fixture's venv (made once); its python."""
+    return common.ensure_venv(VENV, PINNED, NO_DEPS)
+
+
 def byte_tokenizer():
     """A byte-level BPE tokenizer without merges (any string tokenizes) with SmolVLM's extra tokens."""
     from transformers import PreTrainedTokenizerFast
@@ -159,7 +164,7 @@ def main() -> int:
         for name, spec in VARIANTS.items():
             build(name, **spec)
         return 0
-    python = common.ensure_venv(VENV, PINNED, NO_DEPS)
+    python = ensure_env()
     return subprocess.call([str(python), str(Path(__file__).resolve()), "--inside"], env=common.offline_env())
 
 
