@@ -228,8 +228,10 @@ class PI0Fast(nn.Module):
         mask = answer_mask[:, 1:].float()
         return (ce * mask).sum() / mask.sum().clamp(min=1)
 
-    def sample_logits(self, inputs: FastInputs, bos: int, generated: torch.Tensor) -> torch.Tensor:
-        """Inference layout teacher-forced: logits ``[B, T, V]`` of each ``generated [B, T]`` token."""
+    def sample_logits(self, inputs: FastInputs, bos: int, generated: torch.Tensor) -> tuple[torch.Tensor,
+                                                                                            torch.Tensor]:
+        """Inference layout teacher-forced: logits ``[B, T, V]`` of each ``generated [B, T]`` token, and the
+        final-normed hidden state at ``<bos>`` ``[B, W]`` (it sees the whole prefix and no answer token)."""
         extra = torch.full((generated.shape[0], 1), bos, dtype=torch.long, device=generated.device)
         embs, pad = self.embed_prefix(inputs, extra)
         gen_pad = torch.ones_like(generated, dtype=torch.bool)
@@ -237,7 +239,7 @@ class PI0Fast(nn.Module):
         prefix_pad, answer_pad = pad, gen_pad[:, :-1]
         full_pad = torch.cat([prefix_pad, answer_pad], 1)
         out, _ = self.run(embs, self._block_mask(prefix_pad, answer_pad), torch.cumsum(full_pad, 1) - 1)
-        return self.logits(out[:, prefix_pad.shape[1] - 1 :])
+        return self.logits(out[:, prefix_pad.shape[1] - 1 :]), out[:, prefix_pad.shape[1] - 1]
 
     @torch.no_grad()
     def generate(self, inputs: FastInputs, bos: int, steps: int, temperature: float = 0.0,

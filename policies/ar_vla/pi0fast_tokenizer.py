@@ -56,6 +56,15 @@ class FastActionTokenizer:
         return cls(Tokenizer.from_file(str(bpe_file)), float(cfg.get("scale", 10)), int(cfg.get("min_token", 0)),
                    int(cfg.get("vocab_size", 1024)))
 
+    def save(self, folder: str | Path) -> Path:
+        """Write ``processor_config.json`` + ``tokenizer.json`` (what ``from_folder`` reads)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.bpe.save(str(folder / "tokenizer.json"))
+        cfg = {"scale": self.scale, "min_token": self.min_token, "vocab_size": self.vocab_size}
+        (folder / "processor_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+        return folder
+
     def encode(self, chunk: np.ndarray) -> list[int]:
         """``chunk [T, A]`` (normalized) -> FAST ids (variable length)."""
         chunk = np.asarray(chunk, dtype=np.float64)

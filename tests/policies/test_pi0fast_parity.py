@@ -94,12 +94,12 @@ def test_rescoring_matches_decoding(ckpt, io):
     inputs = model_inputs(io)
     greedy = io["greedy_tokens"]
     with torch.no_grad():
-        logits = ckpt.model.sample_logits(inputs, ckpt.vocab.bos_id, greedy)
+        logits, _ = ckpt.model.sample_logits(inputs, ckpt.vocab.bos_id, greedy)
     assert torch.equal(logits.argmax(-1), greedy)
     g = torch.Generator().manual_seed(3)
     drawn = ckpt.model.generate(inputs, ckpt.vocab.bos_id, 6, temperature=1.0, generator=g)
     with torch.no_grad():
-        logp = torch.log_softmax(ckpt.model.sample_logits(inputs, ckpt.vocab.bos_id, drawn), -1)
+        logp = torch.log_softmax(ckpt.model.sample_logits(inputs, ckpt.vocab.bos_id, drawn)[0], -1)
     picked = logp.gather(-1, drawn[..., None])[..., 0]
     assert picked.shape == (2, 6) and torch.isfinite(picked).all() and (picked < 0).all()
 
