@@ -2,6 +2,7 @@
 
     python scripts/reference_fixtures/pi0fast.py [--fast-processor FILE] [--openpi DIR]
     python scripts/make_reference_fixtures.py pi0fast
+    python scripts/reference_fixtures/pi0fast.py --check-export DIR   # DIR: a vlarl pi0fast save_pretrained
 
 Runs in ``.reference-envs/pi0`` (the pi0 fixture's environment: LeRobot 0.4.4 on openpi's patched
 transformers 4.53.2, which pi0-FAST needs too; built by ``pi0.py`` if absent), plus ``scipy`` (the FAST
@@ -224,6 +225,69 @@ def build(fast_source: Path, openpi: str) -> None:
           f"|actions| {actions.abs().max():.3f}, recovered err {(recovered - chunks).abs().max():.3f}")
 
 
+def vlarl_outputs(ckpt_dir: Path, out: Path) -> None:
+    """(vlarl's side of ``--check-export``) the exported LeRobot folder, read by vlarl, on the fixture's inputs:
+    greedy tokens, actions, training loss."""
+    sys.path.insert(0, str(ROOT))
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from policies.ar_vla.pi0fast import FastInputs
+    from policies.ar_vla.pi0fast_checkpoint import load_pi0fast
+    from policies.ar_vla.pi0fast_tokenizer import detokenize
+
+    torch.set_num_threads(1)
+    ck = load_pi0fast(ckpt_dir / "lerobot")
+    io = load_file(str(OUT / "checkpoint" / "io.safetensors"))
+    cams = sorted(k for k in io if k.startswith("model.image."))
+    inputs = FastInputs([io[k] for k in cams], [io[k.replace("image.", "image_mask.")] for k in cams],
+                        io["model.tokens"], io["model.token_mask"])
+    tokens = ck.model.generate(inputs, ck.vocab.bos_id, ck.config.max_decoding_steps)
+    actions = ck.action_norm.unnormalize(detokenize(tokens, ck.vocab, ck.fast, ck.config.n_action_steps, ck.action_dim))
+    with torch.no_grad():
+        loss = ck.model.answer_loss(inputs, io["train.action_tokens"], io["train.action_token_mask"])
+    save_file({"tokens": tokens, "actions": actions, "loss": loss.reshape(1)}, str(out))
+
+
+def check_export(lerobot_dir: Path, fast_source: Path, ours_file: Path) -> int:
+    """(LeRobot's side) ``PI0FastPolicy.from_pretrained`` on a copy of the export (plus the FAST processor's
+    file, which a hub snapshot would hold), the same inputs: tokens equal, actions and loss within 1e-4."""
+    import tempfile
+
+    import torch
+    from lerobot.policies.pi0_fast import modeling_pi0_fast as modeling
+    from lerobot.processor import PolicyProcessorPipeline
+    from lerobot.processor.converters import policy_action_to_transition, transition_to_policy_action
+    from safetensors.torch import load_file
+
+    copy = Path(tempfile.mkdtemp()) / "lerobot"
+    shutil.copytree(lerobot_dir, copy)
+    shutil.copy2(fast_source, copy / "action_tokenizer" / fast_source.name)
+    pi0_fixture.TINY = json.loads((copy / "tiny_dims.json").read_text())
+    pi0_fixture.tiny_builders(modeling)
+    os.chdir(copy)
+    policy = modeling.PI0FastPolicy.from_pretrained(".", strict=True).eval()
+    post = PolicyProcessorPipeline.from_pretrained(".", config_filename="policy_postprocessor.json",
+                                                   to_transition=policy_action_to_transition,
+                                                   to_output=transition_to_policy_action)
+    io, ours = load_file(str(OUT / "checkpoint" / "io.safetensors")), load_file(str(ours_file))
+    cams = sorted(k for k in io if k.startswith("model.image."))
+    images, masks = [io[k] for k in cams], [io[k.replace("image.", "image_mask.")] for k in cams]
+    cfg = policy.config
+    with torch.no_grad():
+        tokens = policy.model.sample_actions_fast_kv_cache(images, masks, io["model.tokens"], io["model.token_mask"],
+                                                           max_decoding_steps=cfg.max_decoding_steps)
+        actions = post(policy.detokenize_actions(tokens, action_horizon=cfg.n_action_steps,
+                                                 action_dim=cfg.output_features["action"].shape[0]))
+        loss = policy.model.forward(images, masks, io["model.tokens"], io["model.token_mask"],
+                                    io["train.action_tokens"], io["train.action_token_mask"])["loss"]
+    err, loss_err = (actions - ours["actions"]).abs().max().item(), abs(loss.item() - ours["loss"].item())
+    same = torch.equal(tokens, ours["tokens"])
+    print(f"[pi0fast export] LeRobot loads {lerobot_dir}: tokens equal {same}, actions max |diff| {err:.2e}, "
+          f"loss |diff| {loss_err:.2e}")
+    return 0 if same and err < 1e-4 and loss_err < 1e-4 else 1
+
+
 def ensure_scipy(python: Path) -> None:
     if subprocess.call([str(python), "-c", "import scipy"], stderr=subprocess.DEVNULL) != 0:
         subprocess.check_call([str(python), "-m", "pip", "install", "-q", "scipy"])
@@ -236,7 +300,10 @@ def main() -> int:
 
         pi0_fixture.shim_torchvision_ops()
         torch.set_num_threads(1)
-        build(Path(args[args.index("--fast-processor") + 1]), args[args.index("--inside") + 1])
+        fast = Path(args[args.index("--fast-processor") + 1])
+        if "--check-export" in args:
+            return check_export(Path(args[args.index("--check-export") + 1]), fast, Path(args[args.index("--ours") + 1]))
+        build(fast, args[args.index("--inside") + 1])
         return 0
     fast = Path(args[args.index("--fast-processor") + 1]) if "--fast-processor" in args else Path(
         os.environ.get("FAST_PROCESSOR_SRC", DEFAULT_FAST))
@@ -253,6 +320,20 @@ def main() -> int:
     python = pi0_fixture.ensure_env(openpi)
     ensure_scipy(python)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": ""}
+    if "--check-export" in args:
+        ckpt_dir = Path(args[args.index("--check-export") + 1]).resolve()
+        if not (ckpt_dir / "lerobot" / "config.json").is_file():
+            print(f"pi0fast fixture: error: {ckpt_dir} has no lerobot/config.json; pass a vlarl pi0fast checkpoint "
+                  "saved from a LeRobot-origin model", file=sys.stderr)
+            return 2
+        ours = ckpt_dir.parent / f".{ckpt_dir.name}.vlarl_outputs.safetensors"
+        vlarl_outputs(ckpt_dir, ours)
+        try:
+            return subprocess.call([str(python), str(Path(__file__).resolve()), "--inside", "-", "--check-export",
+                                    str(ckpt_dir / "lerobot"), "--ours", str(ours), "--fast-processor",
+                                    str(fast.resolve())], env=env)
+        finally:
+            ours.unlink(missing_ok=True)
     return subprocess.call([str(python), str(Path(__file__).resolve()), "--inside", pi0_fixture.openpi_commit(openpi),
                             "--fast-processor", str(fast.resolve())], env=env)
 
