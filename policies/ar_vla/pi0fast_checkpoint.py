@@ -1,15 +1,18 @@
 """Load a LeRobot pi0-FAST checkpoint whole (``PI0FastPolicy.save_pretrained`` output).
 
-    ckpt = load_pi0fast("path/to/pi0fast", tokenizer_path=".../paligemma-tokenizer", fast_path=".../fast")
+    ckpt = load_pi0fast("path/to/pi0fast", vlm_path=".../paligemma-tokenizer", fast_path=".../fast")
     ckpt.report.missing, ckpt.report.unused   # both empty, or loading fails in one line naming them
 
 Layout: ``config.json`` (``"type": "pi0_fast"``), ``model.safetensors`` (keys ``model.paligemma_with_expert.
 paligemma.*``; the embedding table is tied to ``lm_head`` and saved once), ``policy_preprocessor.json``
 (normalizer step + its safetensors: state statistics; the text tokenizer step; the FAST action tokenizer step)
 and ``policy_postprocessor.json`` (unnormalizer: action statistics). Sizes: the Gemma variant's published
-ones, or ``tiny_dims.json`` beside the weights, or ``dims=``. Both tokenizers come from local folders only:
-``tokenizer_path`` / ``fast_path``, else the names the config records when they name folders (relative to the
-checkpoint or absolute); nothing is downloaded, and the FAST processor's remote code is never run.
+ones, or ``tiny_dims.json`` beside the weights, or ``dims=``; before anything is allocated the network is built
+on the meta device and its names and shapes compared with the safetensors header (a mismatch, a missing or an
+unused key is refused in one line). Both tokenizers come from local folders only: ``vlm_path`` (the PaliGemma
+tokenizer, ``policy.vlm_path`` on the command line, as for pi0) / ``fast_path``, else the names the config
+records when they name folders (relative to the checkpoint or absolute); nothing is downloaded, and the FAST
+processor's remote code is never run.
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
+from safetensors.torch import load_file
 from transformers import PreTrainedTokenizerBase
 
 from policies.ar_vla.pi0fast import PI0Fast, PI0FastConfig, with_dims
 from policies.ar_vla.pi0fast_tokenizer import FastActionTokenizer, Pi0FastVocabulary
 from policies.base import CheckpointError
-from policies.flow_vla.pi0_checkpoint import _stats, _step, _tokenizer, _weights
+from policies.flow_vla.pi0_checkpoint import EMBED, HEAD, _rename, _stats, _step, _tokenizer
+from policies.flow_vla.sizes import SizeError, differing, header_shapes, meta_shapes
 from policies.flow_vla.smolvla_checkpoint import Normalizer
 from policies.vlm.checkpoint_mapping import LoadReport
 
@@ -67,25 +71,37 @@ def _folder(path: Path, name: str | None, given: str | Path | None, what: str, f
     return folder
 
 
-def build(path: Path, config: PI0FastConfig, source: dict[str, torch.Tensor], strict: bool = True,
-          ) -> tuple[PI0Fast, LoadReport]:
-    """The network of ``config`` with ``source`` loaded; shapes checked, missing / unused keys reported."""
-    model = PI0Fast(config)
-    ours = model.state_dict()
-    report = LoadReport(missing=sorted(set(ours) - set(source)), unused=sorted(set(source) - set(ours)))
-    shapes = sorted(k for k in set(ours) & set(source) if ours[k].shape != source[k].shape)
-    if shapes:
-        k = shapes[0]
-        raise _fail(path, f"{len(shapes)} tensors differ in shape from the config, e.g. {k} "
-                          f"{tuple(source[k].shape)} vs {tuple(ours[k].shape)}; check the variant / tiny_dims.json")
+def build(path: Path, config: PI0FastConfig, strict: bool = True) -> tuple[PI0Fast, LoadReport]:
+    """The network of ``config`` with ``path/model.safetensors`` loaded, after its names and shapes passed a check
+    on the meta device against the file's header (nothing allocated before)."""
+    file = path / "model.safetensors"
+    if not file.is_file():
+        raise _fail(path, "missing model.safetensors")
+    try:
+        shapes = {_rename(k, "model."): v for k, v in header_shapes(file).items()}
+    except SizeError as e:
+        raise _fail(path, str(e)) from e
+    if EMBED not in shapes and HEAD in shapes:
+        shapes[EMBED] = shapes[HEAD]  # tied: saved once
+    ours = meta_shapes(lambda: PI0Fast(config))
+    report = LoadReport(missing=sorted(set(ours) - set(shapes)), unused=sorted(set(shapes) - set(ours)))
+    wrong = differing(ours, shapes)
+    if wrong:
+        k = wrong[0]
+        raise _fail(path, f"{len(wrong)} tensors differ in shape from the config, e.g. {k} {shapes[k]} vs {ours[k]}; "
+                          "check the variant / tiny_dims.json")
     if strict and (report.missing or report.unused):
         raise _fail(path, f"{len(report.missing)} missing keys {report.missing[:3]}, "
                           f"{len(report.unused)} unused keys {report.unused[:3]}")
+    model = PI0Fast(config)
+    source = {_rename(k, "model."): v for k, v in load_file(str(file)).items()}
+    if EMBED not in source and HEAD in source:
+        source[EMBED] = source[HEAD]
     model.load_state_dict({k: v for k, v in source.items() if k in ours}, strict=False)
     return model.eval(), report
 
 
-def load_pi0fast(path: str | Path, tokenizer_path: str | Path | None = None, fast_path: str | Path | None = None,
+def load_pi0fast(path: str | Path, vlm_path: str | Path | None = None, fast_path: str | Path | None = None,
                  dims: dict[str, Any] | None = None, strict: bool = True) -> PI0FastCheckpoint:
     """Build pi0-FAST from a LeRobot directory; raise ``CheckpointError`` (one line) on any mismatch."""
     path = Path(path)
@@ -100,7 +116,7 @@ def load_pi0fast(path: str | Path, tokenizer_path: str | Path | None = None, fas
     feats_in, feats_out = raw.get("input_features", {}), raw.get("output_features", {})
     if STATE_KEY not in feats_in or ACTION_KEY not in feats_out:
         raise _fail(path, f"config.json needs input feature '{STATE_KEY}' and output feature '{ACTION_KEY}'")
-    tokenizer = _tokenizer(path, raw.get("text_tokenizer_name"), tokenizer_path)
+    tokenizer = _tokenizer(path, raw.get("text_tokenizer_name"), vlm_path)
     fast = FastActionTokenizer.from_folder(_folder(path, raw.get("action_tokenizer_name"), fast_path,
                                                    "FAST action tokenizer", "fast_path"))
     norm_map = config.normalization_mapping
@@ -108,7 +124,7 @@ def load_pi0fast(path: str | Path, tokenizer_path: str | Path | None = None, fas
                         norm_map.get("STATE", "IDENTITY"))
     action_norm = _stats(path, _step(path, post, "policy_postprocessor.json", "unnormalizer_processor"), ACTION_KEY,
                          norm_map.get("ACTION", "IDENTITY"))
-    model, report = build(path, config, _weights(path, "model."), strict)
+    model, report = build(path, config, strict)
     image_keys = [k for k, f in feats_in.items() if f.get("type") == "VISUAL"]
     image_keys = [k for k in image_keys if ".empty_camera_" not in k] + [k for k in image_keys if ".empty_camera_" in k]
     return PI0FastCheckpoint(model=model, config=config, tokenizer=tokenizer, fast=fast,

@@ -13,7 +13,7 @@ class PI0FastPolicyConfig:
     name: str = "pi0fast"
     # a LeRobot pi0_fast directory (save_pretrained output), loaded whole; "" = a tiny random model built here
     pretrained_path: str = ""
-    tokenizer_path: str = ""  # local PaliGemma tokenizer folder when the checkpoint does not name one that exists
+    vlm_path: str = ""  # local PaliGemma tokenizer folder when the checkpoint does not name one that exists
     fast_path: str = ""  # local FAST tokenizer folder (physical-intelligence/fast layout), likewise
     chunk_size: int = 0  # actions per chunk sent to the env (0 = the checkpoint's n_action_steps; tiny: 4)
     max_decoding_steps: int = 0  # answer tokens decoded per chunk (0 = the checkpoint's; tiny: 12)

@@ -66,7 +66,7 @@ class PI0FastPolicy(Policy):
             if (restore_dir / LEROBOT_DIR).is_dir():
                 self._lerobot_source = restore_dir / LEROBOT_DIR
         elif config.pretrained_path:
-            ck = load_pi0fast(config.pretrained_path, config.tokenizer_path or None, config.fast_path or None)
+            ck = load_pi0fast(config.pretrained_path, config.vlm_path or None, config.fast_path or None)
             self._lerobot_source = Path(config.pretrained_path)
         else:
             ck = tiny_checkpoint(config, spec)
@@ -252,7 +252,7 @@ def write_lerobot(policy: PI0FastPolicy, out: Path) -> Path:
         if f.is_file() and f.name != "model.safetensors" and not f.name.startswith("io."):
             shutil.copy2(f, out / f.name)
     raw = json.loads((src / "config.json").read_text())
-    for given, key, dest in ((policy.config.tokenizer_path, "text_tokenizer_name", "tokenizer"),
+    for given, key, dest in ((policy.config.vlm_path, "text_tokenizer_name", "tokenizer"),
                              (policy.config.fast_path, "action_tokenizer_name", "action_tokenizer")):
         folder = Path(given or raw.get(key, ""))
         shutil.copytree(folder if folder.is_absolute() else src / folder, out / dest)
