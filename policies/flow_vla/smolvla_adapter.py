@@ -17,6 +17,7 @@ import torch
 
 from policies.base import PolicySpec
 from policies.flow_vla.adapter import FlowAdapter, check_cameras, check_config_keys, env_cameras
+from policies.flow_vla.sizes import check_padding
 from policies.flow_vla.smolvla import SmolVLA, SmolVLAConfig, make_inputs, tokenize
 from policies.flow_vla.smolvla_checkpoint import load_smolvla
 from policies.processors import CameraMap
@@ -35,13 +36,12 @@ def build_smolvla(
     vlm_path: str | None = None,
 ) -> SmolVLAAdapter:
     """A tiny/random SmolVLA from ``cfg``, or a LeRobot checkpoint whole (then a dict ``cfg`` holds config fields
-    set over the checkpoint's, e.g. ``train_expert_only``). Whether the env's dims fit the network's padding is
-    the policy processor's check (``pad_vector``)."""
+    set over the checkpoint's, e.g. ``train_expert_only``); a checkpoint fine-tunes on env dims that differ from
+    its own within its padding (as ``build_pi0``). Whether a tiny network's padding fits the env is the policy
+    processor's check (``pad_vector``)."""
     if pretrained_path is not None:
         ckpt = load_smolvla(pretrained_path, vlm_path, overrides=cfg if isinstance(cfg, dict) else None)
-        if spec.action_dim != ckpt.action_dim:
-            raise ValueError(f"smolvla: the env's action dim {spec.action_dim} differs from the checkpoint's "
-                             f"{ckpt.action_dim}; fine-tune on an env with the same action space")
+        check_padding("smolvla", spec, ckpt.config.max_state_dim, ckpt.config.max_action_dim)
         need = len(ckpt.image_keys) - ckpt.config.empty_cameras
         cams = CameraMap.fit(ckpt.image_keys, list(spec.image_keys), min_present=need, who="smolvla", fill_blank=False)
         return SmolVLAAdapter(ckpt.model, ckpt.tokenizer, cams, ckpt)
