@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 import inspect
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from simulators.base import EnvError
 
@@ -22,6 +22,9 @@ from simulators.base import EnvError
 INSTRUCTIONS: dict[str, str] = {
     # table-top manipulation (Panda unless noted)
     "PushCube-v1": "push the cube to the red and white goal region",
+    # vlarl's language variant (simulators/language_tasks.py): the instruction changes per episode; this is
+    # the spec's placeholder, the env reports each episode's own
+    "PushCubeToColor-v1": "push the cube to the red goal",
     "PullCube-v1": "pull the cube back to the goal region",
     "PickCube-v1": "pick up the cube and move it to the goal position",
     "PickCubeSO100-v1": "pick up the cube and lift it to the goal position",
@@ -113,6 +116,14 @@ BROKEN_REWARD_MODES: dict[str, dict[str, str]] = {
 TASK_PACKAGES: dict[str, str] = {"DrawSVG-v1": "svgpathtools"}
 
 
+@runtime_checkable
+class InstructedTask(Protocol):
+    """A ManiSkill task whose instruction changes per episode (``simulators/language_tasks.py``): one string per
+    parallel env of its scene, read by vlarl's env after every reset."""
+
+    def episode_instructions(self) -> list[str]: ...
+
+
 def instruction_for(task: str) -> str:
     """The task's instruction; an unlisted task gets a phrase made from its id ("PushCube-v1" -> "push cube")."""
     if task in INSTRUCTIONS:
@@ -125,6 +136,8 @@ def import_maniskill() -> Any:
     try:
         import gymnasium as gym
         import mani_skill.envs  # noqa: F401  (registers the tasks)
+
+        import simulators.language_tasks  # noqa: F401  (registers vlarl's task variants with ManiSkill)
     except ImportError as e:  # pragma: no cover - depends on install
         raise EnvError(
             f"ManiSkill3 is not installed ({e}); install it with `pip install -e .[maniskill]` "
