@@ -6,6 +6,7 @@ Built-in steps register on import: ``normalize`` / ``running_normalize`` (normal
 (libero.py).
 """
 
+from policies.processors import libero  # noqa: F401 - registers LIBERO's convention steps
 from policies.processors.base import (
     PROCESSOR_CONFIG,
     PROCESSOR_STATS,
@@ -17,7 +18,6 @@ from policies.processors.base import (
     register_step,
     step_class,
 )
-from policies.processors import libero  # noqa: F401 - registers LIBERO's convention steps
 from policies.processors.images import CameraMap, FlipImages, ImageSize, ImagesToFloat, ResizeWithPad
 from policies.processors.normalize import Normalize, RunningNormalize
 from policies.processors.text import Prompt

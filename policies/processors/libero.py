@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from policies.processors.base import Batch, ProcessorMismatch, ProcessorStep, register_step
 from policies.base import PolicySpec
+from policies.processors.base import Batch, ProcessorMismatch, ProcessorStep, register_step
 
 # env camera -> the family's camera name (LeRobot: lerobot/envs/libero.py camera_name_mapping; OFT:
 # run_libero_eval.prepare_observation's keys)
