@@ -21,7 +21,7 @@ import torch
 
 from policies.base import PolicySpec
 from policies.flow_vla.interface import FlowInputs
-from policies.flow_vla.pi0 import PI0, PI0Config, make_inputs, tokenize
+from policies.flow_vla.pi0 import PI0, PI0Config, make_inputs, state_prompt_tokens, tokenize
 from policies.flow_vla.pi0_checkpoint import IMAGE_PREFIX, PI0Checkpoint, load_pi0
 
 
@@ -32,6 +32,10 @@ class PI0Adapter:
     cameras: list[str]  # env image keys, in the model's camera order
     empty_cameras: int = 0
     checkpoint: PI0Checkpoint | None = None  # normalization statistics and report when loaded
+
+    def __post_init__(self) -> None:
+        if self.model.pi05:  # the state-prompt token table, made on real tensors now (a fake trace cannot)
+            state_prompt_tokens(self.tokenizer, self.model.cfg.tokenizer_max_length)
 
     @property
     def device(self) -> torch.device:
