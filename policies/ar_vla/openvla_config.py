@@ -42,6 +42,10 @@ class OpenVLAPolicyConfig:
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     dtype: str = "float32"  # "float32" | "bfloat16" (trunk weights; heads and log-probs stay fp32)
     gradient_checkpointing: bool = False  # recompute the Llama layers in backward
+    # "" = none; "libero_oft": OpenVLA-OFT's LIBERO evaluation conventions around the network
+    # (policies/processors/libero.py): TF-exact JPEG + Lanczos resize to 224 and 0.9 center crop of each camera,
+    # the gripper from [0, 1] to +-1 and inverted on the way to the env (LIBERO: -1 opens, +1 closes)
+    conventions: str = ""
 
     def __post_init__(self) -> None:
         coerce_nested(self)

@@ -225,13 +225,16 @@ class OFTImages(ProcessorStep):
             img = resize_lanczos3(jpeg_roundtrip(img), self.size)
         return center_crop(img) if self.center_crop else img
 
+    def apply(self, x: Any) -> Any:
+        """One camera's batch uint8 [B, H, W, 3] (tensor or array) -> [B, size, size, 3] of the same kind."""
+        arr = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+        out = np.stack([self.one(a) for a in arr])
+        return torch.from_numpy(out).to(x.device) if isinstance(x, torch.Tensor) else out
+
     def forward(self, batch: Batch) -> Batch:
         images = dict(batch.get("images", {}))
         for k in self.cameras or list(images):
-            x = images[k]
-            arr = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
-            out = np.stack([self.one(a) for a in arr])
-            images[k] = torch.from_numpy(out).to(x.device) if isinstance(x, torch.Tensor) else out
+            images[k] = self.apply(images[k])
         return {**batch, "images": images}
 
 

@@ -80,3 +80,37 @@ def test_recipe_trains_and_evaluates_on_libero(recipe, tmp_path):
     report = json.loads((out / "eval.json").read_text())
     assert report["episodes"] == 1 and report["task"] == "libero_spatial"
     assert 0.0 <= report["success_once"] <= 1.0
+
+
+def test_oft_libero_conventions_wrap_the_network():
+    """``policy.conventions=libero_oft``: the OFT fixture checkpoint acting on LIBERO-shaped observations feeds the
+    TF-exact 224 px crops (the same network input as feeding them by hand) and sends +-1 grippers to the env."""
+    import torch
+
+    from policies.ar_vla.openvla_config import OpenVLAOFTPolicyConfig
+    from policies.base import PolicySpec
+    from policies.processors.libero import OFTImages
+    from policies.registry import make_policy
+
+    spec = PolicySpec(state_dim=8, action_dim=7, action_low=[-1.0] * 7, action_high=[1.0] * 7,
+                      image_keys=["agentview", "robot0_eye_in_hand"], image_size=[256, 256],
+                      instruction="put the bowl on the plate")
+    gen = torch.Generator().manual_seed(0)
+    obs = {"images": {k: torch.randint(0, 256, (2, 256, 256, 3), dtype=torch.uint8, generator=gen)
+                      for k in spec.image_keys},
+           "state": torch.randn(2, 8, generator=gen), "instruction": [spec.instruction] * 2}
+
+    def policy(conventions: str):
+        cfg = OpenVLAOFTPolicyConfig(pretrained_path=str(OFT_LIBERO), unnorm_key="fixture_sim", chunk_size=8,
+                                     action_head="l1", conventions=conventions)
+        return make_policy(cfg, spec).eval()
+
+    wrapped, plain = policy("libero_oft"), policy("")
+    cropped = {**obs, "images": {k: OFTImages().apply(v) for k, v in obs["images"].items()}}
+    with torch.no_grad():
+        a, b = wrapped.act(obs), plain.act(cropped)
+    assert torch.equal(a[..., :6], b[..., :6])  # the arm: the same network input, the same statistics
+    assert set(a[..., 6].unique().tolist()) <= {-1.0, 0.0, 1.0}
+    assert torch.equal(a[..., 6], -torch.sign(2 * b[..., 6] - 1))  # OFT's normalize + invert of the plain output
+    with pytest.raises(ValueError, match="policy.conventions='libero' is unknown"):
+        policy("libero")
