@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -88,10 +88,14 @@ class EnvSpec:
     instruction: str = ""
     # cameras rendered only for a reward critic (at chunk boundaries, into obs["images"]): not policy inputs
     critic_cameras: tuple[str, ...] = ()
+    # indices of ``state`` that are the robot's proprioception (LeRobot's ``observation.state``: joint positions,
+    # velocities, end-effector pose); the others describe the world (``observation.environment_state``: object
+    # poses, goals). Empty: the whole state is proprioception. Read by the dataset writer, not by policies.
+    proprio_dims: tuple[int, ...] = ()
 
 
 #: EnvSpec fields that are no policy input, so the policy's spec has no copy of them
-ENV_ONLY_FIELDS = ("critic_cameras",)
+ENV_ONLY_FIELDS = ("critic_cameras", "proprio_dims")
 
 
 class BatchedEnv(abc.ABC):
@@ -119,6 +123,14 @@ class BatchedEnv(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release simulator resources."""
+
+
+@runtime_checkable
+class InstructedTask(Protocol):
+    """A simulator task whose instruction changes per episode (``simulators/language_tasks.py``): one string per
+    parallel env of its scene, which the batched env reads after every reset and reports in ``obs["instruction"]``."""
+
+    def episode_instructions(self) -> list[str]: ...
 
 
 class EnvError(ValueError):

@@ -24,7 +24,7 @@ from mani_skill.utils.building import actors
 from mani_skill.utils.registration import REGISTERED_ENVS, register_env
 from mani_skill.utils.structs import Pose
 
-from simulators.maniskill_tasks import InstructedTask
+from simulators.base import InstructedTask
 
 COLOURS = ("red", "blue")
 RGBA = {"red": np.array([200, 30, 30, 255]) / 255, "blue": np.array([30, 60, 220, 255]) / 255}

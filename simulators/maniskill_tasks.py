@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 import inspect
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from simulators.base import EnvError
 
@@ -114,14 +114,6 @@ BROKEN_REWARD_MODES: dict[str, dict[str, str]] = {
 
 # Python packages a task imports when it is built (not dependencies of mani-skill itself).
 TASK_PACKAGES: dict[str, str] = {"DrawSVG-v1": "svgpathtools"}
-
-
-@runtime_checkable
-class InstructedTask(Protocol):
-    """A ManiSkill task whose instruction changes per episode (``simulators/language_tasks.py``): one string per
-    parallel env of its scene, read by vlarl's env after every reset."""
-
-    def episode_instructions(self) -> list[str]: ...
 
 
 def instruction_for(task: str) -> str:
