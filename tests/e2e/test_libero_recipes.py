@@ -28,8 +28,11 @@ RECIPES = {
                                  "algorithm.num_minibatches=1", "total_env_steps=20"], 5),
     "libero_spatial_pi0_ppo": (["env.num_envs=1", "env.max_episode_steps=10", "algorithm.num_steps=2",
                                 "algorithm.num_minibatches=1", "total_env_steps=20"], 5),
+    # a random tiny OFT never succeeds: every group is all-fail, and the recipe's dynamic sampling would drop them
+    # all (no update); the CPU run keeps them to exercise the update
     "libero_spatial_oft_grpo": (["env.num_envs=2", "env.max_episode_steps=16", "algorithm.group_size=2",
-                                 "algorithm.num_minibatches=1", "total_env_steps=64", "policy.unnorm_key=fixture_sim"], 8),
+                                 "algorithm.num_minibatches=1", "total_env_steps=64", "policy.unnorm_key=fixture_sim",
+                                 "algorithm.filter_groups=false"], 8),
 }
 
 
