@@ -179,7 +179,7 @@ def _clean(task: str) -> str:
 class StatePromptTokens:
     """pi0.5's prompt tokens as tensor ops on the state's bins: ``ids(prefix(task)) + table[bin_1] + ... +
     table[bin_S] + ids(";\nAction: ")``, placed by a cumulative sum into ``[B, max_length]`` (right padding,
-    truncation), where ``table[v]`` are the ids of ``" v"``. The token ids then never leave torch, so the shapes
+    truncation), where ``table[v]`` are the ids of ``" v"`` for v in -1..255 (-1: a state below the first edge). The token ids then never leave torch, so the shapes
     are static and a fake-tensor trace works. Valid only where the tokenizer splits the prompt at those
     boundaries: ``exact`` is checked once against the tokenizer's own encoding of prompts holding every bin
     value; where it is False, ``tokenize`` tokenizes the text (not traceable)."""
@@ -187,7 +187,8 @@ class StatePromptTokens:
     def __init__(self, tokenizer: Any, max_length: int):
         self.tokenizer, self.max_length = tokenizer, max_length
         self.pad = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
-        pieces = [tokenizer(f" {v}", add_special_tokens=False)["input_ids"] for v in range(STATE_BINS)]
+        # values -1..255: LeRobot's np.digitize gives -1 below the first edge (a state under q01 normalizes past -1)
+        pieces = [tokenizer(f" {v}", add_special_tokens=False)["input_ids"] for v in range(-1, STATE_BINS)]
         width = max(len(p) for p in pieces)
         self.table = torch.tensor([p + [self.pad] * (width - len(p)) for p in pieces], dtype=torch.long)
         self.lengths = torch.tensor([len(p) for p in pieces], dtype=torch.long)
@@ -201,6 +202,7 @@ class StatePromptTokens:
         """``bins [B, S]`` -> (ids ``[B, max_length]``, mask ``[B, max_length]`` bool)."""
         device, dims = bins.device, bins.shape[1]
         table, lengths = self.table.to(device), self.lengths.to(device)
+        bins = bins + 1  # row 0 of the table is the value -1
         suffix = torch.tensor(self.suffix, dtype=torch.long, device=device)
         width = table.shape[1]
         rows, masks = [], []
@@ -226,8 +228,8 @@ class StatePromptTokens:
 
     def _agrees(self) -> bool:
         """The tensor assembly equals the tokenizer's encoding for prompts that hold every bin value."""
-        values = torch.arange(STATE_BINS).reshape(-1, 32)
-        tasks = ["pick up the_bowl\n", "x"] * (values.shape[0] // 2)
+        values = torch.cat([torch.arange(-1, STATE_BINS), torch.zeros(31, dtype=torch.long)]).reshape(-1, 32)
+        tasks = ["pick up the_bowl\n", "x"] * (values.shape[0] // 2) + ["y"] * (values.shape[0] % 2)
         ids, mask = self(tasks, values)
         for i, task in enumerate(tasks):
             text = f"Task: {_clean(task)}, State: {' '.join(map(str, values[i].tolist()))};\nAction: "
