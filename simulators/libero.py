@@ -46,6 +46,7 @@ from simulators.serial import SceneObs, SceneStep
 SUITES = load_json("tasks/libero_suites.json")
 SUITE_MAX_STEPS = {name: int(s["max_episode_steps"]) for name, s in SUITES.items()}
 CAMERAS = ("agentview", "robot0_eye_in_hand")
+RENDERINGS = ("fast", "published")
 SETTLE_ACTION = np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float64)  # no motion, gripper open
 
 
@@ -61,6 +62,9 @@ class LiberoConfig(EnvConfig):
     reward_mode: str = "sparse"
     settle_steps: int = 10  # no-op steps after reset (objects fall into place)
     control_freq: int = 20
+    # "fast": shadows / reflections / MSAA as set below (all off: 2-5x faster on a CPU); "published":
+    # robosuite's own settings untouched, the frames LIBERO's datasets and published checkpoints were made with
+    rendering: str = "fast"
     shadows: bool = False
     reflections: bool = False
     msaa: bool = False
@@ -102,15 +106,25 @@ register_suites("libero", {name: {**s, "env_overrides": {"task": name}} for name
 
 
 def quat_to_axis_angle(q: np.ndarray) -> np.ndarray:
-    """robosuite quaternion (x, y, z, w) -> axis-angle [3] (angle in [0, pi] times the unit axis)."""
-    q = np.asarray(q, dtype=np.float64)
-    w = float(np.clip(q[3], -1.0, 1.0))
-    if w < 0:  # q and -q are the same rotation; take the one with angle <= pi
-        q, w = -q, -w
-    s = np.sqrt(max(1.0 - w * w, 0.0))
-    if s < 1e-8:
-        return np.zeros(3)
-    return q[:3] / s * (2.0 * np.arccos(w))
+    """robosuite quaternion (x, y, z, w) [4] -> axis-angle [3] float32, exactly as LeRobot's LIBERO processor.
+
+    The published LIBERO conventions (robosuite's ``quat2axisangle``, OpenVLA-OFT's copy of it, LeRobot 0.4.4's
+    ``LiberoProcessorStep._quat2axisangle``) take the angle ``2 acos(w)`` in [0, 2 pi] as the quaternion comes,
+    without moving ``w`` to the positive half: a checkpoint trained on that state must see the same sign. The
+    arithmetic is LeRobot's, in float32 torch ops in its order (bit-equal to its processor); OFT computes the same
+    formula in float64.
+    """
+    import torch
+
+    quat = torch.as_tensor(np.asarray(q), dtype=torch.float32).reshape(1, 4)
+    w = quat[:, 3].clamp(-1.0, 1.0)
+    den = torch.sqrt(torch.clamp(1.0 - w * w, min=0.0))
+    out = torch.zeros((1, 3))
+    mask = den > 1e-10
+    if mask.any():
+        angle = 2.0 * torch.acos(w[mask])
+        out[mask] = quat[mask, :3] / den[mask].unsqueeze(1) * angle.unsqueeze(1)
+    return out[0].numpy()
 
 
 @register_env("libero", LiberoConfig)
@@ -139,6 +153,11 @@ class LiberoEnv(RobosuiteScenes):
             raise EnvError("env.obs_mode='rgb' needs at least one camera in env.cameras")
         if not cfg.task_ids:
             raise EnvError("env.task_ids is empty; give at least one task index, e.g. [0]")
+        if cfg.rendering not in RENDERINGS:
+            raise EnvError(f"env.rendering='{cfg.rendering}' is unknown; use one of {list(RENDERINGS)}")
+        if cfg.rendering == "published" and (cfg.shadows or cfg.reflections or cfg.msaa):
+            raise EnvError("env.rendering=published keeps robosuite's own render settings; leave env.shadows, "
+                           "env.reflections and env.msaa unset (they apply to env.rendering=fast)")
 
     def __init__(self, cfg: LiberoConfig, num_envs: int, worker_index: int = 0, render: bool = False):
         self.validate_config(cfg)
@@ -174,7 +193,8 @@ class LiberoEnv(RobosuiteScenes):
                     ignore_done=True,
                 )
             env.reset()
-            apply_render_quality(env.sim, self.quality)
+            if cfg.rendering == "fast":
+                apply_render_quality(env.sim, self.quality)
             self.envs.append(env)
             self.init_states.append(np.asarray(b.get_task_init_states(tid)))
             self.instructions.append(task.language)

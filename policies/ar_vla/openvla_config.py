@@ -28,6 +28,10 @@ class OpenVLAPolicyConfig(VLAPolicyConfig):
     temperature: float = 1.0  # action tokens: the categorical over the 256 bins is tempered ...
     top_k: int = 0  # ... and cut to the top k (0 = all bins)
     gradient_checkpointing: bool = False  # recompute the Llama layers in backward
+    # "" = none; "libero_oft": OpenVLA-OFT's LIBERO evaluation conventions around the network
+    # (policies/processors/libero.py): TF-exact JPEG + Lanczos resize to 224 and 0.9 center crop of each camera,
+    # the gripper from [0, 1] to +-1 and inverted on the way to the env (LIBERO: -1 opens, +1 closes)
+    conventions: str = ""
 
 
 @dataclass

@@ -54,6 +54,7 @@ from policies.base import ActionSample, Policy, PolicySpec, as_float_tensor
 from policies.cnn.modeling import CNNCriticEncoder, CNNPolicyConfig
 from policies.heads.categorical import TokenCategoricalHead
 from policies.heads.gaussian import tanh_squash
+from policies.processors.libero import LiberoGripper, OFTImages
 from policies.processors.normalize import RunningNormalize
 from policies.registry import register_policy
 from policies.value_head import config_value_support, value_expectation, value_output, with_value_bins
@@ -63,6 +64,8 @@ from policies.vlm.tokenizer import build_byte_tokenizer
 
 BOS, PAD = 1, 32000
 BYTE_OFFSET = 3  # the tiny byte tokenizer's ids shifted past <unk>/<s>/</s>
+# policy.conventions: the checkpoint family's own evaluation conventions around the network (None = none)
+CONVENTIONS = {"": lambda: None, "libero_oft": lambda: (OFTImages(), LiberoGripper())}
 # the CNNPolicyConfig keys CNNCriticEncoder reads: what ``policy.critic_cnn`` may set (squash=true)
 CRITIC_CNN_KEYS = ("vision_encoder", "freeze_vision", "image_size", "cnn_channels", "vision_dim", "text_encoder",
                    "text_dim", "use_state")
@@ -83,6 +86,10 @@ class OpenVLAPolicy(VLAPolicy):
             raise ValueError(f"policy.action_head='{action_head}' is not one of {arch}'s heads ('tokens'; 'l1')")
         stats = proprio = None
         self.tokenizer = None
+        if config.conventions not in CONVENTIONS:
+            raise ValueError(f"policy.conventions='{config.conventions}' is unknown; use one of {sorted(CONVENTIONS)}")
+        # (image step, action step) of a checkpoint family's evaluation code; a plain tuple: no weights, not saved
+        self.conventions = CONVENTIONS[config.conventions]()
         restoring = bool(config.arch) and restore_dir is not None
         if config.pretrained_path and not restoring:
             if config.arch:
@@ -219,6 +226,8 @@ class OpenVLAPolicy(VLAPolicy):
             if missing:
                 raise KeyError(f"obs['images'] lacks cameras {missing}; the policy was built for image_keys={keys}")
             ims = [torch.as_tensor(obs["images"][k], device=self.device) for k in keys]
+            if self.conventions is not None:  # the checkpoint's own LIBERO image path (TF-exact resize, crop)
+                ims = [self.conventions[0].apply(im) for im in ims]
         pv = torch.cat([pixel_values(im, self.cfg.timm_model_ids, self.cfg.image_sizes[0]) for im in ims], 1)
         ids, mask = self._text(list(obs.get("instruction", [])), pv.shape[0])
         proprio = None
@@ -287,8 +296,12 @@ class OpenVLAPolicy(VLAPolicy):
         return torch.stack(bins, 1), torch.stack(logps, 1), value
 
     def _to_env(self, normalized: torch.Tensor) -> torch.Tensor:
-        """Normalized [B, T, A] -> env units (clipped to [-1, 1] first, then the statistics)."""
-        return self.stats.unnormalize(normalized.clamp(-1, 1))
+        """Normalized [B, T, A] -> env units (clipped to [-1, 1] first, then the statistics; then the env's
+        gripper convention under ``conventions``)."""
+        out = self.stats.unnormalize(normalized.clamp(-1, 1))
+        if self.conventions is not None:
+            out = self.conventions[1].inverse({"action": out})["action"]
+        return out
 
     def _bins_to_env(self, bins: torch.Tensor) -> torch.Tensor:
         x = self.model.bins.decode(self.action_ids[bins]).view(bins.shape[0], self.cfg.chunk_size, self.cfg.action_dim)

@@ -18,7 +18,7 @@ import torch
 
 from policies.base import PolicySpec
 from policies.flow_vla.adapter import FlowAdapter, check_cameras, check_config_keys, env_cameras
-from policies.flow_vla.pi0 import PI0, PI0Config, make_inputs, tokenize
+from policies.flow_vla.pi0 import PI0, PI0Config, make_inputs, state_prompt_tokens, tokenize
 from policies.flow_vla.pi0_checkpoint import load_pi0
 from policies.flow_vla.sizes import check_padding
 from policies.processors import CameraMap
@@ -28,6 +28,10 @@ class PI0Adapter(FlowAdapter):
     """pi0 / pi0.5: ``tokens`` puts pi0.5's normalized state into the prompt."""
 
     make_inputs = staticmethod(make_inputs)
+
+    def __post_init__(self) -> None:
+        if self.model.pi05:  # the state-prompt token table, made on real tensors now (a fake trace cannot)
+            state_prompt_tokens(self.tokenizer, self.model.cfg.tokenizer_max_length)
 
     def tokens(
         self, tasks: list[str], state: torch.Tensor | None = None
