@@ -57,14 +57,15 @@ def load_config(args: list[str]) -> DemosConfig:
     return load_cli_config("demos", DemosConfig, args)
 
 
-def check_env(env_cfg: Any) -> tuple[int, str]:
-    """Build the env the demonstrations are for (one instance) and return its state dim and instruction."""
+def check_env(env_cfg: Any) -> tuple[int, str, int]:
+    """Build the env the demonstrations are for (one instance) and return its state dim, instruction and time
+    limit (steps)."""
     from simulators.registry import make_env
 
     env = make_env(env_cfg, num_envs=1)
     try:
         obs = env.reset(seed=0)
-        return int(np.asarray(obs["state"]).shape[-1]), str(obs["instruction"][0])
+        return int(np.asarray(obs["state"]).shape[-1]), str(obs["instruction"][0]), int(env.spec.max_episode_steps)
     finally:
         env.close()
 
@@ -103,7 +104,7 @@ def make_demos(cfg: DemosConfig, log=print) -> dict[str, Any]:
     env = cfg.env
     out = Path(cfg.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    state_dim, instruction = check_env(env)
+    state_dim, instruction, time_limit = check_env(env)
     with tempfile.TemporaryDirectory(prefix=".vlarl-demos-", dir=out.parent) as tmp:
         source = demonstrator(env.name)
         speed = cfg.speed or source.speed(env)
@@ -112,6 +113,11 @@ def make_demos(cfg: DemosConfig, log=print) -> dict[str, Any]:
         staged = Path(tmp) / "out"
         move_trajectory(made.h5, staged / TRAJECTORY_FILE)
         dims = _obs_dim(staged / TRAJECTORY_FILE)
+        lengths = _lengths(staged / TRAJECTORY_FILE)
+        late = sum(n > time_limit for n in lengths) if time_limit > 0 else 0
+        if late:  # their success comes after an online episode of this env is cut off
+            log(f"[{PROG}] warning: {late} of {len(lengths)} episodes are longer than {env.task}'s {time_limit}-step "
+                f"limit; raise speed= (the planner's pace) or env.max_episode_steps")
         if env.obs_mode == "state" and dims != state_dim:
             raise RuntimeError(f"the replayed observations have {dims} dims but env {env.task} gives {state_dim}; "
                                f"ManiSkill's replay and vlarl's env disagree (report this)")
@@ -125,7 +131,7 @@ def make_demos(cfg: DemosConfig, log=print) -> dict[str, Any]:
             shutil.rmtree(out)
         os.replace(staged, out)
     return {"task": env.task, "control_mode": env.control_mode, "obs_mode": env.obs_mode,
-            "speed": speed, "planned": made.planned, "planner_attempts": made.attempts, "converted": made.converted,
+            "speed": speed, "lengths": lengths, "time_limit": time_limit, "planned": made.planned, "planner_attempts": made.attempts, "converted": made.converted,
             "seeds": made.seeds, "trajectories": str(out / TRAJECTORY_FILE),
             "lerobot": str(out / LEROBOT_DIR) if lerobot_eps else None}
 
@@ -138,6 +144,15 @@ def move_trajectory(src: Path, dst: Path) -> None:
     shutil.move(str(src), str(dst))
     if src.with_suffix(".json").exists():
         shutil.move(str(src.with_suffix(".json")), str(dst.with_suffix(".json")))
+
+
+def _lengths(h5: Path) -> list[int]:
+    """Steps per episode of a trajectory file, in ``traj_<i>`` order."""
+    import h5py
+
+    with h5py.File(h5, "r") as f:
+        names = sorted((k for k in f if k.startswith("traj_")), key=lambda k: int(k.split("_")[1]))
+        return [int(f[k]["actions"].shape[0]) for k in names]
 
 
 def _obs_dim(h5: Path) -> int:
