@@ -222,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.skip_baseline or args.parse_only) and (problem := baseline_python_problem(args.baseline_python)):
         print(f"bench_tasks: error: {problem}", file=sys.stderr)
         return 2
+    from vlarl import system_env
+
+    system_env.apply()  # the rendering device SAPIEN needs (a private lavapipe here), for the baseline's processes too
     out = Path(args.out)
     repo = Path(args.maniskill_repo).resolve()
     budget_s = args.budget_minutes * 60
