@@ -34,13 +34,12 @@ from simulators.base import EnvError, EnvSpec
 from simulators.mujoco_render import (
     RenderQuality,
     apply_render_quality,
-    release_render_context,
     select_gl_backend,
 )
 from simulators.registry import EnvConfig, register_env, register_suites
 from simulators.robosuite_compat import patch_robosuite
-from simulators.robosuite_env import clear_gripper_state, seeded_global_numpy
-from simulators.serial import SceneObs, SceneStep, SerialBatchedEnv
+from simulators.robosuite_env import RobosuiteScenes, clear_gripper_state, resize_square, seeded_global_numpy
+from simulators.serial import SceneObs, SceneStep
 
 # The evaluation suites (assets/tasks/libero_suites.json): per suite its step limit (longest demonstration
 # + margin), trials and standard initial states per task; registered below for vlarl-eval suite=<name>.
@@ -115,7 +114,9 @@ def quat_to_axis_angle(q: np.ndarray) -> np.ndarray:
 
 
 @register_env("libero", LiberoConfig)
-class LiberoEnv(SerialBatchedEnv):
+class LiberoEnv(RobosuiteScenes):
+    FLIP_COLUMNS = True  # LIBERO's frames are rotated 180 degrees
+
     @staticmethod
     def validate_config(cfg: LiberoConfig) -> None:
         """Start-up checks: suite, task ids, cameras, observation and reward modes."""
@@ -149,16 +150,8 @@ class LiberoEnv(SerialBatchedEnv):
             raise EnvError(f"env.task_ids {bad} out of range: suite '{cfg.task}' has tasks 0..{n - 1}")
         from libero.libero.envs import OffScreenRenderEnv
 
-        self.cfg = cfg
-        self.num_envs = num_envs
-        self.worker_index = worker_index
-        self._render = render
-        self.ignore_terminations = False
+        cams = self._start(cfg, num_envs, worker_index, render, "agentview")
         self.quality = RenderQuality(cfg.shadows, cfg.reflections, cfg.msaa)
-        self.cameras = list(cfg.cameras) if cfg.obs_mode == "rgb" else []
-        cams = list(self.cameras)
-        if render and "agentview" not in cams:
-            cams.append("agentview")
         size = max(cfg.image_size, cfg.render_size) if render else cfg.image_size
         self.task_ids = [
             cfg.task_ids[(worker_index * num_envs + i) % len(cfg.task_ids)] for i in range(num_envs)
@@ -187,8 +180,6 @@ class LiberoEnv(SerialBatchedEnv):
             self.instructions.append(task.language)
         self.max_episode_steps = int(cfg.max_episode_steps or SUITE_MAX_STEPS[cfg.task])
         low, high = (np.asarray(x, dtype=np.float32) for x in self.envs[0].env.action_spec)
-        self._rng = np.random.default_rng()
-        self._last_raw: list[dict[str, Any]] = [{} for _ in range(num_envs)]
         self.spec = EnvSpec(
             state_dim=8,
             action_dim=int(low.shape[0]),
@@ -212,7 +203,7 @@ class LiberoEnv(SerialBatchedEnv):
         for c in self.cameras:
             img = raw[f"{c}_image"][::-1, ::-1]
             if img.shape[0] != self.cfg.image_size:
-                img = _resize(img, self.cfg.image_size)
+                img = resize_square(img, self.cfg.image_size)
             images[c] = np.ascontiguousarray(img, dtype=np.uint8)
         return SceneObs(state=state, images=images)
 
@@ -239,27 +230,4 @@ class LiberoEnv(SerialBatchedEnv):
             obs=self._convert(i, raw), reward=float(success), terminated=success, success=success
         )
 
-    def render_scene(self, i: int, camera: str | None = None) -> np.ndarray | None:
-        raw = self._last_raw[i]
-        if camera is None and self._render:
-            return _resize(np.ascontiguousarray(raw["agentview_image"][::-1, ::-1]), self.cfg.render_size)
-        cam = camera or (self.cameras[0] if self.cameras else None)
-        if cam is None:
-            return None
-        return _resize(np.ascontiguousarray(raw[f"{cam}_image"][::-1, ::-1]), self.cfg.image_size)
 
-    def close(self) -> None:
-        for env in self.envs:
-            with contextlib.suppress(Exception):
-                release_render_context(env.sim)
-            with contextlib.suppress(Exception):
-                env.close()
-        self.envs = []
-
-
-def _resize(img: np.ndarray, size: int) -> np.ndarray:
-    if img.shape[0] == size and img.shape[1] == size:
-        return img
-    import cv2
-
-    return cv2.resize(np.ascontiguousarray(img), (size, size), interpolation=cv2.INTER_AREA)

@@ -57,22 +57,25 @@ def load_config(args: list[str]) -> DemosConfig:
     return load_cli_config("demos", DemosConfig, args)
 
 
-def check_env(env_cfg: Any) -> tuple[int, str, int]:
-    """Build the env the demonstrations are for (one instance) and return its state dim, instruction and time
-    limit (steps)."""
+def check_env(env_cfg: Any) -> tuple[int, str, tuple[int, ...], int]:
+    """Build the env the demonstrations are for (one instance) and return its state dim, instruction, the
+    state's proprioceptive dims (``EnvSpec.proprio_dims``) and its time limit (steps)."""
     from simulators.registry import make_env
 
     env = make_env(env_cfg, num_envs=1)
     try:
         obs = env.reset(seed=0)
-        return int(np.asarray(obs["state"]).shape[-1]), str(obs["instruction"][0]), int(env.spec.max_episode_steps)
+        return (int(np.asarray(obs["state"]).shape[-1]), str(obs["instruction"][0]), tuple(env.spec.proprio_dims),
+                int(env.spec.max_episode_steps))
     finally:
         env.close()
 
 
-def write_lerobot(h5: Path, out: Path, instruction: str, fps: int, robot_type: str) -> int:
-    """The converted state trajectories as a LeRobot v3.0 dataset (``observation.state``, ``action``,
-    ``next.reward``, per-episode ``success`` and ``seed``); returns the episode count."""
+def write_lerobot(h5: Path, out: Path, instruction: str, fps: int, robot_type: str,
+                  proprio_dims: tuple[int, ...] = ()) -> int:
+    """The converted state trajectories as a LeRobot v3.0 dataset (``observation.state`` = the proprioceptive
+    dims, ``observation.environment_state`` = the rest, ``action``, ``next.reward``, per-episode ``success`` and
+    ``seed``); returns the episode count."""
     import h5py
 
     from vlarl.data.lerobot_writer import LeRobotDatasetWriter
@@ -81,7 +84,8 @@ def write_lerobot(h5: Path, out: Path, instruction: str, fps: int, robot_type: s
     seeds = {f"traj_{e['episode_id']}": e.get("episode_seed", e.get("reset_kwargs", {}).get("seed"))
              for e in meta.get("episodes", [])}
     n = 0
-    with h5py.File(h5, "r") as f, LeRobotDatasetWriter(out, fps, robot_type=robot_type, codec="av1") as w:
+    with h5py.File(h5, "r") as f, LeRobotDatasetWriter(out, fps, robot_type=robot_type, codec="av1",
+                                                      proprio_dims=proprio_dims) as w:
         for name in sorted((k for k in f if k.startswith("traj_")), key=lambda k: int(k.split("_")[1])):
             g = f[name]
             actions = np.asarray(g["actions"], np.float32)
@@ -104,7 +108,7 @@ def make_demos(cfg: DemosConfig, log=print) -> dict[str, Any]:
     env = cfg.env
     out = Path(cfg.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    state_dim, instruction, time_limit = check_env(env)
+    state_dim, instruction, proprio, time_limit = check_env(env)
     with tempfile.TemporaryDirectory(prefix=".vlarl-demos-", dir=out.parent) as tmp:
         source = demonstrator(env.name)
         speed = cfg.speed or source.speed(env)
@@ -124,14 +128,15 @@ def make_demos(cfg: DemosConfig, log=print) -> dict[str, Any]:
         lerobot_eps = 0
         if cfg.lerobot and env.obs_mode == "state":
             lerobot_eps = write_lerobot(staged / TRAJECTORY_FILE, staged / LEROBOT_DIR, instruction, cfg.fps,
-                                        robot_type="panda")
+                                        robot_type="panda", proprio_dims=proprio)
         if out.exists() and cfg.overwrite:
             import shutil
 
             shutil.rmtree(out)
         os.replace(staged, out)
     return {"task": env.task, "control_mode": env.control_mode, "obs_mode": env.obs_mode,
-            "speed": speed, "lengths": lengths, "time_limit": time_limit, "planned": made.planned, "planner_attempts": made.attempts, "converted": made.converted,
+            "speed": speed, "lengths": lengths, "time_limit": time_limit, "planned": made.planned,
+            "planner_attempts": made.attempts, "converted": made.converted,
             "seeds": made.seeds, "trajectories": str(out / TRAJECTORY_FILE),
             "lerobot": str(out / LEROBOT_DIR) if lerobot_eps else None}
 
@@ -205,13 +210,11 @@ def resolve_auto_demos(cfg: Any, root: str | os.PathLike = "outputs", log=print)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if any(a in ("-h", "--help") for a in args):
-        print(USAGE)
-        return 0
-    from vlarl import system_env
+    from vlarl import console
 
-    system_env.apply()
+    args = console.arguments(argv, USAGE, torch_threads=False)
+    if args is None:
+        return 0
     from simulators.base import EnvError
     from simulators.registry import demonstrator
     from vlarl.collect import check_output
