@@ -1,8 +1,9 @@
 """Diffusion Policy parity fixtures, made by LeRobot 0.4.4's own classes in their own environment.
 
     python scripts/reference_fixtures/diffusion_policy.py             (build the fixtures)
-    python scripts/reference_fixtures/diffusion_policy.py --roundtrip DIR OUT
-        (load vlarl's LeRobot-layout export DIR with LeRobot's from_pretrained and write its actions to OUT)
+    PYTHONPATH=. .venv/bin/python scripts/reference_fixtures/diffusion_policy.py --roundtrip
+        (vlarl exports a seeded policy=diffusion_policy in LeRobot's layout under ``.../roundtrip/``; LeRobot loads
+        it with its own from_pretrained and writes its actions for the saved observations and noise)
 
 Runs in ``.reference-envs/smolvla`` (stock lerobot 0.4.4; the environment and the torchvision shim come from
 ``smolvla.py``). Under ``tests/fixtures/reference/diffusion_policy/<variant>/`` it writes a tiny random-weight
@@ -201,7 +202,7 @@ def roundtrip(directory: Path, out: Path) -> None:
     from lerobot.processor.converters import policy_action_to_transition, transition_to_policy_action
     from safetensors.torch import load_file, save_file
 
-    policy = DiffusionPolicy.from_pretrained(str(directory)).eval()
+    policy = DiffusionPolicy.from_pretrained(str(directory), strict=True).eval()  # every key used, none missing
     pre = PolicyProcessorPipeline.from_pretrained(str(directory), config_filename="policy_preprocessor.json")
     post = PolicyProcessorPipeline.from_pretrained(
         str(directory), config_filename="policy_postprocessor.json", to_transition=policy_action_to_transition,
@@ -216,7 +217,54 @@ def roundtrip(directory: Path, out: Path) -> None:
     print(f"[diffusion_policy] LeRobot loaded {directory} and wrote {out}")
 
 
+ROUNDTRIP = dict(state_dim=7, robot_state_dim=3, action_dim=2, chunk_size=4,
+                 arch=dict(n_obs_steps=2, horizon=8, down_dims=[16, 32], n_groups=4, diffusion_step_embed_dim=16))
+
+
+def export_from_vlarl() -> Path:
+    """Run by the project's Python: a seeded ``policy=diffusion_policy`` (every weight redrawn, running state
+    statistics from random observations) written with ``save_lerobot``, and the observations + noise to act on."""
+    import torch
+    from safetensors.torch import save_file
+
+    from policies.base import PolicySpec
+    from policies.registry import make_policy, policy_config_class
+
+    torch.manual_seed(SEED)
+    rt = ROUNDTRIP
+    spec = PolicySpec(state_dim=rt["state_dim"], action_dim=rt["action_dim"], action_low=[-2.0, -0.5],
+                      action_high=[1.0, 3.0])
+    config = policy_config_class("diffusion_policy")(chunk_size=rt["chunk_size"], robot_state_dim=rt["robot_state_dim"],
+                                                     arch=dict(rt["arch"]))
+    policy = make_policy(config, spec).eval()
+    redraw(policy.net, SEED)
+    g = torch.Generator().manual_seed(SEED + 1)
+    for _ in range(3):
+        policy.update_normalization({"state": 2 * torch.randn(16, rt["state_dim"], generator=g) + 1})
+    out = OUT / "roundtrip"
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
+    policy.save_lerobot(out)
+    state = torch.randn(BATCH, rt["state_dim"], generator=g) * 2 + 1
+    noise = torch.randn(policy.chunk_shape(BATCH), generator=g)
+    S = rt["robot_state_dim"]
+    with torch.no_grad():
+        vlarl_actions = policy.act({"state": state}, noise=noise)
+    save_file({"raw.observation.state": state[:, :S].contiguous(),
+               "raw.observation.environment_state": state[:, S:].contiguous(), "noise": noise,
+               "vlarl.actions": vlarl_actions}, str(out / "inputs.safetensors"))
+    return out
+
+
 def main() -> int:
+    if "--roundtrip" in sys.argv and "--inside" not in sys.argv:
+        out = export_from_vlarl()
+        python = ensure_env()
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": ""}
+        return subprocess.call([str(python), str(Path(__file__).resolve()), "--inside", "--roundtrip", str(out),
+                                str(out / "reference_actions.safetensors")], env=env)
     if "--inside" in sys.argv:
         import torch
 
