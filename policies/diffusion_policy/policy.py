@@ -310,10 +310,6 @@ class DiffusionPolicyRL(Policy):
         x = torch.zeros(self.chunk_shape(cond.shape[0]), device=cond.device) if noise is None else noise.to(cond)
         return self._unnormalize(self.net.diffusion.denoise(cond, x))
 
-    def decode(self, obs: dict[str, Any], noise: torch.Tensor) -> torch.Tensor:
-        """DSRL's view: the deterministic chunk the chain makes from a chosen initial noise."""
-        return self.act(obs, noise=noise)
-
     def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor, generator: torch.Generator | None = None):
         """Diffusion Policy's training loss on demonstration chunks ``actions [B, T, A]`` (env units), placed at the
         executed window of the horizon; the other positions repeat the nearest demonstrated action (LeRobot's

@@ -149,7 +149,8 @@ def test_rl_policy_loads_the_checkpoint_and_acts_as_lerobot_deploys_it(ckpt_dir,
                                                      robot_state_dim=cfg.state_dim)
     policy = make_policy(config, spec).eval()
     # the fixture's frames are k / 255: vlarl's uint8 images carry them exactly
-    images = {n: (raw[k] * 255).round().to(torch.uint8).permute(0, 2, 3, 1) for n, k in zip(names, cfg.camera_keys)}
+    images = {n: (raw[k] * 255).round().to(torch.uint8).permute(0, 2, 3, 1)
+              for n, k in zip(names, cfg.camera_keys, strict=True)}
     obs = {"state": state, "images": images, "instruction": [""] * state.shape[0]}
     step_noise = io["pipeline.step_noise"]
     sch = policy.net.diffusion.schedule
