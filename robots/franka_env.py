@@ -18,8 +18,10 @@ command still passes the safety layer.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +112,23 @@ class FrankaEnv(SteppedEnv):
         self.stepper = ChunkStepper(1, self.spec.action_low, self.spec.action_high, cfg.max_episode_steps)
 
     # -- hooks for tasks and the human in the loop (defaults: the policy acts, no reward) -------------------
+    HOOKS = ("operator", "recorder", "reward_fn")
+
+    @contextlib.contextmanager
+    def hooks(self, **hooks: Any) -> Iterator[None]:
+        """Plug in the human-in-the-loop hooks the constructor takes (``operator``, ``recorder``, ``reward_fn``;
+        None unplugs one) for the ``with`` block, and put the previous ones back after it. A learning loop trains
+        with its operator and recorder, then evaluates with ``hooks(operator=None, recorder=None)``."""
+        unknown = sorted(set(hooks) - set(self.HOOKS))
+        if unknown:
+            raise TypeError(f"FrankaEnv.hooks: '{unknown[0]}' is not a hook; choose from {list(self.HOOKS)}")
+        saved = {name: getattr(self, name) for name in hooks}
+        self.__dict__.update(hooks)
+        try:
+            yield
+        finally:
+            self.__dict__.update(saved)
+
     def _command(self, policy_action: np.ndarray) -> tuple[np.ndarray, bool]:
         """The action handed to the safety layer for this step, and whether an operator's replaced the policy's."""
         action = None if self.operator is None else self.operator.act(self._reading, policy_action)

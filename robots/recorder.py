@@ -17,8 +17,6 @@ never half written: a crashed run resumes from exactly the episodes that were pu
 
 HDF5 layout (one file per deployment run)::
 
-Layout (one file per deployment run)::
-
     data.attrs:  total (steps), env_args (json: robot config)
     data/demo_<i>/
         attrs:            num_samples, success, fault, instruction, episode_len
@@ -46,56 +44,86 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 
-class HDF5EpisodeRecorder:
-    """Collects ``StepRecord``s and writes one ``demo_<i>`` group per finished episode."""
+def step_columns(steps: list[Any]) -> dict[str, np.ndarray]:
+    """The per-step columns both recorders store, from ``StepRecord``s [N]: ``state [N, D]``, ``action [N, A]``
+    (executed), ``policy_action [N, A]``, ``reward [N]``, ``intervention [N]`` (0/1), ``num_clamps [N]`` and
+    ``images`` {camera: uint8 [N, H, W, 3]}."""
+    return {"state": np.concatenate([s.obs["state"] for s in steps]).astype(np.float32),
+            "action": np.stack([s.action for s in steps]).astype(np.float32),
+            "policy_action": np.stack([s.policy_action for s in steps]).astype(np.float32),
+            "reward": np.array([s.reward for s in steps], np.float32),
+            "intervention": np.array([s.intervened for s in steps], np.uint8),
+            "num_clamps": np.array([len(s.clamps) for s in steps], np.int32),
+            "images": {k: np.concatenate([s.obs["images"][k] for s in steps]) for k in steps[0].obs["images"]}}
 
-    def __init__(self, path: str | Path, env_args: dict[str, Any] | None = None):
-        import h5py
 
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = h5py.File(self.path, "w")
-        self._data = self._file.create_group("data")
-        self._data.attrs["env_args"] = json.dumps(env_args or {})
-        self._data.attrs["total"] = 0
+class StepCollector:
+    """What every recorder does between episode ends: collect the env's ``StepRecord``s (``add_step``), hand them
+    over once at the episode's end (``take_steps``), count the episodes written (``episodes``)."""
+
+    def __init__(self) -> None:
         self._steps: list[Any] = []
         self.episodes = 0
 
     def add_step(self, rec: Any) -> None:
         self._steps.append(rec)
 
+    def take_steps(self) -> list[Any]:
+        steps, self._steps = self._steps, []
+        return steps
+
+    def end_episode(self, meta: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def end_interrupted(self) -> None:
+        """An episode cut short by ``close()`` is still worth keeping (fault ``interrupted``)."""
+        if self._steps:
+            self.end_episode({"fault": "interrupted"})
+
+
+class HDF5EpisodeRecorder(StepCollector):
+    """Collects ``StepRecord``s and writes one ``demo_<i>`` group per finished episode."""
+
+    def __init__(self, path: str | Path, env_args: dict[str, Any] | None = None):
+        import h5py
+
+        super().__init__()
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = h5py.File(self.path, "w")
+        self._data = self._file.create_group("data")
+        self._data.attrs["env_args"] = json.dumps(env_args or {})
+        self._data.attrs["total"] = 0
+
     def end_episode(self, meta: dict[str, Any]) -> None:
         import h5py
 
-        steps, self._steps = self._steps, []
+        steps = self.take_steps()
         g = self._data.create_group(f"demo_{self.episodes}")
         n = len(steps)
         g.attrs.update({"num_samples": n, "success": bool(meta.get("success", False)),
                         "fault": str(meta.get("fault", "")), "instruction": str(meta.get("instruction", "")),
                         "episode_len": int(meta.get("episode_len", n))})
         if n:
-            g.create_dataset("actions", data=np.stack([s.action for s in steps]).astype(np.float32))
-            g.create_dataset("policy_actions", data=np.stack([s.policy_action for s in steps]).astype(np.float32))
-            g.create_dataset("rewards", data=np.array([getattr(s, "reward", 0.0) for s in steps], np.float32))
-            g.create_dataset("interventions", data=np.array([getattr(s, "intervened", False) for s in steps], np.uint8))
+            col = step_columns(steps)
+            for name, key in (("actions", "action"), ("policy_actions", "policy_action"), ("rewards", "reward"),
+                              ("interventions", "intervention"), ("num_clamps", "num_clamps")):
+                g.create_dataset(name, data=col[key])
             dones = np.zeros(n, np.uint8)
             dones[-1] = 1
             g.create_dataset("dones", data=dones)
             obs = g.create_group("obs")
-            obs.create_dataset("state", data=np.concatenate([s.obs["state"] for s in steps]).astype(np.float32))
-            for key in steps[0].obs["images"]:
-                obs.create_dataset(key, data=np.concatenate([s.obs["images"][key] for s in steps]),
-                                   compression="gzip", compression_opts=1)
+            obs.create_dataset("state", data=col["state"])
+            for key, frames in col["images"].items():
+                obs.create_dataset(key, data=frames, compression="gzip", compression_opts=1)
             g.create_dataset("clamps", data=[json.dumps([asdict(c) for c in s.clamps]) for s in steps],
                              dtype=h5py.string_dtype())
-            g.create_dataset("num_clamps", data=np.array([len(s.clamps) for s in steps], np.int32))
         self._data.attrs["total"] = int(self._data.attrs["total"]) + n
         self._file.flush()
         self.episodes += 1
 
     def close(self) -> None:
-        if self._steps:  # an interrupted episode is still worth keeping
-            self.end_episode({"fault": "interrupted"})
+        self.end_interrupted()
         self._file.close()
 
 
@@ -115,42 +143,32 @@ class EpisodeWriter(Protocol):
     def close(self) -> Path: ...
 
 
-class LeRobotEpisodeRecorder:
+class LeRobotEpisodeRecorder(StepCollector):
     """Collects ``StepRecord``s and hands each finished episode to a LeRobot dataset writer (see module doc).
 
     ``close()`` writes the dataset's metadata and moves it into place (until then it is a hidden partial
     folder beside ``writer.root``), so call it in a ``finally`` as ``robots.deploy`` does."""
 
     def __init__(self, writer: EpisodeWriter, instruction: str = ""):
+        super().__init__()
         self.writer, self.instruction = writer, instruction
         self.path = Path(writer.root)
-        self._steps: list[Any] = []
-        self.episodes = 0
-
-    def add_step(self, rec: Any) -> None:
-        self._steps.append(rec)
 
     def end_episode(self, meta: dict[str, Any]) -> None:
-        steps, self._steps = self._steps, []
+        steps = self.take_steps()
         if not steps:  # nothing was executed (e.g. a fault before the first step): no frames to store
             return
-        images = {k: np.concatenate([s.obs["images"][k] for s in steps]) for k in steps[0].obs["images"]}
+        col = step_columns(steps)
         self.writer.add_episode(
-            str(meta.get("instruction") or self.instruction),
-            state=np.concatenate([s.obs["state"] for s in steps]).astype(np.float32),
-            actions=np.stack([s.action for s in steps]).astype(np.float32),
-            images=images or None, success=bool(meta.get("success", False)),
-            rewards=np.array([getattr(s, "reward", 0.0) for s in steps], np.float32),
+            str(meta.get("instruction") or self.instruction), state=col["state"], actions=col["action"],
+            images=col["images"] or None, success=bool(meta.get("success", False)), rewards=col["reward"],
             extra={"fault": str(meta.get("fault", "")), "episode_len": int(meta.get("episode_len", len(steps))),
                    **{k: v for k, v in meta.items() if k not in _META_KEYS and isinstance(v, int | float | str)}},
-            frame_features={"policy_action": np.stack([s.policy_action for s in steps]).astype(np.float32),
-                            "num_clamps": np.array([len(s.clamps) for s in steps], np.float32),
-                            "intervention": np.array([getattr(s, "intervened", False) for s in steps], np.float32)})
+            frame_features={k: col[k].astype(np.float32) for k in ("policy_action", "num_clamps", "intervention")})
         self.episodes += 1
 
     def close(self) -> None:
-        if self._steps:  # an interrupted episode is still worth keeping
-            self.end_episode({"fault": "interrupted"})
+        self.end_interrupted()
         if self.episodes:
             fsync_tree(self.writer.close())  # durable once close() returns
         else:
@@ -253,7 +271,7 @@ def sweep_partial_episodes(root: str | Path) -> tuple[int, int]:
     return published, deleted
 
 
-class EpisodeFolderRecorder:
+class EpisodeFolderRecorder(StepCollector):
     """One LeRobot v3 dataset per episode under ``<root>/episode_<n>``, published durably (module docstring).
 
     ``writer_factory(path)`` makes each episode's writer; ``final_state()`` is stored with it (bootstrapping on
@@ -263,26 +281,24 @@ class EpisodeFolderRecorder:
     def __init__(self, root: str | Path, writer_factory: Callable[[Path], Any], first_index: int = 0,
                  instruction: str = "", final_state: Callable[[], np.ndarray] | None = None,
                  episode_meta: Callable[[], dict[str, Any]] | None = None):
+        super().__init__()
         self.root, self.factory, self.index, self.instruction = Path(root), writer_factory, first_index, instruction
         self.final_state, self.episode_meta = final_state, episode_meta
         self.root.mkdir(parents=True, exist_ok=True)
-        self._steps: list[Any] = []
         self.last_steps: list[Any] = []
         self.last_meta: dict[str, Any] = {}
         self.last_path: Path | None = None
 
-    def add_step(self, rec: Any) -> None:
-        self._steps.append(rec)
-
     def end_episode(self, meta: dict[str, Any]) -> None:
-        steps, self._steps = self._steps, []
+        steps = self.take_steps()
         self.last_steps, self.last_meta, self.last_path = steps, meta, None
         if not steps:
             return
         final = episode_dir(self.root, self.index)
         staged = final.parent / f".{final.name}{_STAGED}"
         rec = LeRobotEpisodeRecorder(self.factory(staged), self.instruction)
-        rec._steps = steps
+        for step in steps:
+            rec.add_step(step)
         extra = {} if self.final_state is None else {"final_state": json.dumps(np.asarray(self.final_state()).tolist())}
         if self.episode_meta is not None:
             extra.update(self.episode_meta())
@@ -291,6 +307,8 @@ class EpisodeFolderRecorder:
         rec.writer.close()  # complete under the staging name (the writer moves it there from its partial folder)
         self.last_path = publish(staged, final)
         self.index += 1
+        self.episodes += 1
 
     def close(self) -> None:
-        self._steps = []
+        """An episode in flight at close is dropped: the loop's episodes are whole or absent."""
+        self.take_steps()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -119,6 +119,14 @@ class BatchedEnv(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release simulator resources."""
+
+
+@runtime_checkable
+class InstructedTask(Protocol):
+    """A simulator task whose instruction changes per episode (``simulators/language_tasks.py``): one string per
+    parallel env of its scene, which the batched env reads after every reset and reports in ``obs["instruction"]``."""
+
+    def episode_instructions(self) -> list[str]: ...
 
 
 class EnvError(ValueError):

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from simulators.assets import load_json
-from simulators.base import EnvError, EnvSpec
+from simulators.base import EnvError, EnvSpec, InstructedTask
 from simulators.maniskill_tasks import (  # noqa: F401  (INSTRUCTIONS, check_task: re-exported)
     INSTRUCTIONS,
     _asset_paths,
@@ -53,6 +53,9 @@ class ManiSkillConfig(EnvConfig):
     # one render per chunk instead of one per step. Reported in EnvSpec.critic_cameras, not in image_keys
     # (the policy does not read it).
     critic_camera: str = ""
+    # Keyword arguments of the ManiSkill task's own constructor, e.g. ``env.task_kwargs.instruction=other`` for
+    # the language task (simulators/language_tasks.py: report the instruction that names the other goal).
+    task_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 # kept under their old names: the GPU adapter and scripts import them from here
@@ -149,6 +152,9 @@ class ManiSkillEnv(SerialBatchedEnv):
         if state_id is not None:
             self._seeds[i] = state_id  # the seed ManiSkill got, named in crash reports
         obs, _ = self.envs[i].reset(seed=state_id if state_id is not None else seed)
+        task = self.envs[i].unwrapped
+        if isinstance(task, InstructedTask):  # a language task draws its instruction per episode
+            self.instructions[i] = task.episode_instructions()[0]
         return self._critic_frame(i, self._convert(obs))
 
     def step_scene(self, i: int, action: np.ndarray) -> SceneStep:
@@ -234,6 +240,7 @@ def make_kwargs(cfg: ManiSkillConfig, sim_backend: str, num_envs: int, render: b
         kwargs["max_episode_steps"] = cfg.max_episode_steps
     if cfg.robot_uids:
         kwargs["robot_uids"] = cfg.robot_uids
+    kwargs.update(getattr(cfg, "task_kwargs", None) or {})
     return kwargs
 
 def _time_limit(env: Any) -> int:

@@ -1,4 +1,4 @@
-"""Scripted ManiSkill3 experts (PushCube-v1, PickCube-v1): demonstrators, not policies.
+"""Scripted ManiSkill3 experts (PushCube-v1, PickCube-v1, vlarl's PushCubeToColor-v1): demonstrators, not policies.
 
 They read privileged simulator state (TCP, cube and goal poses of the unwrapped ManiSkill env) and drive the end
 effector (``control_mode=pd_ee_delta_pos``). ``vlarl.data.expert_demos.record_demos`` runs them through vlarl's
@@ -101,8 +101,16 @@ def _pushcube_success(u, phase: int, rng: np.random.Generator, speed: float):
     return scripted_pushcube_action(u, phase, 0.0, rng, speed)
 
 
+def _push_to_colour(u, phase: int, rng: np.random.Generator, speed: float):
+    """The language task's expert (``simulators/language_tasks.py``; imported here on first use, with ManiSkill)."""
+    from simulators.language_tasks import scripted_push_to_colour_action
+
+    return scripted_push_to_colour_action(u, phase, rng, speed)
+
+
 EXPERTS = {
     "pushcube": Expert("PushCube-v1", _pushcube_success),
+    "pushcube_color": Expert("PushCubeToColor-v1", _push_to_colour),
     "pickcube": Expert("PickCube-v1", scripted_pickcube_action),
 }
 

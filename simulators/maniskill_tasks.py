@@ -22,6 +22,9 @@ from simulators.base import EnvError
 INSTRUCTIONS: dict[str, str] = {
     # table-top manipulation (Panda unless noted)
     "PushCube-v1": "push the cube to the red and white goal region",
+    # vlarl's language variant (simulators/language_tasks.py): the instruction changes per episode; this is
+    # the spec's placeholder, the env reports each episode's own
+    "PushCubeToColor-v1": "push the cube to the red goal",
     "PullCube-v1": "pull the cube back to the goal region",
     "PickCube-v1": "pick up the cube and move it to the goal position",
     "PickCubeSO100-v1": "pick up the cube and lift it to the goal position",
@@ -125,6 +128,8 @@ def import_maniskill() -> Any:
     try:
         import gymnasium as gym
         import mani_skill.envs  # noqa: F401  (registers the tasks)
+
+        import simulators.language_tasks  # noqa: F401  (registers vlarl's task variants with ManiSkill)
     except ImportError as e:  # pragma: no cover - depends on install
         raise EnvError(
             f"ManiSkill3 is not installed ({e}); install it with `pip install -e .[maniskill]` "

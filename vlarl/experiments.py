@@ -77,13 +77,13 @@ class Stages:
         return res
 
     def evaluate(self, checkpoint: str | Path, out: str | Path, episodes: int, seed: int, num_envs: int,
-                 stage: str) -> dict[str, Any]:
-        """``vlarl-eval`` of ``checkpoint`` on ``episodes`` held-out seeds from ``seed`` into ``out``; returns its
-        summary (``success_once`` and its 95% CI, ``success_at_end``, ``return``, ``episodes``, ``seeds``) and
-        ``wall_s``."""
+                 stage: str, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+        """``vlarl-eval`` of ``checkpoint`` on ``episodes`` held-out seeds from ``seed`` into ``out`` (``extra``:
+        more ``key=value`` arguments, e.g. an env override); returns its summary (``success_once`` and its 95% CI,
+        ``success_at_end``, ``return``, ``episodes``, ``seeds``) and ``wall_s``."""
         t0 = time.time()
         self.run([command("vlarl-eval"), f"checkpoint={checkpoint}", f"episodes={episodes}", f"seed={seed}",
-                  f"num_envs={num_envs}", "video_episodes=0", f"output={out}"], stage)
+                  f"num_envs={num_envs}", "video_episodes=0", f"output={out}", *extra], stage)
         ev = json.loads((Path(out) / "eval.json").read_text())
         keys = ("success_once", "success_once_ci95", "success_at_end", "return", "episodes", "seeds")
         return {**{k: ev[k] for k in keys}, "wall_s": time.time() - t0}

@@ -18,16 +18,16 @@ from policies.base import PolicySpec
 from policies.mlp import MLPPolicy, MLPPolicyConfig
 from robots.cameras import CameraConfig
 from robots.franky_driver import FrankyConfig, FrankyDriver
-from robots.hil import EpisodeFolderRecorder, HILConfig, recorded_episodes, run
 from robots.interventions import InterventionConfig, KeyboardOperator, ProtocolOperator, make_operator
-from robots.learner import LearnerConfig
 from robots.reach_task import FrankaReachConfig, FrankaReachEnv
+from robots.recorder import EpisodeFolderRecorder, recorded_episodes
 from robots.rewards import RewardSourceConfig, make_reward_fn
 from robots.safety import OperatorStop
 from robots.success_classifier import ClassifierConfig, SuccessClassifier
-from scripts.train_hil import read_episode
 from vlarl.data.lerobot_v3 import read_lerobot_dataset
 from vlarl.data.lerobot_writer import LeRobotDatasetWriter
+from vlarl.hil import HILConfig, LearnerConfig, run
+from vlarl.hil.episodes import read_episode
 
 pytestmark = pytest.mark.robot
 torch.set_num_threads(1)
@@ -226,11 +226,11 @@ class StopInEpisode(ProtocolOperator):
 
 
 def test_training_loop_sends_only_safety_filtered_commands_and_an_operator_stop_ends_it(franky_sim, tmp_path):
-    """Through ``robots.hil.run`` (the training loop, not a hand-written episode loop): every command that reached
+    """Through ``vlarl.hil.run`` (the training loop, not a hand-written episode loop): every command that reached
     the arm came out of the safety layer (count and identity), for start motions, operator takeovers and policy
     actions alike; an operator stop in episode 2 sends no further control step, stops the tracker, leaves the arm
     at rest within the watchdog period, ends the run with the episode recorded and checkpointed; resume goes on."""
-    cfg = _cfg()
+    cfg = _cfg(auto_reset=False)  # the loop resets the env itself
     cfg.safety.watchdog_timeout = 0.5
     hil = HILConfig(episodes=5, eval_every=0, use_ray=False, checkpoint_every=10,
                     learner=LearnerConfig(batch_size=8, min_buffer=2, hidden=[32], updates_per_chunk=1.0),
@@ -256,6 +256,7 @@ def test_training_loop_sends_only_safety_filtered_commands_and_an_operator_stop_
         eps = recorded_episodes(out / "episodes")
         assert len(eps) == 3 and read_episode(eps[2])["meta"]["fault"] == "operator stop"
         assert torch.load(out / "learner.pt", weights_only=False)["episodes"] == 3  # checkpointed at the stop
+        assert env.operator is None and env.recorder is None and env.reward_fn is None  # the loop's hooks came out
         rows2 = run(hil, env, pol, out, writer, read_episode, resume=True)
         assert [r["episode"] for r in rows2] == [3, 4] and rows2[0]["stage"] == "guided_exploration"
         assert len(env.driver.sent) == len(produced)  # resumed episodes went through the safety layer too
@@ -274,7 +275,7 @@ def test_learning_loop_records_every_episode_and_resumes_after_a_kill(franky_sim
     hil = HILConfig(episodes=3, eval_every=0, use_ray=False, checkpoint_every=1,
                     learner=LearnerConfig(batch_size=8, min_buffer=2, hidden=[32], updates_per_chunk=1.0),
                     interventions=InterventionConfig(device="scripted", protocol="graded", graded_episodes=[1, 1]))
-    env = FrankaReachEnv(cfg)
+    env = FrankaReachEnv(replace(cfg, auto_reset=False))
     out = tmp_path / "run"
     pol = _policy_dir(tmp_path)
     writer = lambda p: LeRobotDatasetWriter(p, fps=20)  # noqa: E731
@@ -313,7 +314,7 @@ def test_learner_as_a_ray_actor_pushes_versioned_weights(franky_sim, tmp_path):
     hil = HILConfig(episodes=6, eval_every=0, use_ray=True, checkpoint_every=3,
                     learner=LearnerConfig(batch_size=8, min_buffer=2, hidden=[32], updates_per_chunk=4.0),
                     interventions=InterventionConfig(device="scripted", protocol="graded", graded_episodes=[2, 0]))
-    env = FrankaReachEnv(_cfg())
+    env = FrankaReachEnv(_cfg(auto_reset=False))
     try:
         rows = run(hil, env, _policy_dir(tmp_path), tmp_path / "run", lambda p: LeRobotDatasetWriter(p, fps=20),
                    read_episode)

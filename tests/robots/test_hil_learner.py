@@ -1,4 +1,5 @@
-"""The robot loop's pieces that need no arm: chunk transitions, the AWAC learner, the operator protocol."""
+"""The robot loop's pieces that need no arm: chunk transitions, the AWAC learner (vlarl.algorithms.awac through
+vlarl.hil.RobotLearner), the operator protocol."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import torch
 from policies.base import PolicySpec
 from policies.mlp import MLPPolicy, MLPPolicyConfig
 from robots.interventions import InterventionConfig, ProtocolOperator, ScriptedCorridorOperator, stage
-from robots.learner import AWACLearner, LearnerConfig, chunk_transitions
+from vlarl.algorithms.chunk_td import discounted_chunk_reward
+from vlarl.hil import LearnerConfig, RobotLearner, episode_transitions
 
 torch.set_num_threads(1)
 
@@ -22,18 +24,27 @@ def _episode(L=5, A=2, terminated=True):
             "final_state": np.full(3, -1.0, np.float32), "terminated": terminated}
 
 
+def _reward_and_discount(rows, gamma):
+    """The chunk TD target's constants per transition: discounted reward sum and gamma^k (0 when terminated)."""
+    reward, k = discounted_chunk_reward(rows["step_rewards"], rows["step_mask"], gamma)
+    return reward, gamma**k * (1 - rows["terminated"].float())
+
+
 def test_chunk_transitions_by_hand():
-    tr = chunk_transitions(_episode(), chunk=2, gamma=0.5)
-    assert len(tr) == 3
-    assert tr[0]["reward"] == pytest.approx(1 + 0.5 * 2) and tr[0]["discount"] == pytest.approx(0.25)
-    assert tr[1]["reward"] == pytest.approx(3 + 0.5 * 4) and tr[1]["intervened"] and not tr[0]["intervened"]
-    np.testing.assert_array_equal(tr[1]["next_state"], _episode()["state"][4])
+    rows, intervened = episode_transitions(_episode(), chunk=2)
+    reward, discount = _reward_and_discount(rows, 0.5)
+    assert rows.batch_size[0] == 3
+    assert reward[0] == pytest.approx(1 + 0.5 * 2) and discount[0] == pytest.approx(0.25)
+    assert reward[1] == pytest.approx(3 + 0.5 * 4) and intervened.tolist() == [False, True, False]
+    np.testing.assert_array_equal(rows["next_state"][1], _episode()["state"][4])
     # the last chunk ran 1 step: reward 5, padded action, bootstraps from the final state unless terminated
-    assert tr[2]["reward"] == pytest.approx(5.0) and tr[2]["discount"] == 0.0
-    np.testing.assert_array_equal(tr[2]["actions"], [[1, 1], [0, 0]])
-    np.testing.assert_array_equal(tr[2]["next_state"], [-1, -1, -1])
-    trunc = chunk_transitions(_episode(terminated=False), chunk=2, gamma=0.5)
-    assert trunc[2]["discount"] == pytest.approx(0.5)  # truncated: bootstrap with gamma^1
+    assert reward[2] == pytest.approx(5.0) and discount[2] == 0.0
+    assert rows["step_mask"][2].tolist() == [True, False] and rows["terminated"][2] and not rows["truncated"][2]
+    np.testing.assert_array_equal(rows["actions"][2], [[1, 1], [0, 0]])
+    np.testing.assert_array_equal(rows["next_state"][2], [-1, -1, -1])
+    trunc, _ = episode_transitions(_episode(terminated=False), chunk=2)
+    assert _reward_and_discount(trunc, 0.5)[1][2] == pytest.approx(0.5)  # truncated: bootstrap with gamma^1
+    assert trunc["truncated"][2] and not trunc["terminated"][2]
 
 
 def _policy(chunk=2):
@@ -45,7 +56,7 @@ def test_awac_mixes_demonstrations_and_moves_toward_good_actions():
     torch.manual_seed(0)
     cfg = LearnerConfig(batch_size=32, demo_ratio=0.5, min_buffer=4, updates_per_chunk=5.0, hidden=[32],
                         action_scale=1.0, temperature=0.1, lr=3e-3)
-    learner = AWACLearner(_policy(), cfg)
+    learner = RobotLearner(_policy(), cfg)
     rng = np.random.default_rng(0)
     for _ in range(20):  # reward = first action entry: the good action is +1; interventions show +1
         L = 4
@@ -56,9 +67,10 @@ def test_awac_mixes_demonstrations_and_moves_toward_good_actions():
                              "reward": act[:, 0].copy(), "intervention": inter,
                              "final_state": np.zeros(3, np.float32), "terminated": True})
         learner.update()
-    assert learner.demo.size > 0 and learner.online.size == 20 * 2
-    batch = learner._batch()
+    assert len(learner.replay.demos) > 0 and len(learner.replay.online) == 20 * 2
+    batch = learner.replay.sample(32)
     assert batch["state"].shape == (32, 3) and batch["actions"].shape == (32, 2, 2)
+    assert int(batch["is_demo"].sum()) == 16  # demo_ratio of the batch from the intervention chunks
     mean = learner.policy.act({"state": torch.zeros(8, 3)})
     assert learner.version == 19 and mean[..., 0].mean() > 0.3  # one update per episode once 4 chunks are in; the weighted actor prefers +1
 
@@ -71,8 +83,9 @@ def test_awac_refuses_a_policy_it_cannot_score():
         def sample(self, obs):
             return SimpleNamespace(replay={"tokens": torch.zeros(1)})
 
-    with pytest.raises(ValueError, match="policy=mlp"):
-        AWACLearner(NoReplay(), LearnerConfig())
+    with pytest.raises(ValueError, match="policy=mlp") as e:
+        RobotLearner(NoReplay(), LearnerConfig())
+    assert "\n" not in str(e.value)
 
 
 def test_graded_protocol_and_corridor_operator():

@@ -28,17 +28,17 @@ from policies.base import PolicySpec
 from policies.mlp import MLPPolicy, MLPPolicyConfig
 from robots import recorder as recorder_module
 from robots.franka_env import StepRecord
-from robots.hil import CHECKPOINT, PROCESSES
-from robots.learner import AWACLearner, LearnerConfig
 from robots.recorder import (
     EpisodeFolderRecorder,
     recorded_episodes,
     sweep_partial_episodes,
     sweep_temporaries,
 )
-from scripts.train_hil import read_episode
 from vlarl.data.lerobot_v3 import read_lerobot_dataset
 from vlarl.data.lerobot_writer import LeRobotDatasetWriter
+from vlarl.hil import LearnerConfig, RobotLearner
+from vlarl.hil.episodes import read_episode
+from vlarl.hil.host import CHECKPOINT, PROCESSES
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[2]
@@ -265,7 +265,7 @@ def _learner():
     torch.manual_seed(0)
     spec = PolicySpec(state_dim=3, action_dim=2, action_low=[-1, -1], action_high=[1, 1])
     policy = MLPPolicy(MLPPolicyConfig(hidden_sizes=[16], chunk_size=2, init_log_std=-1.0), spec)
-    return AWACLearner(policy, LearnerConfig(batch_size=8, min_buffer=4, hidden=[16], updates_per_chunk=2.0))
+    return RobotLearner(policy, LearnerConfig(batch_size=8, min_buffer=4, hidden=[16], updates_per_chunk=2.0))
 
 
 def test_learner_resumed_from_its_checkpoint_and_the_recorded_episodes_continues_exactly(tmp_path):
@@ -282,7 +282,7 @@ def test_learner_resumed_from_its_checkpoint_and_the_recorded_episodes_continues
     live.add_episode(episodes[4])  # recorded after the checkpoint; then the process is killed
 
     resumed = _learner()
-    resumed.rng.integers(0, 10, 5)  # the fresh process's own draws must not matter: the checkpoint holds the RNG
+    torch.rand(5)  # the fresh process's own draws must not matter: the checkpoint holds the RNG
     resumed.load_state_dict(torch.load(tmp_path / "learner.pt", weights_only=False))
     assert resumed.episodes == 4
     for i, ep in enumerate(episodes):
@@ -291,10 +291,12 @@ def test_learner_resumed_from_its_checkpoint_and_the_recorded_episodes_continues
     m_live = live.update()
     torch.set_rng_state(live_rng)
     m_resumed = resumed.update()
-    assert resumed.episodes == live.episodes == 5 and resumed.online.size == live.online.size
-    for key in ("state", "actions", "reward", "discount", "next_state"):
-        np.testing.assert_array_equal(getattr(resumed.online, key), getattr(live.online, key))
-        np.testing.assert_array_equal(getattr(resumed.demo, key), getattr(live.demo, key))
+    assert resumed.episodes == live.episodes == 5 and len(resumed.replay.online) == len(live.replay.online)
+    for part in ("online", "demos"):
+        a, b = getattr(live.replay, part), getattr(resumed.replay, part)
+        assert len(a) == len(b) > 0
+        for key in ("state", "actions", "step_rewards", "step_mask", "terminated", "truncated", "next_state"):
+            torch.testing.assert_close(b.buffer.storage[: len(b)][key], a.buffer.storage[: len(a)][key])
     assert m_live and m_resumed["learner/q_loss"] == pytest.approx(m_live["learner/q_loss"], rel=1e-6)
     for (k, a), b in zip(live.policy.state_dict().items(), resumed.policy.state_dict().values(), strict=True):
         torch.testing.assert_close(b, a, msg=k)  # weights and the state normalization (not counted twice)

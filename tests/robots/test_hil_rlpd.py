@@ -1,29 +1,26 @@
-"""vlarl's chunked SAC / RLPD as the robot loop's learner (``hil.learner.name=rlpd``, robots/rlpd_learner.py):
+"""vlarl's chunked SAC / RLPD as the robot loop's learner (``hil.learner.name=rlpd``, vlarl.hil.learner):
 the robot's episodes reach vlarl's replay (interventions as demonstrations), batches mix them at ``demo_ratio``,
 updates move critics and actor, checkpoints restore exactly, and a HIL run on franky-sim completes with it."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from waits import wait_until
 
 from policies.base import PolicySpec
 from policies.mlp import MLPPolicy, MLPPolicyConfig
-from robots.learner import LEARNERS, LearnerConfig, chunk_transitions, make_learner
-from scripts.train_hil import main, read_episode, register_sac_learners
+from robots.franky_sim import free_loopback_host, start_franky_sim, stop_franky_sim
+from robots.recorder import recorded_episodes
+from vlarl.hil import LearnerConfig, RobotLearner, episode_transitions
+from vlarl.hil.cli import main
+from vlarl.hil.episodes import read_episode
+from vlarl.hil.learner import ROBOT_ALGORITHMS
 
 torch.set_num_threads(1)
-register_sac_learners()
 
 
 def _policy(squash: bool = True, state_dim: int = 3, action_dim: int = 2, chunk: int = 2, half: float = 1.0):
@@ -48,16 +45,15 @@ def _episode(rng, L=7, intervened=(2,), terminated=True):
 
 def test_episode_transitions_reach_the_online_buffer_and_interventions_the_demo_buffer():
     rng = np.random.default_rng(0)
-    learner = make_learner(_policy(), _cfg())
+    learner = RobotLearner(_policy(), _cfg())
     ep = _episode(rng, L=7, intervened=(2, 3), terminated=False)  # chunks [0,1] [2,3] [4,5] [6]: one intervened
     assert learner.add_episode(ep) == 4
     online, demos = learner.replay.online.buffer.storage, learner.replay.demos.buffer.storage
     assert len(learner.replay.online) == 4 and len(learner.replay.demos) == 1
-    want = chunk_transitions(ep, 2, learner.alg.gamma)
-    for i, t in enumerate(want):
-        np.testing.assert_allclose(online[i]["state"].numpy(), t["state"])
-        np.testing.assert_allclose(online[i]["actions"].numpy(), t["actions"])
-        np.testing.assert_allclose(online[i]["next_state"].numpy(), t["next_state"])
+    want, _ = episode_transitions(ep, 2)
+    for i in range(4):
+        for key in ("state", "actions", "next_state"):
+            np.testing.assert_allclose(online[i][key].numpy(), want[i][key].numpy())
     # the per-step labels chunk TD targets take: the last chunk ran one step, and the episode was truncated
     np.testing.assert_allclose(online[3]["step_rewards"].numpy(), [ep["reward"][6], 0.0])
     assert online[3]["step_mask"].tolist() == [True, False]
@@ -71,7 +67,7 @@ def test_episode_transitions_reach_the_online_buffer_and_interventions_the_demo_
 
 def test_batches_mix_demonstrations_at_demo_ratio():
     rng = np.random.default_rng(1)
-    learner = make_learner(_policy(), _cfg(demo_ratio=0.25, batch_size=16))
+    learner = RobotLearner(_policy(), _cfg(demo_ratio=0.25, batch_size=16))
     for _ in range(3):
         learner.add_episode(_episode(rng, intervened=(0,)))
     batch = learner.replay.sample(16)
@@ -86,7 +82,7 @@ def test_batches_mix_demonstrations_at_demo_ratio():
 
 def test_an_update_changes_the_critics_and_the_actor():
     rng = np.random.default_rng(2)
-    learner = make_learner(_policy(), _cfg(updates_per_chunk=1.0))
+    learner = RobotLearner(_policy(), _cfg(updates_per_chunk=1.0))
     learner.add_episode(_episode(rng))
     q0 = {k: v.clone() for k, v in learner.state.q.state_dict().items()}
     qt0 = {k: v.clone() for k, v in learner.state.q_target.state_dict().items()}
@@ -109,7 +105,7 @@ def test_save_then_load_gives_identical_state_and_the_same_next_update(tmp_path)
     the later one comes in as new; then it continues exactly as the live one."""
     rng = np.random.default_rng(3)
     episodes = [_episode(rng, intervened=(i,)) for i in range(4)]
-    live = make_learner(_policy(), _cfg())
+    live = RobotLearner(_policy(), _cfg())
     for ep in episodes[:3]:
         live.add_episode(ep)
         live.update()
@@ -117,9 +113,9 @@ def test_save_then_load_gives_identical_state_and_the_same_next_update(tmp_path)
     live.add_episode(episodes[3])
 
     torch.manual_seed(123)  # the fresh process's own init and draws must not matter
-    resumed = make_learner(_policy(), _cfg())
+    resumed = RobotLearner(_policy(), _cfg())
     sd = torch.load(tmp_path / "learner.pt", weights_only=False)
-    assert "replay" not in sd["sac"]  # the buffers are rebuilt from the recorded episodes
+    assert "replay" not in sd["algorithm"]  # the buffers are rebuilt from the recorded episodes
     resumed.load_state_dict(sd)
     assert resumed.episodes == 3
     for i, ep in enumerate(episodes):
@@ -147,19 +143,19 @@ def test_save_then_load_gives_identical_state_and_the_same_next_update(tmp_path)
 
 def test_refusals_are_one_line():
     with pytest.raises(ValueError, match="tanh-squashed") as e:
-        make_learner(_policy(squash=False), _cfg())
+        RobotLearner(_policy(squash=False), _cfg())
     assert "\n" not in str(e.value)
     for algorithm, match in (({"bogus": 1}, "not a key of RLPDConfig"), ({"gamma": 0.5}, "hil.learner.gamma"),
                              ({"critic_subset": 9, "num_critics": 4}, "critic_subset"),
                              ({"demos": "x.h5"}, "intervention episodes")):
         with pytest.raises(ValueError, match=match) as e:
-            make_learner(_policy(), _cfg(algorithm=algorithm))
+            RobotLearner(_policy(), _cfg(algorithm=algorithm))
         assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match="hil.learner.name='dqn' is unknown"):
-        make_learner(_policy(), _cfg(name="dqn"))
-    assert {"awac", "sac", "rlpd"} <= set(LEARNERS)
-    assert make_learner(_policy(), _cfg(name="sac", algorithm={})).alg.num_critics == 2  # SACConfig's defaults
-    assert make_learner(_policy(), _cfg(algorithm={})).alg.num_critics == 10  # RLPDConfig's
+        RobotLearner(_policy(), _cfg(name="dqn"))
+    assert {"awac", "sac", "rlpd"} <= set(ROBOT_ALGORITHMS)
+    assert RobotLearner(_policy(), _cfg(name="sac", algorithm={})).alg.num_critics == 2  # SACConfig's defaults
+    assert RobotLearner(_policy(), _cfg(algorithm={})).alg.num_critics == 10  # RLPDConfig's
 
 
 def test_train_hil_bad_learner_config_exits_2_and_writes_nothing(tmp_path, capsys):
@@ -170,56 +166,34 @@ def test_train_hil_bad_learner_config_exits_2_and_writes_nothing(tmp_path, capsy
     unsquashed = _policy(squash=False, state_dim=15, action_dim=7, half=0.1).save_pretrained(tmp_path / "pol")
     assert main([f"output={out}", "hil.learner.name=rlpd", f"policy_dir={unsquashed}"]) == 2
     assert "policy.squash=true" in capsys.readouterr().err
+    assert main([f"output={out}", "env.auto_reset=true"]) == 2  # the loop resets the env itself
+    assert "env.auto_reset=false" in capsys.readouterr().err
+    assert main([f"output={out}", "hil.learner.algorithm.num_critics=4"]) == 2  # AWAC's is hil.learner.num_q
+    assert "hil.learner.num_q" in capsys.readouterr().err
     assert not out.exists()
 
 
 # -- against franky-sim ----------------------------------------------------------------------------------------
-SIM_PORTS = (1337, 1338)  # libfranka's command ports; the host varies so as not to meet another simulator
-
-
-def _free_loopback_host() -> str:
-    for last in range(2, 60):
-        host = f"127.0.0.{last}"
-        ok = True
-        for port in SIM_PORTS:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    s.bind((host, port))
-                except OSError:
-                    ok = False
-        if ok:
-            return host
-    # not one of tests/conftest.py's ALLOWED_SKIPS: under VLARL_REQUIRE_ALL=1 this busy machine fails the run
-    pytest.skip(f"libfranka ports {SIM_PORTS} are taken on every loopback address 127.0.0.2-59; stop a franky-sim")
+TEST_HOSTS = range(2, 60)  # 127.0.0.x: a simulator of its own, never one of the soak's (100 and up)
 
 
 @pytest.fixture
 def sim_host(tmp_path):
     """A franky-sim process on a loopback address of its own (127.0.0.x), stopped afterwards."""
     pytest.importorskip("franky")
-    exe = shutil.which("franky-sim") or str(Path(sys.executable).with_name("franky-sim"))
-    if not Path(exe).exists():
-        pytest.skip("franky-sim is not installed (pip install 'vlarl[robot]')")
-    host, log = _free_loopback_host(), tmp_path / "franky_sim.log"
-    with open(log, "w") as f:
-        proc = subprocess.Popen([exe, "-s", "mujoco", "--hostname", host], stdout=f, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        # until it listens or exits (a guard against hanging, not a timing assertion)
-        wait_until(lambda: proc.poll() is not None or "Connect to the server" in log.read_text(), 60, poll=0.1)
-        if proc.poll() is not None:
-            raise RuntimeError(f"franky-sim exited: {log.read_text()[-2000:]}")
-        if "Connect to the server" not in log.read_text():
-            raise RuntimeError("franky-sim did not come up")
+        host = free_loopback_host(TEST_HOSTS)
+    except ValueError as exc:
+        # not one of tests/conftest.py's ALLOWED_SKIPS: under VLARL_REQUIRE_ALL=1 this busy machine fails the run
+        pytest.skip(str(exc))
+    try:
+        proc = start_franky_sim(host, tmp_path / "franky_sim.log", timeout_s=60)
+    except ValueError as exc:  # not installed
+        pytest.skip(str(exc))
+    try:
         yield host
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_franky_sim(proc)
 
 
 def _args(out: Path, host: str, use_ray: bool, episodes: int) -> list[str]:
@@ -233,16 +207,14 @@ def _args(out: Path, host: str, use_ray: bool, episodes: int) -> list[str]:
 
 
 def _check_run(out: Path, episodes: int) -> list[dict]:
-    from robots.hil import recorded_episodes
-
     eps = recorded_episodes(out / "episodes")
     assert len(eps) == episodes
     assert read_episode(eps[0])["intervention"].all()  # the demo-replay episode: the demonstration buffer's
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["episode"] for r in rows] == list(range(episodes))
     sd = torch.load(out / "learner.pt", weights_only=False)
-    assert sd["episodes"] == episodes and sd["updates"] > 0 and "sac" in sd
-    assert sd["sac"]["critic_steps"] == sd["updates"]
+    assert sd["episodes"] == episodes and sd["updates"] > 0 and sd["learner"] == "rlpd"
+    assert sd["algorithm"]["critic_steps"] == sd["updates"]
     from policies.base import Policy
 
     exported = Policy.from_pretrained(out / "policy")  # the latest weights, a squashed policy for vlarl-deploy

@@ -10,8 +10,8 @@ import torch
 from waits import wait_until
 
 from robots.franky_driver import FrankyConfig
-from robots.hil import HILConfig, evaluate
 from robots.reach_task import HELD_OUT_SEED, FrankaReachConfig, FrankaReachEnv
+from vlarl.hil import HILConfig, evaluate
 
 pytestmark = pytest.mark.robot
 torch.set_num_threads(1)

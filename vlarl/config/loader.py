@@ -153,6 +153,8 @@ def friendly_error(exc: BaseException, cfg_hint: DictConfig | None = None) -> st
             valid = sorted(f.name for f in fields(schema)) if schema else []
         close = difflib.get_close_matches(key, valid, n=1)
         hint = f" Did you mean '{(parent + '.') if parent else ''}{close[0]}'?" if close else ""
+        if not valid and parent:  # an empty dict-valued field (e.g. env.task_kwargs): Hydra adds keys with '+'
+            hint = f" To add a key to the dict '{parent}', write +{full_key}=<value>."
         return f"unknown config key '{full_key}'.{hint} Valid keys{(' of ' + parent) if parent else ''}: {valid}"
     m = re.search(r"Value '(.*?)' (?:of type '\w+' )?could not be converted to (\w+)", msg)
     if m:

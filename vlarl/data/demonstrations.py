@@ -4,7 +4,9 @@ and ``read_demonstrations(path)``, which picks the reader from what ``path`` is.
 
 ManiSkill's ``trajectory.h5`` layout (what ``mani_skill`` record/replay tools write): one group per episode
 ``traj_<i>`` with ``actions [L, A]`` and ``obs`` ``[L + 1, D]`` for ``obs_mode=state`` (the final observation
-after the last action is included). The instruction is not stored; pass it. A file that also stores
+after the last action is included). ManiSkill stores no instruction; vlarl's recorders write each episode's in
+``traj_<i>.attrs["instruction"]`` (a language task draws it per episode), and SFT uses it over the one it is
+given. A file that also stores
 ``traj_<i>/success [L]`` (per step, as ManiSkill's own trajectory files do) may hold failed episodes: an episode
 succeeded iff its last step did. Files without it hold successful demonstrations only (what the scripted experts
 and ``vlarl-collect success_only=true`` write) and read as such. The LeRobot layout and its reader
@@ -54,7 +56,8 @@ def read_maniskill_h5(path: str | os.PathLike, max_episodes: int | None = None,
             if successful_only and not success:
                 continue
             episodes.append(Episode(state=obs[:L], actions=actions, success=success,
-                                    final_state=obs[L] if len(obs) > L else None))
+                                    final_state=obs[L] if len(obs) > L else None,
+                                    instruction=str(g.attrs.get("instruction", ""))))
     return episodes
 
 

@@ -95,6 +95,7 @@ def record_demos(out: str | Path, episodes: int, seed: int = 0, control_mode: st
                 raise RuntimeError(f"the expert gave {kept} of the wanted episodes in {s - seed} attempts; "
                                    f"check the env config")
             obs = env.reset(seed=[s])
+            episode_instruction = obs["instruction"][0]  # a language task draws it per episode
             states, actions, rewards, phase, ok = [obs["state"][0].numpy()], [], [], 0, False
             v = float(rng.uniform(*speed))
             fail_dir = 0.0 if want_ok else (1.0 if n_fail % 2 == 0 else -1.0)
@@ -114,7 +115,7 @@ def record_demos(out: str | Path, episodes: int, seed: int = 0, control_mode: st
             if ok == want_ok:
                 acts = np.stack(actions).astype(np.float32)
                 sink.add(kept, np.stack(states).astype(np.float32), acts, np.asarray(rewards, np.float32), s,
-                         env.instruction, success=ok)
+                         episode_instruction, success=ok)
                 if ok:
                     lengths.append(len(actions))
                     jerks.append(mean_squared_jerk(acts))
@@ -169,6 +170,7 @@ class _H5Sink:
             flags[-1] = success
             g.create_dataset("success", data=flags)
         g.attrs["seed"] = seed
+        g.attrs["instruction"] = instruction
         self.counts["successes" if success else "failures"] += 1
 
     def close(self) -> None:

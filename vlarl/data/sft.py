@@ -30,13 +30,15 @@ def action_chunks(actions: torch.Tensor, chunk: int) -> torch.Tensor:
 
 def demonstration_batches(episodes: list[Episode], chunk: int, batch_size: int, instruction: str,
                           generator: torch.Generator | None = None):
-    """Shuffled (obs, actions [B, chunk, A]) batches over all steps of all episodes (state obs, no images)."""
+    """Shuffled (obs, actions [B, chunk, A]) batches over all steps of all episodes (state obs, no images). Each
+    row's instruction is its episode's where the episode has one (a language task's), else ``instruction``."""
     states = torch.cat([torch.from_numpy(e.state) for e in episodes])
+    texts = [e.instruction or instruction for e in episodes for _ in range(len(e.state))]
     chunks = torch.cat([action_chunks(torch.from_numpy(e.actions), chunk) for e in episodes])
     perm = torch.randperm(states.shape[0], generator=generator)
     for start in range(0, len(perm), batch_size):
         idx = perm[start : start + batch_size]
-        obs = {"state": states[idx], "images": {}, "instruction": [instruction] * len(idx)}
+        obs = {"state": states[idx], "images": {}, "instruction": [texts[i] for i in idx.tolist()]}
         yield obs, chunks[idx]
 
 

@@ -23,14 +23,15 @@ from vlarl.export.graph import (
 
 def export_checkpoint(checkpoint: str | Path, out_dir: str | Path, formats: list[str] | tuple[str, ...] =
                       ("onnx", "torch_export", "hf"), instruction: str | None = None, atol: float = 1e-4,
-                      opset: int = 0) -> dict[str, Any]:
+                      opset: int = 0, vlm_path: str = "") -> dict[str, Any]:
     """Load a ``save_pretrained`` directory (weights, config, normalization, processor) and export it."""
     from policies.base import Policy
     from vlarl.checkpoint_files import check_checkpoint
 
     check_checkpoint(checkpoint)  # a corrupt file in one line; a VLA without its processor would load defaults
     policy = Policy.from_pretrained(checkpoint)
-    return export_policy(policy, out_dir, formats, instruction, atol, opset, checkpoint=str(checkpoint))
+    return export_policy(policy, out_dir, formats, instruction, atol, opset, checkpoint=str(checkpoint),
+                         vlm_path=vlm_path)
 
 
 __all__ = [

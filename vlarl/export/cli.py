@@ -1,7 +1,8 @@
-"""``vlarl-export``: a policy checkpoint to ONNX / torch.export / a Hugging Face-layout directory.
+"""``vlarl-export``: a policy checkpoint to ONNX / torch.export / a Hugging Face-layout directory, or an exact
+model back to the layout it came from (LeRobot, openpi, OpenVLA-OFT).
 
-    vlarl-export checkpoint=<dir> [output=<dir>] [formats=[onnx,torch_export,hf]] [opset=0] [atol=1e-4]
-                 [instruction="..."]
+    vlarl-export checkpoint=<dir> [output=<dir>] [formats=[onnx,torch_export,hf,lerobot,openpi,oft]] [opset=0]
+                 [atol=1e-4] [instruction="..."] [vlm_path=<VLM / tokenizer folder to ship>]
 
 Every user error is one line on stderr (exit code 2) naming the problem and the fix.
 """
@@ -15,11 +16,14 @@ from pathlib import Path
 
 USAGE = """usage: vlarl-export checkpoint=<policy dir> [output=<dir>] [formats=[onnx,torch_export,hf]]
                     [opset=0 (auto)] [atol=1e-4] [instruction=<text baked into the graph>]
+                    [vlm_path=<VLM / tokenizer folder the lerobot, openpi or oft layout ships>]
 
   writes <output>/policy.onnx, policy.pt2, hf/, normalization.json and export.json (inputs, outputs,
   opset and the max |export - eager| measured at batch 1 and 8); default output: <checkpoint>/export
+  formats lerobot (pi0, pi05, smolvla), openpi (pi0, pi05) and oft (openvla_oft) write <output>/<format>/:
+  the model in the layout of the code it came from, loaded back and checked the same way
 """
-KEYS = ("checkpoint", "output", "formats", "opset", "atol", "instruction")
+KEYS = ("checkpoint", "output", "formats", "opset", "atol", "instruction", "vlm_path")
 
 
 def _fail(msg: str) -> int:
@@ -56,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(opts.get("output") or Path(opts["checkpoint"]) / "export")
     try:
-        manifest = export_checkpoint(opts["checkpoint"], out, formats, opts.get("instruction"), atol, opset)
+        manifest = export_checkpoint(opts["checkpoint"], out, formats, opts.get("instruction"), atol, opset,
+                                     vlm_path=opts.get("vlm_path", ""))
     except (CheckpointError, ExportError) as e:
         return _fail(str(e))
     for fmt, rep in manifest["formats"].items():

@@ -1,4 +1,5 @@
-"""Export formats, registered by name: ``onnx``, ``torch_export`` and ``hf`` (Hugging Face layout).
+"""Export formats, registered by name: ``onnx``, ``torch_export``, ``hf`` (Hugging Face layout) and the layouts
+exact models came from: ``lerobot`` (pi0, pi0.5, SmolVLA), ``openpi`` (pi0, pi0.5) and ``oft`` (OpenVLA-OFT).
 
 Each exporter writes into a temporary path, checks the result numerically against eager
 ``policy.act`` on random inputs at batch 1 and 8 (max |difference| <= ``atol``), and only then moves
@@ -8,6 +9,7 @@ it into place; it returns a report dict that goes into ``export.json``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.metadata
 import json
 import os
@@ -237,9 +239,53 @@ def export_hf(policy: Any, out_dir: Path, instruction: str, atol: float, checkpo
     return {"dir": final.name, "lora_layers_merged": merged, "max_abs_err": errs, "export_s": time.time() - t0}
 
 
+# The reference layouts: each writer lives beside its family's loader (the inverse of the loader's name mapping)
+# and provides ``write(policy, out_dir, vlm_path=None) -> report`` and ``reload(policy, out_dir) -> policy``
+# (the export loaded back through the family's own loader, for the numerical check).
+LAYOUT_WRITERS = {
+    "lerobot": "policies.flow_vla.lerobot_export",
+    "openpi": "policies.flow_vla.openpi_export",
+    "oft": "policies.ar_vla.oft_export",
+}
+
+
+def export_layout(layout: str, policy: Any, out_dir: Path, instruction: str, atol: float, vlm_path: str = "",
+                  **_: Any) -> dict[str, Any]:
+    """``<layout>/``: the policy in its reference layout (LoRA merged first), loaded back through vlarl's loader
+    of that layout and checked against the eager policy at batch 1 and 8 before it is moved into place."""
+    import copy
+    import importlib
+
+    from policies.base import CheckpointError
+
+    writer = importlib.import_module(LAYOUT_WRITERS[layout])
+    t0 = time.time()
+    final, tmp = out_dir / layout, out_dir / f".{layout}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    clean = copy.deepcopy(policy)
+    merged = merge_lora(clean)
+    try:
+        report = writer.write(clean, tmp, vlm_path or None)
+        reloaded = writer.reload(clean, tmp).eval()
+    except (CheckpointError, ValueError) as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ExportError(f"{layout} export of '{policy.name}': {e}") from e
+    exact = report.pop("exact", True)  # False: the layout cannot hold one of the policy's transforms (said why)
+    errs = verify(lambda x: reloaded.act(obs_from_inputs(reloaded, x, instruction)), policy, instruction,
+                  atol if exact else float("inf"), layout)
+    _publish(tmp, final)
+    return {**report, "dir": final.name, "lora_layers_merged": merged, "max_abs_err": errs,
+            "export_s": time.time() - t0}
+
+
+for _layout in LAYOUT_WRITERS:
+    register_format(_layout)(functools.partial(export_layout, _layout))
+
+
 def export_policy(policy: Any, out_dir: str | Path, formats: list[str] | tuple[str, ...] = ("onnx", "torch_export", "hf"),
                   instruction: str | None = None, atol: float = 1e-4, opset: int = 0,
-                  checkpoint: str = "") -> dict[str, Any]:
+                  checkpoint: str = "", vlm_path: str = "") -> dict[str, Any]:
     """Export ``policy`` in ``formats`` into ``out_dir``; writes and returns the ``export.json`` manifest."""
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
@@ -257,7 +303,8 @@ def export_policy(policy: Any, out_dir: str | Path, formats: list[str] | tuple[s
         "formats": {},
     }
     for fmt in formats:
-        manifest["formats"][fmt] = FORMATS[fmt](policy, out, instr, atol, opset=opset, checkpoint=checkpoint)
+        manifest["formats"][fmt] = FORMATS[fmt](policy, out, instr, atol, opset=opset, checkpoint=checkpoint,
+                                                vlm_path=vlm_path)
     norm = policy.normalization_stats()
     (out / "normalization.json").write_text(json.dumps(norm, indent=2))
     if checkpoint:
