@@ -81,3 +81,23 @@ def test_graph_export_matches_eager(fmt, tmp_path):
     report = export_policy(policy, tmp_path, formats=[fmt])["formats"][fmt]
     assert (tmp_path / report["file"]).is_file()
     assert set(report["max_abs_err"]) == {"1", "8"} and all(v <= TOL for v in report["max_abs_err"].values())
+
+
+def test_vlarl_export_formats_lerobot_writes_the_layout_lerobot_read(tmp_path):
+    """``export_policy(formats=[lerobot])`` (``vlarl-export``) on a policy=diffusion_policy with running statistics:
+    the directory holds the files LeRobot read in the round-trip fixture, loads whole, and acts as the policy."""
+    from vlarl.export.formats import export_policy
+
+    torch.manual_seed(0)
+    config = policy_config_class("diffusion_policy")(chunk_size=4, robot_state_dim=3,
+                                                     arch=dict(down_dims=[16, 32], n_groups=4, num_inference_steps=4))
+    policy = make_policy(config, _spec(7, 2))
+    policy.update_normalization({"state": 3 * torch.randn(32, 7) + 1})
+    report = export_policy(policy, tmp_path, formats=["lerobot"])["formats"]["lerobot"]
+    assert all(v <= TOL for v in report["max_abs_err"].values())
+    out = tmp_path / report["dir"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in ROUNDTRIP.iterdir()
+                                                           if p.name not in ("inputs.safetensors",
+                                                                             "reference_actions.safetensors"))
+    ckpt = load_diffusion_policy(out)
+    assert ckpt.report.missing == ckpt.report.unused == [] and ckpt.config.env_state_dim == 4

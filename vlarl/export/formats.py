@@ -1,5 +1,5 @@
 """Export formats, registered by name: ``onnx``, ``torch_export``, ``hf`` (Hugging Face layout) and the layouts
-exact models came from: ``lerobot`` (pi0, pi0.5, SmolVLA), ``openpi`` (pi0, pi0.5) and ``oft`` (OpenVLA-OFT).
+exact models came from: ``lerobot`` (pi0, pi0.5, SmolVLA, Diffusion Policy), ``openpi`` (pi0, pi0.5) and ``oft`` (OpenVLA-OFT).
 
 Each exporter writes into a temporary path, checks the result numerically against eager
 ``policy.act`` on random inputs at batch 1 and 8 (max |difference| <= ``atol``), and only then moves
@@ -247,6 +247,8 @@ LAYOUT_WRITERS = {
     "openpi": "policies.flow_vla.openpi_export",
     "oft": "policies.ar_vla.oft_export",
 }
+# a family whose layout writer lives in its own package: (layout, policy family) -> writer module
+FAMILY_LAYOUT_WRITERS = {("lerobot", "diffusion_policy"): "policies.diffusion_policy.lerobot_layout"}
 
 
 def export_layout(layout: str, policy: Any, out_dir: Path, instruction: str, atol: float, vlm_path: str = "",
@@ -258,7 +260,7 @@ def export_layout(layout: str, policy: Any, out_dir: Path, instruction: str, ato
 
     from policies.base import CheckpointError
 
-    writer = importlib.import_module(LAYOUT_WRITERS[layout])
+    writer = importlib.import_module(FAMILY_LAYOUT_WRITERS.get((layout, policy.name), LAYOUT_WRITERS[layout]))
     t0 = time.time()
     final, tmp = out_dir / layout, out_dir / f".{layout}.tmp"
     if tmp.exists():
