@@ -223,10 +223,22 @@ class DiffusionPolicyRL(Policy):
             out[key] = rep(im.permute(0, 3, 1, 2).float() / 255.0)
         return out
 
-    def _cond(self, obs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(conditioning ``[B, G]``, normalized low-dimensional state ``[B, S + E]`` for the value head)."""
+    def _cond(self, obs: dict[str, Any], augment: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(conditioning ``[B, G]``, normalized low-dimensional state ``[B, S + E]`` for the value head).
+
+        The image encoders run as at evaluation (centre crop, BatchNorm's running statistics) unless ``augment``
+        (SFT in training mode: LeRobot's random crop), so ``sample`` and ``evaluate`` condition on the same
+        features and PPO's ratio compares like with like."""
         x = normalized_inputs(self.net_config, self.normalizers(), self.raw_features(obs))
-        cond = self.net.diffusion.global_cond(x["state"], x["images"], x["env_state"])
+        enc = getattr(self.net.diffusion, "rgb_encoder", None)
+        was = enc.training if enc is not None else False
+        if enc is not None and not augment:
+            enc.eval()
+        try:
+            cond = self.net.diffusion.global_cond(x["state"], x["images"], x["env_state"])
+        finally:
+            if enc is not None:
+                enc.train(was)
         low = x["state"][:, -1] if x["env_state"] is None else torch.cat([x["state"][:, -1], x["env_state"][:, -1]], -1)
         return cond, low
 
@@ -320,7 +332,7 @@ class DiffusionPolicyRL(Policy):
         T = a.shape[1]
         idx = (torch.arange(cfg.horizon, device=a.device) - start).clamp(0, T - 1)
         target = a[:, idx]
-        cond, _ = self._cond(obs)
+        cond, _ = self._cond(obs, augment=self.training)
         B = a.shape[0]
         noise = torch.randn(target.shape, generator=generator).to(self.device)
         t = torch.randint(0, cfg.num_train_timesteps, (B,), generator=generator).to(self.device)

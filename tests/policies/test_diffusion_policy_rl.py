@@ -57,6 +57,25 @@ def test_evaluate_rescores_the_sampled_chain_and_floors_the_std():
     assert ent.sum().item() >= 6 * pol.net_config.horizon * A * 3 * (per_step + math.log(0.2)) - 1e-3
 
 
+def test_a_camera_policy_in_training_mode_rescores_with_the_features_it_sampled_with():
+    """Random crops are SFT's augmentation only: sample and evaluate (PPO's ratio) see the centre crop."""
+    spec = PolicySpec(state_dim=D, action_dim=A, action_low=[-1.0] * A, action_high=[1.0] * A, image_keys=["cam"],
+                      image_size=[72, 72])
+    torch.manual_seed(0)
+    pol = make_policy(DiffusionPolicyConfig(chunk_size=T, arch={**ARCH, "crop_shape": [64, 64],
+                                                                "crop_is_random": True}), spec).train()
+    g = torch.Generator().manual_seed(2)
+    obs = {"state": torch.randn(3, D, generator=g), "instruction": ["push"] * 3,
+           "images": {"cam": torch.randint(0, 256, (3, 72, 72, 3), generator=g, dtype=torch.uint8)}}
+    s = pol.sample(obs)
+    lp, _, _ = pol.evaluate(obs, s.replay)
+    assert torch.allclose(lp, s.logprob, atol=1e-4)
+    assert pol.net.diffusion.rgb_encoder.training  # the module's own mode is left as it was
+    demo = torch.zeros(3, T, A)
+    a, b = (pol.sft_loss(obs, demo, generator=torch.Generator().manual_seed(0)) for _ in range(2))
+    assert not torch.equal(a, b)  # the crop is drawn anew: SFT augments
+
+
 @pytest.mark.slow
 def test_ppo_moves_the_policy_towards_the_rewarded_chunk():
     """20 PPO updates of 16 chunks (~1 min): one ratio per action (its denoising steps' log-probs summed)."""
