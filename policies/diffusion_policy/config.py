@@ -137,3 +137,4 @@ class DiffusionPolicyConfig:
     min_std: float = 0.1  # DPPO's floor on each step's std
     value_hidden: int = 64
     freeze_vision: bool = False  # keep the ResNet fixed (RL on the UNet only)
+    freeze_state_norm: bool = False  # RL keeps the state statistics SFT fitted (vlarl.data.sft fits them directly)

@@ -15,7 +15,8 @@ and ``observation.environment_state`` (the rest); cameras ``images[name] uint8 [
 history is that observation repeated (what LeRobot itself does at an episode's first step).
 
 Normalization is LeRobot's: a loaded checkpoint's statistics are fixed; a network built from config normalizes
-the state with running mean/std (MEAN_STD, no clipping) and the actions to ``[-1, 1]`` from the env's bounds
+the state with running mean/std (``state_norm``; MEAN_STD, no clipping; ``freeze_state_norm`` keeps the SFT
+statistics during RL) and the actions to ``[-1, 1]`` from the env's bounds
 (MIN_MAX). ``act`` runs the deterministic chain (DDPM's means or DDIM with ``eta = 0``) from a given initial
 noise (default zeros): plain tensor code, for export and for DSRL (``policy=noise_steering``).
 ``save_lerobot`` writes the LeRobot layout back (``checkpoint.save_lerobot``).
@@ -112,8 +113,9 @@ class DiffusionPolicyRL(Policy):
         self.fixed_norm = fixed
         self.norms = nn.ModuleDict({_key(k): FeatureNorm(v) for k, v in norms.items()})
         self.norm_map = norm_map
-        self.running = nn.ModuleDict() if self.fixed_norm else nn.ModuleDict(
-            {_key(k): RunningNorm(self._width(net_cfg, k), 10.0) for k in (STATE_KEY, ENV_KEY) if k in norms})
+        # a network built here: running state statistics over the whole env state (SFT fits them from the
+        # demonstrations, RL keeps folding rollouts in unless freeze_state_norm); LeRobot's MEAN_STD of each part
+        self.state_norm = None if fixed else RunningNorm(spec.state_dim, 10.0)
         low_dim = net_cfg.state_dim + net_cfg.env_state_dim
         self.value_head = value_mlp(low_dim, config.value_hidden, layers=2)
         self.cameras = self._camera_map(net_cfg, spec)
@@ -170,18 +172,10 @@ class DiffusionPolicyRL(Policy):
     @staticmethod
     def _fresh_normalizers(cfg: DiffusionNetConfig, spec: PolicySpec) -> dict[str, Normalizer]:
         lo, hi = torch.tensor(spec.action_low).float(), torch.tensor(spec.action_high).float()
-        out = {STATE_KEY: Normalizer("MEAN_STD", {"mean": torch.zeros(cfg.state_dim), "std": torch.ones(cfg.state_dim)}),
-               ACTION_KEY: Normalizer("MIN_MAX", {"min": lo, "max": hi})}
-        if cfg.env_state_dim:
-            out[ENV_KEY] = Normalizer("MEAN_STD", {"mean": torch.zeros(cfg.env_state_dim),
-                                                   "std": torch.ones(cfg.env_state_dim)})
+        out = {ACTION_KEY: Normalizer("MIN_MAX", {"min": lo, "max": hi})}  # the state's: ``state_norm``
         for k in cfg.camera_keys:
             out[k] = Normalizer("IDENTITY", {})
         return out
-
-    @staticmethod
-    def _width(cfg: DiffusionNetConfig, key: str) -> int:
-        return cfg.state_dim if key == STATE_KEY else cfg.env_state_dim
 
     @staticmethod
     def _camera_map(cfg: DiffusionNetConfig, spec: PolicySpec) -> list[str]:
@@ -203,7 +197,15 @@ class DiffusionPolicyRL(Policy):
         return self.value_head[0].weight.device
 
     def normalizers(self) -> dict[str, Normalizer]:
-        return {k.replace("__", "."): m.normalizer() for k, m in self.norms.items()}
+        """LeRobot's normalizer of every feature (a network built here: the state's from ``state_norm`` now)."""
+        out = {k.replace("__", "."): m.normalizer() for k, m in self.norms.items()}
+        if self.state_norm is not None:
+            S = self.net_config.state_dim
+            mean, std = self.state_norm.mean, self.state_norm.var.sqrt()
+            out[STATE_KEY] = Normalizer("MEAN_STD", {"mean": mean[:S], "std": std[:S]})
+            if self.net_config.env_state_dim:
+                out[ENV_KEY] = Normalizer("MEAN_STD", {"mean": mean[S:], "std": std[S:]})
+        return out
 
     # -- observations ----------------------------------------------------------------------------------------
     def raw_features(self, obs: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -243,17 +245,12 @@ class DiffusionPolicyRL(Policy):
         return cond, low
 
     def update_normalization(self, obs: dict[str, Any]) -> None:
-        if self.fixed_norm:
-            return
-        raw = self.raw_features(obs)
-        for k, run in self.running.items():
-            run.update(raw[k.replace("__", ".")][:, -1])
-            self.norms[k].mean.copy_(run.mean)
-            self.norms[k].std.copy_(run.var.sqrt())
+        """RL rollouts fold into the running state statistics (not a checkpoint's, nor with freeze_state_norm)."""
+        if self.state_norm is not None and not self.config.freeze_state_norm:
+            self.state_norm.update(torch.as_tensor(obs["state"], dtype=torch.float32, device=self.device))
 
     def normalization_stats(self) -> dict[str, list[float]]:
-        return {f"{k.replace('__', '.')}.{n}": getattr(m, n).flatten().tolist()
-                for k, m in self.norms.items() for n in m.names}
+        return {f"{k}.{n}": v.flatten().tolist() for k, norm in self.normalizers().items() for n, v in norm.stats.items()}
 
     # -- the chain -------------------------------------------------------------------------------------------
     def chunk_shape(self, batch: int) -> tuple[int, int, int]:

@@ -130,7 +130,10 @@ def test_own_checkpoint_round_trips_with_running_statistics(tmp_path):
     pol = _policy(noise_scheduler_type="DDPM")
     state = 3 * torch.randn(20, D) + 2
     pol.update_normalization(_obs(state))
-    assert not torch.allclose(pol.norms["observation__state"].mean, torch.zeros(2))
+    assert not torch.allclose(pol.state_norm.mean, torch.zeros(D))
+    frozen = _policy(freeze_state_norm=True)
+    frozen.update_normalization(_obs(state))
+    assert torch.equal(frozen.state_norm.mean, torch.zeros(D))
     pol.save_pretrained(tmp_path / "p")
     back = Policy.from_pretrained(tmp_path / "p")
     assert back.net_config.noise_scheduler_type == "DDPM" and back.config.chunk_size == T
