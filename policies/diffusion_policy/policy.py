@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -91,9 +92,12 @@ class DiffusionPolicyRL(Policy):
         if config.noise_scheduler_type not in ("", "DDPM", "DDIM"):
             raise ValueError(f"policy.noise_scheduler_type='{config.noise_scheduler_type}': use DDPM, DDIM or ''")
         S = spec.state_dim
-        if not 0 <= config.robot_state_dim <= S:
+        probing = torch.empty(0).device.type == "meta"  # config-time build: the env's sizes are placeholders
+        if probing:
+            config = dataclasses.replace(config, robot_state_dim=min(config.robot_state_dim, S))
+        elif not 0 <= config.robot_state_dim <= S:
             raise ValueError(f"policy.robot_state_dim={config.robot_state_dim} must be in [0, state dim {S}]")
-        ckpt, net_cfg, norms, norm_map, fixed = self._resolve(config, spec, restore_dir)
+        ckpt, net_cfg, norms, norm_map, fixed = self._resolve(config, spec, restore_dir, probing)
         over = {k: v for k, v in (("num_inference_steps", config.num_inference_steps),
                                   ("noise_scheduler_type", config.noise_scheduler_type),
                                   ("n_action_steps", config.chunk_size)) if v}
@@ -118,7 +122,7 @@ class DiffusionPolicyRL(Policy):
         self.state_norm = None if fixed else RunningNorm(spec.state_dim, 10.0)
         low_dim = net_cfg.state_dim + net_cfg.env_state_dim
         self.value_head = value_mlp(low_dim, config.value_hidden, layers=2)
-        self.cameras = self._camera_map(net_cfg, spec)
+        self.cameras = [k[len(IMAGE_PREFIX):] for k in net_cfg.camera_keys] if probing else self._camera_map(net_cfg, spec)
         K = len(self.net.diffusion.schedule)
         self.n_rl = K if config.rl_steps <= 0 else min(config.rl_steps, K)
         if config.freeze_vision and net_cfg.camera_keys:
@@ -126,7 +130,7 @@ class DiffusionPolicyRL(Policy):
 
     # -- construction --------------------------------------------------------------------------------------
     @classmethod
-    def _resolve(cls, config: DiffusionPolicyConfig, spec: PolicySpec, restore_dir: Path | None,
+    def _resolve(cls, config: DiffusionPolicyConfig, spec: PolicySpec, restore_dir: Path | None, probing: bool = False,
                  ) -> tuple[DiffusionCheckpoint | None, DiffusionNetConfig, dict[str, Normalizer], dict[str, str], bool]:
         """(loaded checkpoint or None, network config, normalizers, LeRobot normalization mapping, fixed?)."""
         if restore_dir is not None:  # vlarl's own checkpoint: the resolved network; the buffers load after
@@ -139,9 +143,13 @@ class DiffusionPolicyRL(Policy):
             net_cfg = cls._fresh_config(config, spec)
             return (None, net_cfg, cls._fresh_normalizers(net_cfg, spec),
                     {"STATE": "MEAN_STD", "ENV": "MEAN_STD", "ACTION": "MIN_MAX"}, False)
-        ckpt = load_diffusion_policy(config.pretrained_path)
+        with warnings.catch_warnings():  # built on the meta device (config checks), loading weights is a no-op
+            warnings.filterwarnings("ignore", message=".*copying from a non-meta parameter.*")
+            ckpt = load_diffusion_policy(config.pretrained_path)
         cfg = ckpt.config
         split = config.robot_state_dim or spec.state_dim
+        if probing:  # the checkpoint's sizes are checked against the real env when the workers build it
+            return ckpt, cfg, ckpt.normalizers, dict(ckpt.norm_map), True
         if (cfg.state_dim, cfg.env_state_dim) != (split, spec.state_dim - split) or cfg.action_dim != spec.action_dim:
             raise ValueError(f"the checkpoint {config.pretrained_path} reads a state of {cfg.state_dim} + environment "
                              f"state of {cfg.env_state_dim} dims and acts in {cfg.action_dim}; this env gives state "

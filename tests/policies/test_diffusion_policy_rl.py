@@ -206,3 +206,19 @@ def test_ppo_trains_diffusion_policy_on_pushcube_through_vlarl_train(tmp_path):
     assert pol.net_config.down_dims == [16, 32]
     assert pol.act({"state": torch.zeros(2, pol.spec.state_dim)}).shape == (2, 4, pol.spec.action_dim)
     assert fresh.net_config.horizon == pol.net_config.horizon
+
+
+def test_run_configs_validate_on_the_meta_device(tmp_path):
+    """vlarl-train's config check builds the policy shape-only with placeholder env sizes: a LeRobot checkpoint and
+    the SFT-then-DPPO experiment (robot_state_dim 18 > the placeholder's 8) pass it; a missing checkpoint is one line."""
+    from vlarl.config import ConfigError, load_train_config
+
+    state_fixture = Path(__file__).resolve().parents[1] / "fixtures" / "reference" / "diffusion_policy" / "state"
+    cfg = load_train_config(["policy=diffusion_policy", f"policy.pretrained_path={state_fixture}",
+                             "policy.robot_state_dim=5", "policy.chunk_size=0"])
+    assert cfg.policy.pretrained_path == str(state_fixture)
+    cfg = load_train_config(["experiment=pushcube_diffusion_policy_sft_rl"])
+    assert cfg.policy.robot_state_dim == 18 and cfg.algorithm.logprob_level == "action"
+    with pytest.raises(ConfigError, match="config.json") as e:
+        load_train_config(["policy=diffusion_policy", f"policy.pretrained_path={tmp_path}"])
+    assert "\n" not in str(e.value)
