@@ -1,6 +1,7 @@
 """Does LeRobot's own reader load a dataset that vlarl wrote? Writes one, loads it both ways, compares.
 
     python scripts/check_lerobot_reader.py [--codec lossless|av1|h264] [--keep <dir>]
+    python scripts/check_lerobot_reader.py --train [--train-dataset <vlarl LeRobot dataset>] [--steps 5]
 
 1. Creates ``.reference-envs/lerobot-reader`` once (a venv of its own, never a vlarl dependency): lerobot
    0.4.4 ``--no-deps`` with the libraries its dataset code imports (see /work/shared/REFERENCES.md).
@@ -14,12 +15,24 @@
    root=...)`` loads the dataset and every frame is read with ``dataset[i]``.
 4. Compares what LeRobot returned with what was written, and reads it back through vlarl's reader too; prints
    one line per check and exits 1 when any fails.
+
+``--train``: can LeRobot *train* on a state-only vlarl dataset? It takes ``--train-dataset`` (what ``vlarl-demos``
+or ``vlarl-collect`` wrote), or records PushCube demonstrations with the scripted expert through vlarl's env and
+writer (``record_demos(fmt="lerobot")``: ``observation.state`` = the robot's 25 proprioceptive dims,
+``observation.environment_state`` = goal and cube pose). Then it runs LeRobot's own ``lerobot-train`` entry
+point (``lerobot.scripts.lerobot_train.main``) for ACT and for Diffusion Policy, ``--steps`` steps each on CPU,
+in ``.reference-envs/smolvla`` (stock lerobot 0.4.4; gymnasium, which ``lerobot-train`` imports and that venv
+lacks, is installed once into ``.reference-envs/lerobot-train-extras`` with ``pip --target``), and prints the
+loss of every step. A copy of the dataset with the whole state in ``observation.state`` (what vlarl wrote
+before the split) is tried first: LeRobot's ACT refuses it ("You must provide at least one image or the
+environment state among the inputs").
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -40,6 +53,13 @@ LENGTHS = [6, 4, 5]
 TASKS = ["push the cube to the goal", "pick up the red cube"]
 CAMERAS = {"base": (48, 64), "wrist": (32, 32)}
 TOLERANCE = {"lossless": 0.0, "av1": 6.0, "h264": 6.0}  # mean absolute error of frames, grey levels
+
+
+TRAIN_VENV = ROOT / ".reference-envs" / "smolvla"
+TRAIN_EXTRAS = ROOT / ".reference-envs" / "lerobot-train-extras"
+TRAIN_EXTRA_PACKAGES = ["gymnasium==1.1.1", "cloudpickle", "farama-notifications"]  # --no-deps: nothing else moves
+TRAIN_POLICIES = ("act", "diffusion")
+REFUSAL = "You must provide at least one image or the environment state among the inputs"
 
 
 def ensure_env() -> Path:
@@ -86,6 +106,19 @@ def load_with_lerobot(root: str, out: str) -> None:
             "video_backend": ds.video_backend, "camera_keys": ds.meta.camera_keys, "lerobot": lerobot.__version__,
             "stats_keys": sorted(ds.meta.stats)}
     Path(out).with_suffix(".json").write_text(json.dumps(meta))
+
+
+def train_with_lerobot(argv: list[str]) -> None:
+    """``lerobot-train`` itself (its console script's ``main``), after the torchvision operator shim."""
+    os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
+    shim_torchvision_ops()
+    import torch
+
+    torch.set_num_threads(1)
+    from lerobot.scripts.lerobot_train import main as lerobot_train
+
+    sys.argv = ["lerobot-train", *argv]
+    lerobot_train()
 
 
 # -- in vlarl's environment -----------------------------------------------------------------------------
@@ -149,15 +182,100 @@ def compare(root: Path, arrays: dict, meta: dict, episodes: list[dict], codec: s
     return checks
 
 
+def ensure_train_env() -> tuple[Path, dict[str, str]]:
+    python = TRAIN_VENV / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(f"check_lerobot_reader: {TRAIN_VENV} is missing; build it with "
+                         "scripts/reference_fixtures/smolvla.py (stock lerobot 0.4.4)")
+    if not (TRAIN_EXTRAS / "gymnasium").is_dir():
+        subprocess.check_call([str(python), "-m", "pip", "install", "-q", "--no-deps", "--target", str(TRAIN_EXTRAS),
+                               *TRAIN_EXTRA_PACKAGES])
+    env = {**os.environ, "PYTHONPATH": str(TRAIN_EXTRAS), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "OMP_NUM_THREADS": "1"}
+    return python, env
+
+
+def unsplit_copy(src: Path, dst: Path) -> Path:
+    """The dataset as vlarl wrote it before the split: one ``observation.state`` with the env's whole state."""
+    from vlarl.data.lerobot_v3 import read_lerobot_dataset
+    from vlarl.data.lerobot_writer import LeRobotDatasetWriter
+
+    info = json.loads((src / "meta" / "info.json").read_text())
+    with LeRobotDatasetWriter(dst, info["fps"], robot_type=info.get("robot_type") or "") as w:
+        for ep in read_lerobot_dataset(src, cameras=[]):
+            w.add_episode(ep.instruction, state=ep.state, actions=ep.actions)
+    return dst
+
+
+def run_lerobot_train(python: Path, env: dict[str, str], root: Path, policy: str, out: Path,
+                      steps: int) -> tuple[int, list[float], str]:
+    """-> (exit code, the loss logged at each step, the output's tail)."""
+    import re
+
+    args = [f"--dataset.repo_id={REPO_ID}", f"--dataset.root={root}", f"--policy.type={policy}",
+            "--policy.device=cpu", "--policy.push_to_hub=false", f"--steps={steps}", "--batch_size=4", "--log_freq=1",
+            "--save_checkpoint=false", f"--output_dir={out}", "--wandb.enable=false", "--num_workers=0",
+            "--eval_freq=0"]
+    proc = subprocess.run([str(python), __file__, "--inside-train", *args], env={**env, "HF_HOME": str(out.parent / "hf")},
+                          text=True, capture_output=True, stdin=subprocess.DEVNULL)
+    text = proc.stdout + proc.stderr
+    losses = [float(m.group(1)) for m in re.finditer(r"step:\d+ .*?loss:([-\d.e+]+)", text)]
+    return proc.returncode, losses, text[-1500:]
+
+
+def check_training(dataset: str, steps: int) -> int:
+    """LeRobot's ACT and Diffusion Policy, ``steps`` training steps each, on a state-only vlarl dataset."""
+    sys.path.insert(0, str(ROOT))
+    python, env = ensure_train_env()
+    with tempfile.TemporaryDirectory(prefix="lerobot-train-check-") as tmp:
+        if dataset:
+            root = Path(dataset)
+        else:
+            from vlarl import system_env
+            from vlarl.data.expert_demos import record_demos
+
+            system_env.apply()
+            root = Path(tmp) / "pushcube"
+            record_demos(root, episodes=4, fmt="lerobot", log=lambda *_: None)
+        info = json.loads((root / "meta" / "info.json").read_text())
+        shapes = {k: f["shape"] for k, f in info["features"].items() if k.startswith("observation.")}
+        print(f"dataset {root}: {info['total_episodes']} episodes, {info['total_frames']} frames, features {shapes}")
+        checks = []
+        old = unsplit_copy(root, Path(tmp) / "unsplit")
+        code, _, tail = run_lerobot_train(python, env, old, "act", Path(tmp) / "out-unsplit", 1)
+        checks.append(("unsplit refused", code != 0 and REFUSAL in tail,
+                       f"ACT on the whole state as observation.state: exit {code}, "
+                       f"{'refused: ' + REFUSAL if REFUSAL in tail else tail[-300:]!r}"))
+        for policy in TRAIN_POLICIES:
+            code, losses, tail = run_lerobot_train(python, env, root, policy, Path(tmp) / f"out-{policy}", steps)
+            ok = code == 0 and len(losses) == steps and all(math.isfinite(v) for v in losses)
+            checks.append((f"lerobot-train {policy}", ok, f"losses {losses}" if ok else f"exit {code}: {tail[-600:]!r}"))
+    for name, ok, detail in checks:
+        print(f"  {'PASS' if ok else 'FAIL'}  {name:<22} {detail}")
+    failed = [n for n, ok, _ in checks if not ok]
+    print("all checks passed" if not failed else f"failed: {failed}")
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--codec", default="lossless", choices=sorted(TOLERANCE))
     p.add_argument("--keep", default="", help="write the dataset here (a new folder) instead of a temporary one")
+    p.add_argument("--train", action="store_true", help="train LeRobot's ACT and Diffusion Policy on a state dataset")
+    p.add_argument("--train-dataset", default="", help="a vlarl-demos / vlarl-collect LeRobot dataset (default: "
+                                                      "record PushCube demonstrations with the scripted expert)")
+    p.add_argument("--steps", type=int, default=5, help="lerobot-train steps per policy")
     p.add_argument("--inside", nargs=2, metavar=("ROOT", "OUT"), help=argparse.SUPPRESS)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--inside-train"]:  # lerobot-train's own arguments follow
+        train_with_lerobot(argv[1:])
+        return 0
     args = p.parse_args(argv)
     if args.inside:
         load_with_lerobot(*args.inside)
         return 0
+    if args.train:
+        return check_training(args.train_dataset, args.steps)
     import numpy as np
 
     sys.path.insert(0, str(ROOT))

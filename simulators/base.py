@@ -88,10 +88,14 @@ class EnvSpec:
     instruction: str = ""
     # cameras rendered only for a reward critic (at chunk boundaries, into obs["images"]): not policy inputs
     critic_cameras: tuple[str, ...] = ()
+    # indices of ``state`` that are the robot's proprioception (LeRobot's ``observation.state``: joint positions,
+    # velocities, end-effector pose); the others describe the world (``observation.environment_state``: object
+    # poses, goals). Empty: the whole state is proprioception. Read by the dataset writer, not by policies.
+    proprio_dims: tuple[int, ...] = ()
 
 
 #: EnvSpec fields that are no policy input, so the policy's spec has no copy of them
-ENV_ONLY_FIELDS = ("critic_cameras",)
+ENV_ONLY_FIELDS = ("critic_cameras", "proprio_dims")
 
 
 class BatchedEnv(abc.ABC):

@@ -62,6 +62,43 @@ class ManiSkillConfig(EnvConfig):
 _import_maniskill = import_maniskill
 
 
+#: parts of ManiSkill's state observation that are the robot's own (besides everything under ``agent``)
+PROPRIO_EXTRA = ("tcp_pose",)
+
+
+def state_layout(env: Any) -> list[tuple[str, int]]:
+    """(name, width) of each part of ManiSkill's flat state observation, in its order: ``agent/qpos``,
+    ``agent/qvel``, then the task's ``extra/...`` (``tcp_pose``, ``goal_pos``, ``obj_pose``, ...), as
+    ``flatten_state_dict`` concatenates them (insertion order; empty parts dropped)."""
+    raw = env.unwrapped.get_obs(unflattened=True)
+    out: list[tuple[str, int]] = []
+
+    def walk(d: dict, prefix: str) -> None:
+        for k, v in d.items():
+            if isinstance(v, dict):
+                walk(v, f"{prefix}{k}/")
+            else:
+                t = torch.as_tensor(v)
+                width = 1 if t.ndim <= 1 else int(t[0].numel())  # [B] scalars / [B, n] vectors, batch of 1
+                if width:
+                    out.append((prefix + k, width))
+
+    walk({k: raw[k] for k in ("agent", "extra") if k in raw}, "")
+    return out
+
+
+def proprio_dims(env: Any, state_dim: int) -> tuple[int, ...]:
+    """Indices of the flat state that are proprioception (``agent/*`` and ``extra/tcp_pose``); () when the
+    layout does not add up to ``state_dim`` (then the whole state counts as proprioception)."""
+    idx, start = [], 0
+    layout = state_layout(env)
+    for name, width in layout:
+        if name.startswith("agent/") or name.split("/")[-1] in PROPRIO_EXTRA:
+            idx += range(start, start + width)
+        start += width
+    return tuple(idx) if start == state_dim and len(idx) < state_dim else ()
+
+
 # evaluation suites over ManiSkill3 task ids (assets/tasks/maniskill_suites.json)
 register_suites("maniskill", load_json("tasks/maniskill_suites.json"))
 
@@ -128,6 +165,7 @@ class ManiSkillEnv(SerialBatchedEnv):
             task=cfg.task,
             instruction=self.instruction,
             critic_cameras=(cfg.critic_camera,) if cfg.critic_camera else (),
+            proprio_dims=proprio_dims(e0, int(first.state.shape[-1])),
         )
         self._init_batch()
 

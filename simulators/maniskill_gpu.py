@@ -36,6 +36,7 @@ from simulators.maniskill import (
     check_task_config,
     instruction_for,
     make_kwargs,
+    proprio_dims,
 )
 from simulators.registry import register_env
 from simulators.serial import SimulatorCrash, resolve_seeds
@@ -119,6 +120,7 @@ class ManiSkillGPUEnv(SteppedEnv):
             max_episode_steps=self.max_episode_steps,
             task=cfg.task,
             instruction=self.instruction,
+            proprio_dims=proprio_dims(env, int(first["state"].shape[-1])),
         )
         self._ids: torch.Tensor | None = None
         self._init_state: torch.Tensor | None = None  # [B, D] initial simulator state per scene (groups)

@@ -125,6 +125,7 @@ def collect(policy: Any, env_cfg: Any, cfg: CollectConfig, log=print) -> dict[st
     kept: list[CollectedEpisode] = []
     attempts: list[dict[str, Any]] = []
     env = make_env(env_cfg, num_envs=max(1, min(cfg.num_envs, max_attempts)))
+    proprio = env.spec.proprio_dims  # the writer splits observation.state / observation.environment_state
     try:
         while len(kept) < cfg.episodes and len(attempts) < max_attempts:
             k = len(attempts)
@@ -143,7 +144,7 @@ def collect(policy: Any, env_cfg: Any, cfg: CollectConfig, log=print) -> dict[st
     if not kept:
         return {**summary, "per_attempt": attempts}
     with LeRobotDatasetWriter(cfg.output, cfg.fps, robot_type=str(getattr(env_cfg, "name", "")), codec=cfg.codec,
-                              overwrite=cfg.overwrite) as w:
+                              overwrite=cfg.overwrite, proprio_dims=proprio) as w:
         for ep in kept:
             w.add_episode(ep.instruction, state=ep.state, actions=ep.actions, images=ep.images or None,
                           rewards=ep.rewards, success=ep.success,

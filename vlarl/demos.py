@@ -52,21 +52,24 @@ def load_config(args: list[str]) -> DemosConfig:
     return load_cli_config("demos", DemosConfig, args)
 
 
-def check_env(env_cfg: Any) -> tuple[int, str]:
-    """Build the env the demonstrations are for (one instance) and return its state dim and instruction."""
+def check_env(env_cfg: Any) -> tuple[int, str, tuple[int, ...]]:
+    """Build the env the demonstrations are for (one instance) and return its state dim, instruction and the
+    state's proprioceptive dims (``EnvSpec.proprio_dims``)."""
     from simulators.registry import make_env
 
     env = make_env(env_cfg, num_envs=1)
     try:
         obs = env.reset(seed=0)
-        return int(np.asarray(obs["state"]).shape[-1]), str(obs["instruction"][0])
+        return int(np.asarray(obs["state"]).shape[-1]), str(obs["instruction"][0]), tuple(env.spec.proprio_dims)
     finally:
         env.close()
 
 
-def write_lerobot(h5: Path, out: Path, instruction: str, fps: int, robot_type: str) -> int:
-    """The converted state trajectories as a LeRobot v3.0 dataset (``observation.state``, ``action``,
-    ``next.reward``, per-episode ``success`` and ``seed``); returns the episode count."""
+def write_lerobot(h5: Path, out: Path, instruction: str, fps: int, robot_type: str,
+                  proprio_dims: tuple[int, ...] = ()) -> int:
+    """The converted state trajectories as a LeRobot v3.0 dataset (``observation.state`` = the proprioceptive
+    dims, ``observation.environment_state`` = the rest, ``action``, ``next.reward``, per-episode ``success`` and
+    ``seed``); returns the episode count."""
     import h5py
 
     from vlarl.data.lerobot_writer import LeRobotDatasetWriter
@@ -75,7 +78,8 @@ def write_lerobot(h5: Path, out: Path, instruction: str, fps: int, robot_type: s
     seeds = {f"traj_{e['episode_id']}": e.get("episode_seed", e.get("reset_kwargs", {}).get("seed"))
              for e in meta.get("episodes", [])}
     n = 0
-    with h5py.File(h5, "r") as f, LeRobotDatasetWriter(out, fps, robot_type=robot_type, codec="av1") as w:
+    with h5py.File(h5, "r") as f, LeRobotDatasetWriter(out, fps, robot_type=robot_type, codec="av1",
+                                                      proprio_dims=proprio_dims) as w:
         for name in sorted((k for k in f if k.startswith("traj_")), key=lambda k: int(k.split("_")[1])):
             g = f[name]
             actions = np.asarray(g["actions"], np.float32)
@@ -98,7 +102,7 @@ def make_demos(cfg: DemosConfig, log=print) -> dict[str, Any]:
     env = cfg.env
     out = Path(cfg.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    state_dim, instruction = check_env(env)
+    state_dim, instruction, proprio = check_env(env)
     with tempfile.TemporaryDirectory(prefix=".vlarl-demos-", dir=out.parent) as tmp:
         made = demonstrator(env.name).make(env, cfg.episodes, tmp, seed=cfg.seed, max_attempts=cfg.max_attempts,
                                            log=log)
@@ -111,7 +115,7 @@ def make_demos(cfg: DemosConfig, log=print) -> dict[str, Any]:
         lerobot_eps = 0
         if cfg.lerobot and env.obs_mode == "state":
             lerobot_eps = write_lerobot(staged / TRAJECTORY_FILE, staged / LEROBOT_DIR, instruction, cfg.fps,
-                                        robot_type="panda")
+                                        robot_type="panda", proprio_dims=proprio)
         if out.exists() and cfg.overwrite:
             import shutil
 

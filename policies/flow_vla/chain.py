@@ -213,7 +213,8 @@ class FlowChain:
         return value_expectation(self._flow_context(obs)[1], self.value_support)
 
     def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor, generator: torch.Generator | None = None):
-        """Flow-matching loss ||v(x_t, t) - (noise - action)||^2 on demonstration chunks [B, T, A] (env units)."""
+        """Flow-matching loss ||v(x_t, t) - (noise - action)||^2 on demonstration chunks [B, T, A] (env units),
+        averaged over the env's ``A`` dims only (padded model dims carry no demonstration; LeRobot drops them too)."""
         a = self.normalize_actions(actions.to(self.device))
         ctx, _ = self._flow_context(obs)
         B = a.shape[0]
@@ -221,4 +222,4 @@ class FlowChain:
         t = torch.rand(B, generator=generator).to(self.device).mul(0.999).add(0.001)
         xt = t[:, None, None] * noise + (1 - t[:, None, None]) * a
         v, _ = self._flow_velocity(ctx, xt, t)
-        return (v - (noise - a)).pow(2).mean()
+        return (v - (noise - a))[..., : self.spec.action_dim].pow(2).mean()

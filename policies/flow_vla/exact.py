@@ -8,7 +8,9 @@ The network is the architecture's own (``self.net``, parameter names as in the r
 * state ``[B, S]`` -> normalized (a running mean/std for a model built from config, the checkpoint's
   own statistics, fixed, for a loaded one) -> zero-padded to the architecture's ``max_state_dim``;
 * model actions ``[B, T, A_pad]`` -> the first ``A`` dims -> env units (env bounds, or the checkpoint's
-  action statistics);
+  action statistics); a checkpoint fine-tunes on an env with fewer dims than its padding (a new
+  embodiment: then running state statistics and env bounds, since its own statistics are another robot's),
+  the unused dims masked out of the SFT loss and the likelihoods;
 * value head on the pooled prefix features (``value_from=hidden``) or on the normalized state, scalar or
   binned (``value_bins``: logits from ``evaluate``, their expectation from ``sample`` / ``value``);
 * freezing (``freeze_vlm``: train the expert only; ``freeze_vision``), LoRA on the VLM (peft), dtype and
@@ -148,10 +150,10 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
         self._check_flow_config(config)
         A, S = spec.action_dim, spec.state_dim
         ckpt = getattr(adapter, "checkpoint", None)
-        self.fixed_norm = bool(saved["fixed_normalization"]) if saved is not None else ckpt is not None
-        if ckpt is not None and ckpt.state_dim != S:
-            raise ValueError(f"{entry.name}: the env's state dim {S} differs from the checkpoint's {ckpt.state_dim}; "
-                             "fine-tune on an env with the same state")
+        # a checkpoint on an env of other dims (a new embodiment inside its padding): its statistics describe
+        # another robot, so the state gets running statistics and the actions the env's bounds
+        same_body = ckpt is not None and (ckpt.state_dim, ckpt.action_dim) == (S, A)
+        self.fixed_norm = bool(saved["fixed_normalization"]) if saved is not None else same_body
         if self.fixed_norm:  # the checkpoint's statistics (overwritten by the saved buffers on restore)
             st = _normalizer_affine(ckpt.state_norm, S) if ckpt else _affine(torch.zeros(S), torch.ones(S), False)
             ac = _normalizer_affine(ckpt.action_norm, A) if ckpt else _affine(torch.zeros(A), torch.ones(A), True)

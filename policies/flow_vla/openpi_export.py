@@ -112,7 +112,7 @@ def reload(policy: Any, out: str | Path) -> Any:
     """The export read back by vlarl's openpi loader (``load_pi0``: weights by openpi's names, the statistics from
     ``assets/*/norm_stats.json``) into a copy of ``policy``: its network and normalization replaced by the loaded."""
     out = Path(out)
-    ckpt = load_pi0(out, tokenizer_path=out / "tokenizer", overrides={"num_inference_steps": policy.net.num_steps})
+    ckpt = load_pi0(out, vlm_path=out / "tokenizer", overrides={"num_inference_steps": policy.net.num_steps})
     clone = copy.deepcopy(policy)
     clone.net.load_state_dict(ckpt.model.state_dict())
     with torch.no_grad():

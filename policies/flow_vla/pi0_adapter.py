@@ -1,6 +1,6 @@
 """pi0 / pi0.5 behind the env's observation schema: what the flow family's policy needs beyond the network.
 
-    arch = build_pi0(PI0Config-or-overrides, spec, pretrained_path=None | LeRobot/openpi dir, tokenizer_path=None)
+    arch = build_pi0(PI0Config-or-overrides, spec, pretrained_path=None | LeRobot/openpi dir, vlm_path=None)
     inputs = arch.inputs(obs, normalized_state)   # FlowInputs for encode_prefix / velocity
     arch.model                                     # the PI0 network (FlowArchitecture)
 
@@ -23,6 +23,7 @@ from policies.base import PolicySpec
 from policies.flow_vla.interface import FlowInputs
 from policies.flow_vla.pi0 import PI0, PI0Config, make_inputs, tokenize
 from policies.flow_vla.pi0_checkpoint import IMAGE_PREFIX, PI0Checkpoint, load_pi0
+from policies.flow_vla.sizes import check_padding
 
 
 @dataclass
@@ -78,20 +79,18 @@ def build_pi0(
     """A tiny/random pi0 or pi0.5 from ``cfg`` (env dims must fit the padding), or a checkpoint whole (then a
     dict ``cfg`` holds config fields set over the checkpoint's, e.g. ``train_expert_only``).
 
-    ``vlm_path`` / ``tokenizer_path``: a local folder with the PaliGemma tokenizer (the registry's ``vlm_path``;
-    default: the folder the checkpoint's pre-processor names)."""
-    tokenizer_path = tokenizer_path or vlm_path
+    A checkpoint fine-tunes on an env whose action / state dims differ from its own (a new embodiment) as
+    long as they fit its padding ``max_action_dim`` / ``max_state_dim``; past the padding it is refused.
+    ``vlm_path``: a local folder with the PaliGemma tokenizer (``policy.vlm_path`` on the command line;
+    default: the folder the checkpoint's pre-processor names). ``tokenizer_path``: deprecated alias."""
     if pretrained_path is not None:
-        ckpt = load_pi0(pretrained_path, tokenizer_path, overrides=cfg if isinstance(cfg, dict) else None)
+        ckpt = load_pi0(pretrained_path, vlm_path, overrides=cfg if isinstance(cfg, dict) else None,
+                        tokenizer_path=tokenizer_path)
         kind = ckpt.config.type
         if ckpt.tokenizer is None:
-            raise ValueError(f"{kind}: {pretrained_path} has no tokenizer; pass tokenizer_path=<local folder>")
-        if spec.action_dim != ckpt.action_dim:
-            raise ValueError(f"{kind}: the env's action dim {spec.action_dim} differs from the checkpoint's "
-                             f"{ckpt.action_dim}; fine-tune on an env with the same action space")
-        if spec.state_dim > ckpt.config.max_state_dim:
-            raise ValueError(f"{kind}: the env's state dim {spec.state_dim} exceeds the checkpoint's padding "
-                             f"max_state_dim={ckpt.config.max_state_dim}")
+            raise ValueError(f"{kind}: {pretrained_path} has no tokenizer; pass vlm_path=<local tokenizer folder> "
+                             "(policy.vlm_path=... on the command line)")
+        check_padding(kind, spec, ckpt.config.max_state_dim, ckpt.config.max_action_dim)
         cams = _map_cameras(kind, list(spec.image_keys), ckpt.image_keys)
         return PI0Adapter(ckpt.model, ckpt.tokenizer, cams, len(ckpt.image_keys) - len(cams), ckpt)
     if not isinstance(cfg, PI0Config):

@@ -1,6 +1,6 @@
 """Load a pi0 / pi0.5 checkpoint whole: LeRobot's policy directory or openpi's PyTorch layout.
 
-    ckpt = load_pi0("path/to/pi05_libero", tokenizer_path="path/to/paligemma-tokenizer")
+    ckpt = load_pi0("path/to/pi05_libero", vlm_path="path/to/paligemma-tokenizer")
     ckpt.report.missing, ckpt.report.unused   # both empty, or loading fails in one line naming them
 
 **LeRobot** (``save_pretrained``): ``config.json`` (``"type": "pi0"`` / ``"pi05"``), ``model.safetensors``
@@ -14,15 +14,20 @@ quantiles as the config's ``normalization_mapping`` says.
 without the ``model.`` prefix; pi0.5 is recognised by its ``time_mlp_*`` weights. Normalization comes
 from ``assets/<id>/norm_stats.json`` when there is one (identity otherwise).
 
-Sizes: the Gemma variants' published sizes, or ``tiny_dims.json`` beside the weights (tiny fixtures), or
-``dims=``. The tokenizer comes from a local folder only: ``tokenizer_path``, else the pre-processor's
-``tokenizer_name`` when that names a folder (relative to the checkpoint or absolute).
+Sizes are read from the weights' shapes (``sizes.pi0_dims``: the safetensors header, no tensor loaded); what
+shapes cannot say (attention heads of a non-published size) comes from ``tiny_dims.json`` beside the weights
+or ``dims=`` (docs/loading.md). Before anything is allocated, the network is built on the meta device and
+its shapes and names are compared with the header's: a mismatch, a missing or an unused key is refused in
+one line. The tokenizer comes from a local folder only: ``vlm_path`` (``policy.vlm_path`` on the command
+line; ``tokenizer_path`` is its deprecated alias), else the pre-processor's ``tokenizer_name`` when that
+names a folder (relative to the checkpoint or absolute).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +38,24 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from policies.base import CheckpointError
 from policies.flow_vla.interface import FlowInputs
-from policies.flow_vla.pi0 import PI0, PI0Config, make_inputs, published_config
+from policies.flow_vla.pi0 import (
+    GEMMA_VARIANTS,
+    PI0,
+    SIGLIP_SO400M,
+    PI0Config,
+    gemma_dims,
+    make_inputs,
+    published_config,
+)
+from policies.flow_vla.sizes import (
+    SIDE_FILE,
+    SizeError,
+    differing,
+    header_shapes,
+    meta_shapes,
+    pi0_dims,
+    read_side_file,
+)
 from policies.flow_vla.smolvla_checkpoint import Normalizer
 from policies.vlm.checkpoint_mapping import LoadReport
 
@@ -43,6 +65,8 @@ RENAMES = (("paligemma_with_expert.paligemma.model.vision_tower.vision_model.",
             "paligemma_with_expert.paligemma.model.vision_tower."),)  # transformers 5 drops SigLIP's vision_model
 EMBED = "paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight"
 HEAD = "paligemma_with_expert.paligemma.lm_head.weight"
+VLM_HINT = ("pass vlm_path=<local PaliGemma tokenizer folder> (policy.vlm_path=... on the command line; nothing is "
+            "downloaded)")
 
 
 @dataclass
@@ -61,7 +85,7 @@ class PI0Checkpoint:
     def inputs(self, images: dict[str, torch.Tensor], state: torch.Tensor, tasks: list[str]) -> FlowInputs:
         """LeRobot's pre-processing: ``images[key] [B, 3, H, W]`` in [0, 1], raw ``state [B, S]``, task strings."""
         if self.tokenizer is None:
-            raise CheckpointError("pi0: this checkpoint was loaded without a tokenizer; pass tokenizer_path=")
+            raise CheckpointError(f"pi0: this checkpoint was loaded without a tokenizer; {VLM_HINT}")
         real = [k for k in self.image_keys if ".empty_camera_" not in k]
         present = [k for k in real if k in images]
         absent = len(self.image_keys) - len(present)
@@ -111,62 +135,96 @@ def _stats(path: Path, step: dict, key: str, mode: str) -> Normalizer:
     return Normalizer(mode, stats, float(step.get("config", {}).get("eps", 1e-8)))
 
 
-def _tokenizer(path: Path, name: str | None, tokenizer_path: str | Path | None) -> PreTrainedTokenizerBase:
-    name = str(tokenizer_path or name or "")
+def _tokenizer(path: Path, name: str | None, vlm_path: str | Path | None) -> PreTrainedTokenizerBase:
+    name = str(vlm_path or name or "")
     candidates = [Path(name)] if Path(name).is_absolute() else [path / name, Path(name)]
     folder = next((c for c in candidates if name and c.is_dir()), None)
     if folder is None:
-        raise _fail(path, f"tokenizer '{name}' is not a local folder; pass tokenizer_path=<local PaliGemma "
-                          "tokenizer folder> (nothing is downloaded)")
+        raise _fail(path, f"tokenizer '{name}' is not a local folder; {VLM_HINT}")
     return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
 
 
-def _dims(path: Path, cfg: PI0Config, dims: dict | None) -> PI0Config:
-    if dims is None and (path / "tiny_dims.json").is_file():
-        dims = json.loads((path / "tiny_dims.json").read_text())
-    return replace(cfg, dims=dims) if dims is not None else cfg
+def _rename(key: str, prefix: str) -> str:
+    key = key[len(prefix) :] if prefix and key.startswith(prefix) else key
+    for old, new in RENAMES:
+        key = key.replace(old, new)
+    return key
 
 
-def _weights(path: Path, prefix: str) -> dict[str, torch.Tensor]:
+def _shapes(path: Path, prefix: str) -> dict[str, tuple[int, ...]]:
+    """Our parameter name -> shape, from the safetensors header alone (the tied embedding aliased)."""
     if not (path / "model.safetensors").is_file():
         raise _fail(path, "missing model.safetensors")
-    out = {}
-    for k, v in load_file(str(path / "model.safetensors")).items():
-        k = k[len(prefix) :] if prefix and k.startswith(prefix) else k
-        for old, new in RENAMES:
-            k = k.replace(old, new)
-        out[k] = v
+    try:
+        out = {_rename(k, prefix): s for k, s in header_shapes(path / "model.safetensors").items()}
+    except SizeError as e:
+        raise _fail(path, str(e)) from e
     if EMBED not in out and HEAD in out:
         out[EMBED] = out[HEAD]  # tied: saved once
     return out
 
 
-def _build(path: Path, config: PI0Config, source: dict[str, torch.Tensor], strict: bool) -> tuple[PI0, LoadReport]:
-    model = PI0(config)
-    ours = model.state_dict()
-    report = LoadReport(missing=sorted(set(ours) - set(source)), unused=sorted(set(source) - set(ours)))
-    shapes = sorted(k for k in set(ours) & set(source) if ours[k].shape != source[k].shape)
-    if shapes:
-        k = shapes[0]
-        raise _fail(path, f"{len(shapes)} tensors differ in shape from the {config.type} config, e.g. {k} "
-                          f"{tuple(source[k].shape)} vs {tuple(ours[k].shape)}; check the variants / tiny_dims.json")
+def _sized(path: Path, cfg: PI0Config, shapes: dict[str, tuple[int, ...]], dims: dict | None) -> PI0Config:
+    """``cfg`` with the sizes the shapes (and ``dims=`` or the side file, for what shapes cannot say) give."""
+    try:
+        side = dims if dims is not None else read_side_file(path)
+        found = pi0_dims(shapes, gemma_dims(cfg.paligemma_variant, cfg.action_expert_variant), GEMMA_VARIANTS,
+                         SIGLIP_SO400M, side, f"pi0 checkpoint {path}")
+    except (SizeError, ValueError) as e:
+        raise CheckpointError(str(e) if isinstance(e, SizeError) else f"pi0 checkpoint {path}: {e}") from e
+    return replace(cfg, dims=found)
+
+
+def _check(path: Path, config: PI0Config, shapes: dict[str, tuple[int, ...]], strict: bool) -> LoadReport:
+    """Names and shapes of the network built on the meta device against the header's; nothing is allocated."""
+    try:
+        ours = meta_shapes(lambda: PI0(config))
+    except ValueError as e:
+        raise _fail(path, f"{e}; fix {SIDE_FILE}") from e
+    report = LoadReport(missing=sorted(set(ours) - set(shapes)), unused=sorted(set(shapes) - set(ours)))
+    wrong = differing(ours, shapes)
+    if wrong:
+        k = wrong[0]
+        raise _fail(path, f"{len(wrong)} tensors differ in shape from the {config.type} sizes read from the checkpoint "
+                          f"and its config, e.g. {k} {shapes[k]} vs {ours[k]}; check the variants / {SIDE_FILE} "
+                          "(docs/loading.md)")
     if strict and (report.missing or report.unused):
         raise _fail(path, f"{len(report.missing)} missing keys {report.missing[:3]}, "
                           f"{len(report.unused)} unused keys {report.unused[:3]}")
-    model.load_state_dict({k: v for k, v in source.items() if k in ours}, strict=False)
-    return model.eval(), report
+    return report
+
+
+def _build(path: Path, config: PI0Config, prefix: str) -> PI0:
+    """The network with the checkpoint's weights (after ``_check`` passed)."""
+    model = PI0(config)
+    names = set(model.state_dict())
+    source = {_rename(k, prefix): v for k, v in load_file(str(path / "model.safetensors")).items()}
+    if EMBED not in source and HEAD in source:
+        source[EMBED] = source[HEAD]  # tied: saved once
+    model.load_state_dict({k: v for k, v in source.items() if k in names}, strict=False)
+    return model.eval()
+
+
+def _vlm_folder(vlm_path: str | Path | None, tokenizer_path: str | Path | None) -> str | Path | None:
+    if tokenizer_path is not None:
+        warnings.warn("tokenizer_path= is deprecated; pass vlm_path= (the command line's policy.vlm_path)",
+                      DeprecationWarning, stacklevel=3)
+    return vlm_path or tokenizer_path
 
 
 def load_pi0(
-    path: str | Path, tokenizer_path: str | Path | None = None, dims: dict[str, Any] | None = None, strict: bool = True,
-    overrides: dict[str, Any] | None = None,
+    path: str | Path, vlm_path: str | Path | None = None, dims: dict[str, Any] | None = None, strict: bool = True,
+    overrides: dict[str, Any] | None = None, *, tokenizer_path: str | Path | None = None,
 ) -> PI0Checkpoint:
     """Build pi0 / pi0.5 from a LeRobot or openpi directory; raise ``CheckpointError`` (one line) on any mismatch.
 
+    ``vlm_path``: the local PaliGemma tokenizer folder (``tokenizer_path``: its deprecated alias).
+    ``dims``: sizes over those read from the weights (same format as ``tiny_dims.json``).
     ``overrides``: config fields set over the checkpoint's (e.g. ``train_expert_only``, ``num_inference_steps``);
     sizes, padding and type come from the checkpoint and cannot be overridden.
     """
     path = Path(path)
+    vlm_path = _vlm_folder(vlm_path, tokenizer_path)
     raw = _read_json(path, "config.json")
     fixed = {"type", "dims", "paligemma_variant", "action_expert_variant", "max_state_dim", "max_action_dim",
              "image_resolution"}
@@ -175,27 +233,29 @@ def load_pi0(
     if bad or unknown:
         raise _fail(path, f"overrides {bad or unknown} are {'fixed by the checkpoint' if bad else 'not PI0Config fields'}")
     if "type" not in raw and "action_horizon" in raw:
-        return _load_openpi(path, raw, tokenizer_path, dims, strict, overrides or {})
+        return _load_openpi(path, raw, vlm_path, dims, strict, overrides or {})
     raw = {**raw, **(overrides or {})}
     if raw.get("type") not in TYPES:
         raise _fail(path, f"config.json says type '{raw.get('type')}', not 'pi0' or 'pi05'; "
                           f"load it with the '{raw.get('type')}' policy")
     pre = _read_json(path, "policy_preprocessor.json")
     post = _read_json(path, "policy_postprocessor.json")
-    config = _dims(path, PI0Config.from_dict(raw), dims)
+    shapes = _shapes(path, "model.")
+    config = _sized(path, PI0Config.from_dict(raw), shapes, dims)
     feats_in, feats_out = raw.get("input_features", {}), raw.get("output_features", {})
     if STATE_KEY not in feats_in or ACTION_KEY not in feats_out:
         raise _fail(path, f"config.json needs input feature '{STATE_KEY}' and output feature '{ACTION_KEY}'")
     state_dim, action_dim = feats_in[STATE_KEY]["shape"][-1], feats_out[ACTION_KEY]["shape"][-1]
     _check_dims(path, config, state_dim, action_dim)
+    report = _check(path, config, shapes, strict)
     tok_step = _step(path, pre, "policy_preprocessor.json", "tokenizer_processor")
-    tokenizer = _tokenizer(path, tok_step.get("config", {}).get("tokenizer_name"), tokenizer_path)
+    tokenizer = _tokenizer(path, tok_step.get("config", {}).get("tokenizer_name"), vlm_path)
     norm_map = config.normalization_mapping
     state_norm = _stats(path, _step(path, pre, "policy_preprocessor.json", "normalizer_processor"), STATE_KEY,
                         norm_map.get("STATE", "IDENTITY"))
     action_norm = _stats(path, _step(path, post, "policy_postprocessor.json", "unnormalizer_processor"), ACTION_KEY,
                          norm_map.get("ACTION", "IDENTITY"))
-    model, report = _build(path, config, _weights(path, "model."), strict)
+    model = _build(path, config, "model.")
     image_keys = [k for k, f in feats_in.items() if f.get("type") == "VISUAL"]
     image_keys = [k for k in image_keys if ".empty_camera_" not in k] + [k for k in image_keys if ".empty_camera_" in k]
     return PI0Checkpoint(model=model, config=config, tokenizer=tokenizer, image_keys=image_keys, state_dim=state_dim,
@@ -223,22 +283,23 @@ def _openpi_norms(path: Path, mode: str) -> tuple[Normalizer, Normalizer]:
     return one("state"), one("actions")
 
 
-def _load_openpi(path: Path, raw: dict, tokenizer_path: str | Path | None, dims: dict | None,
+def _load_openpi(path: Path, raw: dict, vlm_path: str | Path | None, dims: dict | None,
                  strict: bool, overrides: dict[str, Any]) -> PI0Checkpoint:
-    source = _weights(path, "")
-    kind = "pi05" if any(k.startswith("time_mlp_in.") for k in source) else "pi0"
+    shapes = _shapes(path, "")
+    kind = "pi05" if any(k.startswith("time_mlp_in.") for k in shapes) else "pi0"
     dim = int(raw.get("action_dim", 32))
     config = replace(published_config(kind), paligemma_variant=raw.get("paligemma_variant", "gemma_2b"),
                      action_expert_variant=raw.get("action_expert_variant", "gemma_300m"),
                      chunk_size=int(raw["action_horizon"]), n_action_steps=int(raw["action_horizon"]),
                      max_state_dim=dim, max_action_dim=dim)
-    config = _dims(path, replace(config, **overrides), dims)
-    pos = source.get("paligemma_with_expert.paligemma.model.vision_tower.embeddings.position_embedding.weight")
+    config = _sized(path, replace(config, **overrides), shapes, dims)
+    pos = shapes.get("paligemma_with_expert.paligemma.model.vision_tower.embeddings.position_embedding.weight")
     if pos is not None:  # openpi's config.json has no image size: the SigLIP position table holds it
-        side = math.isqrt(pos.shape[0]) * config.resolved_dims["vision"]["patch_size"]
+        side = math.isqrt(pos[0]) * config.resolved_dims["vision"]["patch_size"]
         config = replace(config, image_resolution=(side, side))
-    model, report = _build(path, config, source, strict)
-    tokenizer = _tokenizer(path, None, tokenizer_path) if tokenizer_path else None
+    report = _check(path, config, shapes, strict)
+    tokenizer = _tokenizer(path, None, vlm_path) if vlm_path else None
+    model = _build(path, config, "")
     state_norm, action_norm = _openpi_norms(path, "QUANTILES" if kind == "pi05" else "MEAN_STD")
     return PI0Checkpoint(model=model, config=config, tokenizer=tokenizer, image_keys=[], state_dim=dim,
                          action_dim=dim, state_norm=state_norm, action_norm=action_norm, report=report, layout="openpi")

@@ -19,6 +19,7 @@ import torch
 
 from policies.base import PolicySpec
 from policies.flow_vla.interface import FlowInputs
+from policies.flow_vla.sizes import check_padding
 from policies.flow_vla.smolvla import SmolVLA, SmolVLAConfig, make_inputs, tokenize
 from policies.flow_vla.smolvla_checkpoint import IMAGE_PREFIX, SmolVLACheckpoint, load_smolvla
 
@@ -63,12 +64,11 @@ def build_smolvla(
     vlm_path: str | None = None,
 ) -> SmolVLAAdapter:
     """A tiny/random SmolVLA from ``cfg`` (env dims must fit the padding), or a LeRobot checkpoint whole
-    (then a dict ``cfg`` holds config fields set over the checkpoint's, e.g. ``train_expert_only``)."""
+    (then a dict ``cfg`` holds config fields set over the checkpoint's, e.g. ``train_expert_only``); a
+    checkpoint fine-tunes on env dims that differ from its own within its padding (as ``build_pi0``)."""
     if pretrained_path is not None:
         ckpt = load_smolvla(pretrained_path, vlm_path, overrides=cfg if isinstance(cfg, dict) else None)
-        if spec.action_dim != ckpt.action_dim:
-            raise ValueError(f"smolvla: the env's action dim {spec.action_dim} differs from the checkpoint's "
-                             f"{ckpt.action_dim}; fine-tune on an env with the same action space")
+        check_padding("smolvla", spec, ckpt.config.max_state_dim, ckpt.config.max_action_dim)
         cams = _map_cameras(list(spec.image_keys), ckpt.image_keys, ckpt.config.empty_cameras)
         empty = len(ckpt.image_keys) - len(cams)
         return SmolVLAAdapter(ckpt.model, ckpt.tokenizer, cams, empty, ckpt)

@@ -8,7 +8,11 @@ The directory is what LeRobot's ``save_pretrained`` writes: ``config.json`` (``"
 and the normalizer step's safetensors (``<feature>.mean`` / ``.std``, or quantiles / min-max as the
 config's ``normalization_mapping`` says). The SmolVLM config and tokenizer come from a local folder:
 ``vlm_path``, else the config's ``vlm_model_name`` when it names a folder (relative to the checkpoint
-or absolute). Nothing is downloaded.
+or absolute). Nothing is downloaded. ``vlm_path`` is ``policy.vlm_path`` on the command line.
+
+Sizes come from that folder's ``config.json`` (the SmolVLM's) and the LeRobot config (expert width, layer
+counts, padding). Before anything is allocated the network is built on the meta device and compared with
+the safetensors header (names and shapes): a mismatch, a missing or an unused key is refused in one line.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
 from policies.base import CheckpointError
 from policies.flow_vla.interface import FlowInputs
+from policies.flow_vla.sizes import SizeError, differing, header_shapes, meta_shapes
 from policies.flow_vla.smolvla import SmolVLA, SmolVLAConfig, make_inputs
 from policies.vlm.checkpoint_mapping import LoadReport
 
@@ -112,11 +117,12 @@ def resolve_vlm(path: Path, lerobot_cfg: dict, vlm_path: str | None) -> Path:
     folder = next((c for c in candidates if c.is_dir()), None)
     if folder is None:
         raise _fail(path, f"vlm_model_name '{name}' is not a local folder; pass vlm_path=<local SmolVLM folder> "
-                          "(config + tokenizer + processor; nothing is downloaded)")
+                          "(policy.vlm_path=... on the command line; config + tokenizer + processor; nothing is "
+                          "downloaded)")
     missing = [f for f in VLM_FILES if not (folder / f).is_file()]
     if missing:
         raise _fail(path, f"SmolVLM folder {folder} lacks {missing}; save the VLM's config, tokenizer and "
-                          "processor there (AutoProcessor.save_pretrained)")
+                          "processor there (AutoProcessor.save_pretrained) or pass another vlm_path")
     return folder
 
 
@@ -140,6 +146,20 @@ def _normalizers(path: Path, lerobot_cfg: dict) -> dict[str, Normalizer]:
             raise _fail(path, f"{stats_file.name} has no statistics for '{key}' ({mode})")
         out[key] = Normalizer(mode, stats, eps)
     return out
+
+
+def _strip(key: str) -> str:
+    return key[len(MODEL_PREFIX) :] if key.startswith(MODEL_PREFIX) else key
+
+
+def _tie(named: dict, tied: bool) -> dict:
+    """The LM head and the token embeddings under both names when the VLM ties them (saved once)."""
+    if tied:
+        head, embed = "vlm_with_expert.vlm.lm_head.weight", "vlm_with_expert.vlm.model.text_model.embed_tokens.weight"
+        for a, b in ((head, embed), (embed, head)):
+            if a not in named and b in named:
+                named[a] = named[b]
+    return named
 
 
 def config_from_lerobot(lerobot_cfg: dict, vlm_config: dict) -> SmolVLAConfig:
@@ -186,24 +206,23 @@ def load_smolvla(
         config.fake_image_token_id = tokenizer.convert_tokens_to_ids("<fake_token_around_image>")
         config.global_image_token_id = tokenizer.convert_tokens_to_ids("<global-img>")
 
-    model = SmolVLA(config)
-    source = {k[len(MODEL_PREFIX) :] if k.startswith(MODEL_PREFIX) else k: v
-              for k, v in load_file(str(path / "model.safetensors")).items()}
-    if vlm_config.get("tie_word_embeddings") or vlm_config.get("text_config", {}).get("tie_word_embeddings"):
-        head, embed = "vlm_with_expert.vlm.lm_head.weight", "vlm_with_expert.vlm.model.text_model.embed_tokens.weight"
-        for a, b in ((head, embed), (embed, head)):
-            if a not in source and b in source:
-                source[a] = source[b]  # tied: saved once
-    ours = model.state_dict()
-    report = LoadReport(missing=sorted(set(ours) - set(source)), unused=sorted(set(source) - set(ours)))
-    shapes = [k for k in set(ours) & set(source) if ours[k].shape != source[k].shape]
-    if shapes:
-        k = sorted(shapes)[0]
-        raise _fail(path, f"{len(shapes)} tensors differ in shape from the SmolVLM config in {vlm_dir}, e.g. {k} "
-                          f"{tuple(source[k].shape)} vs {tuple(ours[k].shape)}; pass the matching vlm_path")
+    tied = bool(vlm_config.get("tie_word_embeddings") or vlm_config.get("text_config", {}).get("tie_word_embeddings"))
+    try:
+        theirs = _tie({_strip(k): v for k, v in header_shapes(path / "model.safetensors").items()}, tied)
+    except SizeError as e:
+        raise _fail(path, str(e)) from e
+    ours = meta_shapes(lambda: SmolVLA(config))  # names and shapes, nothing allocated
+    report = LoadReport(missing=sorted(set(ours) - set(theirs)), unused=sorted(set(theirs) - set(ours)))
+    wrong = differing(ours, theirs)
+    if wrong:
+        k = wrong[0]
+        raise _fail(path, f"{len(wrong)} tensors differ in shape from the SmolVLM config in {vlm_dir} and "
+                          f"config.json, e.g. {k} {theirs[k]} vs {ours[k]}; pass the matching vlm_path")
     if strict and (report.missing or report.unused):
         raise _fail(path, f"{len(report.missing)} missing keys {report.missing[:3]}, "
                           f"{len(report.unused)} unused keys {report.unused[:3]}")
+    model = SmolVLA(config)
+    source = _tie({_strip(k): v for k, v in load_file(str(path / "model.safetensors")).items()}, tied)
     model.load_state_dict({k: v for k, v in source.items() if k in ours}, strict=False)
     norms = _normalizers(path, cfg)
     return SmolVLACheckpoint(

@@ -91,7 +91,7 @@ def test_export_reloads_in_vlarl_with_the_changed_statistics(family, exported):
 def _writer(family: str):
     from vlarl.export.formats import LAYOUT_WRITERS
 
-    return importlib.import_module(LAYOUT_WRITERS[RT.FAMILIES[family][3]])
+    return LAYOUT_WRITERS[RT.FAMILIES[family][3]]()
 
 
 @pytest.mark.parametrize("family", ["smolvla", "pi0", "pi05", "oft"])

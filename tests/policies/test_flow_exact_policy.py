@@ -156,8 +156,9 @@ def test_bad_input_is_one_line(vla_spec, tmp_path):
     with pytest.raises(ValueError, match="exceed max_state_dim/max_action_dim 64/8") as e:
         smolvla(wide)
     assert "\n" not in str(e.value)
-    with pytest.raises(ValueError, match="action dim 7 differs from the checkpoint's 5"):
-        loaded(_fixture_spec(6, 7))
+    with pytest.raises(ValueError, match="state / action dims 6 / 33 exceed the checkpoint's padding") as e:
+        loaded(_fixture_spec(6, 33))  # past max_action_dim=32 (within it, a new embodiment fine-tunes)
+    assert "\n" not in str(e.value)
     other = tmp_path / "pi0"
     shutil.copytree(FIXTURE, other)
     meta = json.loads((other / "config.json").read_text())

@@ -184,8 +184,8 @@ def test_missing_processor_files(copy):
 
 def test_tokenizer_must_be_a_local_folder(copy):
     shutil.rmtree(copy / "tokenizer")
-    _one_line_error(copy, "tokenizer 'tokenizer' is not a local folder", "tokenizer_path=")
-    _one_line_error(copy, "'google/paligemma-3b-pt-224'", tokenizer_path="google/paligemma-3b-pt-224")
+    _one_line_error(copy, "tokenizer 'tokenizer' is not a local folder", "vlm_path=", "policy.vlm_path=")
+    _one_line_error(copy, "'google/paligemma-3b-pt-224'", vlm_path="google/paligemma-3b-pt-224")
 
 
 def test_dims_that_do_not_fit_the_padding(copy):

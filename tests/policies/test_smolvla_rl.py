@@ -141,7 +141,7 @@ def test_env_observations_drive_a_tiny_smolvla_and_a_loaded_checkpoint():
     fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "reference" / "smolvla"
     loaded = build_smolvla(None, _spec(4, 3, ["front"]), pretrained_path=fixtures / "variant")
     assert loaded.cameras == ["front"] and loaded.empty_cameras == 1  # the checkpoint's empty camera
-    with pytest.raises(ValueError, match="action dim 7 differs"):
-        build_smolvla(None, _spec(6, 7, ["top", "wrist"]), pretrained_path=fixtures / "checkpoint")
+    with pytest.raises(ValueError, match="action dims 6 / 33 exceed the checkpoint's padding"):
+        build_smolvla(None, _spec(6, 33, ["top", "wrist"]), pretrained_path=fixtures / "checkpoint")
     with pytest.raises(ValueError, match="exceed max_state_dim"):
         build_smolvla(tiny_config(), _spec(9, 4, ["base_camera"]))

@@ -84,7 +84,7 @@ def record_demos(out: str | Path, episodes: int, seed: int = 0, control_mode: st
     wanted = np.ones(total, bool)
     if failures:
         wanted[np.random.default_rng([seed, 1]).permutation(total)[:failures]] = False
-    sink = (_LeRobotSink(out, fps, overwrite) if fmt == "lerobot"
+    sink = (_LeRobotSink(out, fps, overwrite, env.spec.proprio_dims) if fmt == "lerobot"
             else _H5Sink(out, expert.env_id, control_mode, flags=failures > 0))
     kept, failed, s, t0, lengths, jerks, n_fail, skipped_ok = 0, [], seed, time.time(), [], [], 0, []
     fail_steps = 0
@@ -186,10 +186,10 @@ class _LeRobotSink:
     """LeRobot v3.0 through vlarl's writer: the state before each action, the same quality columns as
     ``vlarl-collect`` writes."""
 
-    def __init__(self, out: Path, fps: int, overwrite: bool):
+    def __init__(self, out: Path, fps: int, overwrite: bool, proprio_dims: tuple[int, ...] = ()):
         from vlarl.data.lerobot_writer import LeRobotDatasetWriter
 
-        self.w = LeRobotDatasetWriter(out, fps, robot_type="maniskill", overwrite=overwrite)
+        self.w = LeRobotDatasetWriter(out, fps, robot_type="maniskill", overwrite=overwrite, proprio_dims=proprio_dims)
 
     def add(self, i: int, states, actions, rewards, seed: int, instruction: str, success: bool = True) -> None:
         self.w.add_episode(instruction, state=states[: len(actions)], actions=actions, rewards=rewards, success=success,

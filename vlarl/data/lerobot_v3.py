@@ -9,7 +9,7 @@ v3.0 packs many episodes per file and finds each one through relational metadata
                                                  data/file_index, dataset_from_index, dataset_to_index,
                                                  videos/<camera>/{chunk_index, file_index, from_timestamp,
                                                  to_timestamp}, stats/<feature>/<stat>, and any extra columns
-    data/chunk-XXX/file-XXX.parquet              one row per frame: observation.state, action, timestamp,
+    data/chunk-XXX/file-XXX.parquet              one row per frame: observation.state (+ environment_state), action, timestamp,
                                                  frame_index, episode_index, index, task_index, ...
     videos/<camera>/chunk-XXX/file-XXX.mp4       the camera stream of consecutive episodes
 
@@ -38,6 +38,9 @@ DATA_PATH = "data/" + CHUNK_FILE + ".parquet"
 VIDEO_PATH = "videos/{video_key}/" + CHUNK_FILE + ".mp4"
 IMAGE_PREFIX = "observation.images."
 STATE_KEY, ACTION_KEY = "observation.state", "action"
+ENV_STATE_KEY = "observation.environment_state"  # LeRobot's name for the non-proprioceptive state (object poses...)
+# info.json key (vlarl's): feature -> the env-state indices of its columns, when a writer split the env's state
+STATE_ORDER = "state_order"
 # the per-frame index columns every v3.0 dataset has (LeRobot's DEFAULT_FEATURES)
 INDEX_FEATURES = {"timestamp": "float32", "frame_index": "int64", "episode_index": "int64", "index": "int64",
                   "task_index": "int64"}
@@ -88,6 +91,15 @@ def _matrix(table, key: str) -> np.ndarray:
         return np.array(col.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, 1)
     flat = np.array(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)  # a writable copy
     return flat.reshape(len(col), -1)
+
+
+def _state(table, order: dict[str, list[int]]) -> np.ndarray:
+    """The env's state [rows, D] put back together from split features (``order``: feature -> env indices)."""
+    D = sum(len(idx) for idx in order.values())
+    out = np.empty((table.num_rows, D), np.float32)
+    for key, idx in order.items():
+        out[:, idx] = _matrix(table, key)
+    return out
 
 
 def read_tasks(root: Path) -> dict[int, str]:
@@ -157,7 +169,9 @@ def read_lerobot_dataset(path: str | os.PathLike, max_episodes: int | None = Non
     """Episodes of a local LeRobot v3.0 dataset, in episode order.
 
     ``state_key`` / ``action_key``: the features read as state [L, D] / actions [L, A]; None = not read
-    (arrays [L, 0]), e.g. for a critic's frame-only dataset. ``cameras``: camera names
+    (arrays [L, 0]), e.g. for a critic's frame-only dataset. A dataset whose writer split the env's state into
+    ``observation.state`` and ``observation.environment_state`` (``info.json``'s ``state_order``) gives the
+    env's whole state vector, in the env's order, under ``state_key="observation.state"``. ``cameras``: camera names
     (``observation.images.<name>`` features, video or image) to decode; None = all, [] = none (state-only SFT
     skips video decoding)."""
     root = Path(path)
@@ -184,7 +198,12 @@ def read_lerobot_dataset(path: str | os.PathLike, max_episodes: int | None = Non
 
     tables: dict[Path, Any] = {}
     image_cols = [cams_all[c] for c in cams if feats[cams_all[c]]["dtype"] == "image"]
-    columns = [k for k in (state_key, action_key) if k is not None]
+    order = info.get(STATE_ORDER) if state_key == STATE_KEY else None
+    state_parts = list(order) if order else [state_key] if state_key is not None else []
+    missing = [k for k in state_parts if k not in feats]
+    if missing:
+        raise KeyError(f"'{root / INFO_PATH}' orders the state over {state_parts} but has no feature {missing}")
+    columns = [*state_parts, *([action_key] if action_key is not None else [])]
     out = []
     for r in rows:
         ep = int(r["episode_index"])
@@ -200,7 +219,7 @@ def read_lerobot_dataset(path: str | os.PathLike, max_episodes: int | None = Non
         idx = idx[np.argsort(np.asarray(t.column("frame_index").to_numpy())[idx], kind="stable")]
         sub = t.take(idx)
         empty = np.zeros((len(sub), 0), np.float32)
-        state = _matrix(sub, state_key) if state_key is not None else empty
+        state = _state(sub, order) if order else _matrix(sub, state_key) if state_key is not None else empty
         actions = _matrix(sub, action_key) if action_key is not None else empty.copy()
         task_index = sub.column("task_index")[0].as_py() if len(sub) else None
         instruction = tasks.get(task_index) or (r.get("tasks") or [""])[0]

@@ -7,6 +7,14 @@ pipeline, the Hub.
                       rewards=r, success=True, extra={"quality/mean_squared_jerk": 0.01})
 
 Layout and column names are those of ``vlarl.data.lerobot_v3`` (LeRobot's published v3.0 layout).
+
+State: LeRobot's policies read the robot's proprioception from ``observation.state`` and the rest of a state
+observation (object poses, goals) from ``observation.environment_state``; ACT and Diffusion Policy need one of
+that or a camera. With ``proprio_dims`` (the env spec's: indices of the env's state vector that are
+proprioception) the writer splits each state into the two features and records the env's order in
+``info.json`` (``state_order``: for each feature the env-state indices of its columns), which
+``read_lerobot_dataset`` uses to give the env's vector back. ``meta/stats.json`` has statistics for every
+feature (``next.done`` as 0/1).
 Frames are kept per file: parquet through pyarrow (one row group per episode), video through the ffmpeg binary
 of ``imageio-ffmpeg``, one stream per camera and file; ``episodes_per_file`` consecutive episodes share a data
 and a video file (LeRobot rolls files over by size; a count keeps files of one dataset alike), and
@@ -26,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,11 +45,13 @@ from vlarl.data.lerobot_v3 import (
     ACTION_KEY,
     CODEBASE_VERSION,
     DATA_PATH,
+    ENV_STATE_KEY,
     EPISODES_PATH,
     IMAGE_PREFIX,
     INDEX_FEATURES,
     INFO_PATH,
     STATE_KEY,
+    STATE_ORDER,
     STATS_PATH,
     TASKS_PATH,
     VIDEO_PATH,
@@ -151,13 +162,15 @@ class LeRobotDatasetWriter:
 
     The first episode fixes the features: which of state [L, D], actions [L, A], rewards [L], camera frames
     uint8 [L, H, W, 3] and ``extra`` episode columns exist, and their sizes; later episodes must match.
-    Per-frame columns: ``observation.state``, ``action``, ``next.reward``, ``next.done`` (True on the last
-    frame) and LeRobot's index columns; per-episode: the layout columns, ``stats/<feature>/<stat>``, ``success``
-    (when given) and ``extra``."""
+    Per-frame columns: ``observation.state`` (with ``proprio_dims``: the proprioceptive columns of the state,
+    and ``observation.environment_state`` the others), ``action``, ``next.reward``, ``next.done`` (True on the
+    last frame) and LeRobot's index columns; per-episode: the layout columns, ``stats/<feature>/<stat>``,
+    ``success`` (when given) and ``extra``."""
 
     def __init__(self, root: str | os.PathLike, fps: int, robot_type: str = "", codec: str = "av1",
                  images: str = "video", episodes_per_file: int = 1000, chunks_size: int = 1000,
-                 names: dict[str, list[str]] | None = None, overwrite: bool = False):
+                 names: dict[str, list[str]] | None = None, overwrite: bool = False,
+                 proprio_dims: Sequence[int] | None = None):
         if codec not in VIDEO_CODECS:
             raise ValueError(f"codec='{codec}' is unknown; choose one of {sorted(VIDEO_CODECS)}")
         if images not in IMAGE_STORAGE:
@@ -170,6 +183,10 @@ class LeRobotDatasetWriter:
             raise FileExistsError(f"'{self.root}' already exists; choose a new folder or pass overwrite=True")
         self.fps, self.robot_type, self.codec, self.images = int(fps), robot_type, VIDEO_CODECS[codec], images
         self.episodes_per_file, self.chunks_size, self.names = episodes_per_file, chunks_size, names or {}
+        self.proprio_dims = [int(i) for i in proprio_dims or ()]
+        if len(set(self.proprio_dims)) != len(self.proprio_dims) or any(i < 0 for i in self.proprio_dims):
+            raise ValueError(f"proprio_dims={self.proprio_dims} must be distinct state indices >= 0")
+        self._state_order: dict[str, list[int]] | None = None
         self._tmp = self.root.parent / f".{self.root.name}.partial-{os.getpid()}"
         if self._tmp.exists():
             shutil.rmtree(self._tmp)
@@ -271,8 +288,8 @@ class LeRobotDatasetWriter:
 
     # -- episodes -----------------------------------------------------------------------------------
     def _check(self, state, actions, images, rewards, success, extra, frame_features) -> dict[str, Any]:
-        clash = [k for k in frame_features if k in (STATE_KEY, ACTION_KEY, REWARD_KEY, DONE_KEY, *INDEX_FEATURES)
-                 or k.startswith(IMAGE_PREFIX)]
+        clash = [k for k in frame_features if k in (STATE_KEY, ENV_STATE_KEY, ACTION_KEY, REWARD_KEY, DONE_KEY,
+                                                     *INDEX_FEATURES) or k.startswith(IMAGE_PREFIX)]
         if clash:
             raise ValueError(f"frame_features {clash} would replace the dataset's own columns; rename them")
         bad = [k for k, v in extra.items() if not isinstance(v, (bool, int, float, str, np.number, np.bool_))]
@@ -281,6 +298,8 @@ class LeRobotDatasetWriter:
         extra = {k: v.item() if isinstance(v, (np.number, np.bool_)) else v for k, v in extra.items()}
         arrays = {STATE_KEY: state, ACTION_KEY: actions, **frame_features}
         arrays = {k: np.asarray(v, np.float32).reshape(len(v), -1) for k, v in arrays.items() if v is not None}
+        if STATE_KEY in arrays and self.proprio_dims:
+            arrays = {**self._split_state(arrays.pop(STATE_KEY)), **arrays}
         frames = {str(c): np.asarray(f) for c, f in images.items()}
         lengths = {k: len(v) for k, v in arrays.items()} | {f"images[{c}]": len(f) for c, f in frames.items()}
         if rewards is not None:
@@ -308,6 +327,17 @@ class LeRobotDatasetWriter:
         r = None if rewards is None else np.asarray(rewards, np.float32).reshape(L)
         return {"length": L, "arrays": arrays, "images": frames, "rewards": r, "extra": extra}
 
+    def _split_state(self, state: np.ndarray) -> dict[str, np.ndarray]:
+        """state [L, D] -> proprioception [L, P] and environment state [L, D - P] (env order kept in each)."""
+        D = state.shape[1]
+        if max(self.proprio_dims) >= D:
+            raise ValueError(f"proprio_dims name index {max(self.proprio_dims)} but the state has {D} dims; pass the "
+                             "env spec's proprio_dims for this state")
+        proprio = sorted(self.proprio_dims)
+        rest = [i for i in range(D) if i not in set(proprio)]
+        self._state_order = {STATE_KEY: proprio, **({ENV_STATE_KEY: rest} if rest else {})}
+        return {key: state[:, idx] for key, idx in self._state_order.items()}
+
     def _frame_columns(self, ep: dict[str, Any], e: int, index0: int, tid: int):
         import pyarrow as pa
 
@@ -334,9 +364,10 @@ class LeRobotDatasetWriter:
     def _episode_stats(self, ep: dict[str, Any], table) -> dict[str, Any]:
         """``stats/<feature>/<stat>`` of one episode; keeps what the dataset statistics need."""
         out: dict[str, Any] = {}
-        numeric = [*ep["arrays"], *([REWARD_KEY] if ep["rewards"] is not None else []), *INDEX_FEATURES]
+        numeric = [*ep["arrays"], *([REWARD_KEY] if ep["rewards"] is not None else []), DONE_KEY, *INDEX_FEATURES]
         for key in numeric:
             x = ep["arrays"][key] if key in ep["arrays"] else np.asarray(table.column(key).to_numpy())[:, None]
+            x = x.astype(np.float32) if x.dtype == bool else x
             self._numeric.setdefault(key, []).append(x)
             out.update({f"stats/{key}/{k}": v for k, v in _vector_stats(x).items()})
         for cam, frames in ep["images"].items():
@@ -373,7 +404,7 @@ class LeRobotDatasetWriter:
         s = self._schema
         feats: dict[str, dict[str, Any]] = {}
         for key, dim in s["arrays"].items():
-            feats[key] = {"dtype": "float32", "shape": [dim], "names": self.names.get(key)}
+            feats[key] = {"dtype": "float32", "shape": [dim], "names": self._names(key)}
         if s["rewards"]:
             feats[REWARD_KEY] = {"dtype": "float32", "shape": [1], "names": None}
         feats[DONE_KEY] = {"dtype": "bool", "shape": [1], "names": None}
@@ -388,6 +419,14 @@ class LeRobotDatasetWriter:
         for key, dtype in INDEX_FEATURES.items():
             feats[key] = {"dtype": dtype, "shape": [1], "names": None}
         return feats
+
+    def _names(self, key: str) -> list[str] | None:
+        """A feature's per-dim names; a split state's come from the names given for the whole state."""
+        whole = self.names.get(STATE_KEY)
+        if self._state_order is not None and key in self._state_order and whole:
+            D = sum(len(idx) for idx in self._state_order.values())
+            return [whole[i] for i in self._state_order[key]] if len(whole) == D else self.names.get(key)
+        return self.names.get(key)
 
     def _write_meta(self) -> None:
         import pyarrow as pa
@@ -404,6 +443,8 @@ class LeRobotDatasetWriter:
                 "data_files_size_in_mb": DATA_FILE_MB, "video_files_size_in_mb": VIDEO_FILE_MB, "fps": self.fps,
                 "splits": {"train": f"0:{n}"}, "data_path": DATA_PATH,
                 "video_path": VIDEO_PATH if has_video else None, "features": self._features()}
+        if self._state_order is not None:
+            info[STATE_ORDER] = self._state_order
         (self._tmp / INFO_PATH).write_text(json.dumps(info, indent=4))
         stats = {k: _vector_stats(np.concatenate(v)) for k, v in self._numeric.items()}
         stats |= {k: _image_stats_json(_merge_image_moments(v)) for k, v in self._image_moments.items()}

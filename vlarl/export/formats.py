@@ -242,13 +242,39 @@ def export_hf(policy: Any, out_dir: Path, instruction: str, atol: float, checkpo
 # The reference layouts: each writer lives beside its family's loader (the inverse of the loader's name mapping)
 # and provides ``write(policy, out_dir, vlm_path=None) -> report`` and ``reload(policy, out_dir) -> policy``
 # (the export loaded back through the family's own loader, for the numerical check).
-LAYOUT_WRITERS = {
-    "lerobot": "policies.flow_vla.lerobot_export",
-    "openpi": "policies.flow_vla.openpi_export",
-    "oft": "policies.ar_vla.oft_export",
-}
-# a family whose layout writer lives in its own package: (layout, policy family) -> writer module
-FAMILY_LAYOUT_WRITERS = {("lerobot", "diffusion_policy"): "policies.diffusion_policy.lerobot_layout"}
+def _lerobot_writer() -> Any:
+    from policies.flow_vla import lerobot_export
+
+    return lerobot_export
+
+
+def _openpi_writer() -> Any:
+    from policies.flow_vla import openpi_export
+
+    return openpi_export
+
+
+def _oft_writer() -> Any:
+    from policies.ar_vla import oft_export
+
+    return oft_export
+
+
+#: layout -> the module that writes it (``write(policy, dir, vlm_path)``, ``reload(policy, dir)``), imported on use
+#: by plain imports the import contracts see
+LAYOUT_WRITERS: dict[str, Callable[[], Any]] = {"lerobot": _lerobot_writer, "openpi": _openpi_writer,
+                                                "oft": _oft_writer}
+
+
+def _diffusion_policy_lerobot_writer() -> Any:
+    from policies.diffusion_policy import lerobot_layout
+
+    return lerobot_layout
+
+
+#: a family whose layout writer lives in its own package: (layout, policy family) -> the writer module, on use
+FAMILY_LAYOUT_WRITERS: dict[tuple[str, str], Callable[[], Any]] = {
+    ("lerobot", "diffusion_policy"): _diffusion_policy_lerobot_writer}
 
 
 def export_layout(layout: str, policy: Any, out_dir: Path, instruction: str, atol: float, vlm_path: str = "",
@@ -256,11 +282,10 @@ def export_layout(layout: str, policy: Any, out_dir: Path, instruction: str, ato
     """``<layout>/``: the policy in its reference layout (LoRA merged first), loaded back through vlarl's loader
     of that layout and checked against the eager policy at batch 1 and 8 before it is moved into place."""
     import copy
-    import importlib
 
     from policies.base import CheckpointError
 
-    writer = importlib.import_module(FAMILY_LAYOUT_WRITERS.get((layout, policy.name), LAYOUT_WRITERS[layout]))
+    writer = FAMILY_LAYOUT_WRITERS.get((layout, policy.name), LAYOUT_WRITERS[layout])()
     t0 = time.time()
     final, tmp = out_dir / layout, out_dir / f".{layout}.tmp"
     if tmp.exists():
