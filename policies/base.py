@@ -10,7 +10,8 @@ GRPO need:
 * ``evaluate(obs, replay)`` -> ``(logprob, entropy, value)`` with gradients.
 * ``act(obs)``      -> deterministic actions for evaluation and deployment.
 * ``save_pretrained(dir)`` / ``Policy.from_pretrained(dir)``: weights (safetensors), config, env spec
-  and normalization statistics together, so a checkpoint can never meet the wrong stats.
+  and normalization statistics together, so a checkpoint can never meet the wrong stats; a family composed
+  with a ``processor`` (``policies.processors``) saves its steps beside them and gets them back on load.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import abc
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -26,29 +27,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from policies.processors.base import Processor
+from policies.spec import CheckpointError, PolicySpec
+
+__all__ = ["ActionSample", "CheckpointError", "Policy", "PolicySpec", "as_float_tensor", "untied_state_dict"]
+
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
 NORMALIZATION_NAME = "normalization.json"
 CHECKPOINT_FILES = (WEIGHTS_NAME, CONFIG_NAME, NORMALIZATION_NAME)
-
-
-class CheckpointError(FileNotFoundError):
-    """A policy directory that cannot be loaded; the message names the missing piece."""
-
-
-@dataclass
-class PolicySpec:
-    """What a policy must know about the env it acts in (built by vlarl from the env's spec)."""
-
-    state_dim: int
-    action_dim: int
-    action_low: list[float]
-    action_high: list[float]
-    image_keys: list[str] = field(default_factory=list)
-    image_size: list[int] | None = None
-    max_episode_steps: int = 0
-    task: str = ""
-    instruction: str = ""
 
 
 @dataclass
@@ -90,6 +77,10 @@ class Policy(nn.Module, abc.ABC):
         super().__init__()
         self.config = config
         self.spec = spec
+        #: the env <-> network conventions (``policies.processors``) of a family composed with one: saved as
+        #: ``processor.json`` + ``processor.safetensors`` and loaded back by ``from_pretrained``; its statistics
+        #: are buffers of the policy too (``processor.steps.<i>.*``), so rollout workers get them with the weights
+        self.processor: Processor | None = None
 
     @property
     def chunk_size(self) -> int:
@@ -144,6 +135,8 @@ class Policy(nn.Module, abc.ABC):
         meta = {"policy": self.name, "config": self._saved_config(), "spec": asdict(self.spec)}
         (d / CONFIG_NAME).write_text(json.dumps(meta, indent=2))
         (d / NORMALIZATION_NAME).write_text(json.dumps(self.normalization_stats(), indent=2))
+        if self.processor is not None:
+            self.processor.save(d)
         return d
 
     def _saved_config(self) -> dict[str, Any]:
@@ -189,6 +182,10 @@ class Policy(nn.Module, abc.ABC):
                              f"known: {sorted(known)}")
         config = _dataclass_from_dict(klass.config_class, {**saved["config"], **overrides})
         policy = klass._restore(config, spec, d)
+        if Processor.exists(d):  # the saved steps replace the ones the family built (same layout, saved stats)
+            processor = Processor.load(d)
+            processor.check(spec)
+            policy.processor = processor
         try:
             state = load_file(str(d / WEIGHTS_NAME), device=map_location)
         except Exception as e:  # safetensors raises its own error types for a truncated or foreign file

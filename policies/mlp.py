@@ -16,6 +16,8 @@ import torch
 from torch import nn
 
 from policies.base import ActionSample, Policy, PolicySpec, as_float_tensor
+from policies.heads.gaussian import GaussianChunkHead
+from policies.processors.normalize import RunningNormalize
 from policies.registry import register_policy
 from policies.value_head import BinnedValueHead, HLGaussSupport, value_support_of
 
@@ -59,41 +61,6 @@ def _mlp(in_dim: int, hidden: list[int], out_dim: int, act: str, out_gain: float
     nn.init.zeros_(out.bias)
     layers.append(out)
     return nn.Sequential(*layers)
-
-
-def tanh_squash(u: torch.Tensor, logprob_u: torch.Tensor, low: torch.Tensor,
-                high: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """A Gaussian sample ``u`` and its log-prob -> (actions ``low + (high - low) / 2 * (tanh(u) + 1)``, their
-    log-prob with the change of variables of the tanh and of the affine map). Shared by every squashed actor
-    (``GaussianChunkPolicy``, the OpenVLA-OFT L1 head's), so SAC scores them by one rule."""
-    half = (high - low) / 2
-    actions = low + half * (torch.tanh(u) + 1)
-    log_dtanh = 2 * (math.log(2.0) - u - nn.functional.softplus(-2 * u))  # log(1 - tanh(u)^2), stable
-    return actions, logprob_u - log_dtanh - torch.log(half)
-
-
-class RunningNorm(nn.Module):
-    """Running mean/variance (parallel Welford merge); buffers travel with the state dict."""
-
-    def __init__(self, dim: int, clip: float):
-        super().__init__()
-        self.clip = clip
-        self.register_buffer("mean", torch.zeros(dim))
-        self.register_buffer("var", torch.ones(dim))
-        self.register_buffer("count", torch.tensor(1e-4))
-
-    @torch.no_grad()
-    def update(self, x: torch.Tensor) -> None:
-        x = x.reshape(-1, x.shape[-1]).to(self.mean)
-        b_mean, b_var, n = x.mean(0), x.var(0, unbiased=False), x.shape[0]
-        delta = b_mean - self.mean
-        tot = self.count + n
-        self.mean += delta * n / tot
-        self.var = (self.var * self.count + b_var * n + delta.pow(2) * self.count * n / tot) / tot
-        self.count = tot
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ((x - self.mean) / torch.sqrt(self.var + 1e-8)).clamp(-self.clip, self.clip)
 
 
 class GaussianChunkPolicy(Policy):
@@ -141,50 +108,50 @@ class GaussianChunkPolicy(Policy):
         out = self._critic_out(x)
         return out if self.value_support is None else self.critic.expectation(out)
 
-    def _dist(self, x: torch.Tensor) -> torch.distributions.Normal:
-        mean = self.actor(x).view(x.shape[0], self.config.chunk_size, self.spec.action_dim)
-        log_std = self.log_std if self.min_log_std is None else self.log_std.clamp_min(self.min_log_std)
-        return torch.distributions.Normal(mean, log_std.exp().expand_as(mean))
+    @property
+    def head(self) -> GaussianChunkHead:
+        """The likelihood (``policies.heads.gaussian``) with this policy's ``squash`` / ``min_log_std``."""
+        return GaussianChunkHead(self.squash, self.min_log_std)
 
-    def _squashed(self, dist: torch.distributions.Normal, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(actions, logprob) [B, T, A] of the Gaussian sample ``u``: tanh into the action box when squashing."""
-        if not self.squash:
-            return u, dist.log_prob(u)
-        return tanh_squash(u, dist.log_prob(u), self.action_low, self.action_high)
+    def _mean(self, x: torch.Tensor) -> torch.Tensor:
+        return self.actor(x).view(x.shape[0], self.config.chunk_size, self.spec.action_dim)
+
+    def _dist(self, x: torch.Tensor) -> torch.distributions.Normal:
+        return self.head.dist(self._mean(x), self.log_std)
 
     @torch.no_grad()
     def sample(self, obs: dict[str, Any]) -> ActionSample:
         x = self._features(obs)
-        dist = self._dist(x)
-        u = dist.sample()
-        actions, logprob = self._squashed(dist, u)
-        return ActionSample(
-            actions=actions,
-            logprob=logprob,
-            value=self._value_of(x),
-            replay={"actions": actions, "pre_tanh": u} if self.squash else {"actions": actions},
-        )
+        actions, logprob, replay = self.head.sample(self._mean(x), self.log_std, self.action_low, self.action_high)
+        return ActionSample(actions=actions, logprob=logprob, value=self._value_of(x), replay=replay)
 
     def rsample(self, obs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterized chunk with gradients: (actions [B, T, A], logprob [B, T, A])."""
-        dist = self._dist(self._features(obs))
-        return self._squashed(dist, dist.rsample())
+        return self.head.rsample(self._mean(self._features(obs)), self.log_std, self.action_low, self.action_high)
 
     def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]):
         x = self._features(obs)
-        dist = self._dist(x)
-        u = replay["pre_tanh" if self.squash else "actions"].to(x.device)
-        return self._squashed(dist, u)[1], dist.entropy(), self._critic_out(x)
+        logprob, entropy = self.head.evaluate(self._mean(x), self.log_std, replay, self.action_low, self.action_high)
+        return logprob, entropy, self._critic_out(x)
 
     @torch.no_grad()
     def act(self, obs: dict[str, Any]) -> torch.Tensor:
-        dist = self._dist(self._features(obs))
-        mean = self._squashed(dist, dist.mean)[0]
+        mean = self.head.mode(self._mean(self._features(obs)), self.action_low, self.action_high)
         return torch.maximum(torch.minimum(mean, self.action_high), self.action_low)
 
     @torch.no_grad()
     def value(self, obs: dict[str, Any]) -> torch.Tensor:
         return self._value_of(self._features(obs))
+
+    # -- the running state statistics (``self.norm``, a processor step) ------------------------------------
+    normalizes_state: bool = True
+
+    def update_normalization(self, obs: dict[str, Any]) -> None:
+        if self.normalizes_state:
+            self.norm.update(obs)
+
+    def normalization_stats(self) -> dict[str, list[float]]:
+        return {**self.norm.stats(), "action_low": self.action_low.tolist(), "action_high": self.action_high.tolist()}
 
 
 @register_policy("mlp", MLPPolicyConfig)
@@ -192,7 +159,7 @@ class MLPPolicy(GaussianChunkPolicy):
     def __init__(self, config: MLPPolicyConfig, spec: PolicySpec):
         super().__init__(config, spec)
         self.squash = config.squash
-        self.norm = RunningNorm(spec.state_dim, config.obs_clip)
+        self.norm = RunningNormalize("state", spec.state_dim, config.obs_clip)
         support = value_support_of(config.value_bins, config.value_min, config.value_max, config.value_sigma_ratio)
         self._build_heads(spec.state_dim, list(config.hidden_sizes), config.activation, config.init_log_std, support)
 
@@ -202,17 +169,8 @@ class MLPPolicy(GaussianChunkPolicy):
             raise ValueError(
                 f"MLP policy expects obs['state'] of shape [B, {self.spec.state_dim}], got {tuple(state.shape)}"
             )
-        return self.norm(state) if self.config.normalize_obs else state
+        return self.norm.normalize(state) if self.config.normalize_obs else state
 
-    def update_normalization(self, obs: dict[str, Any]) -> None:
-        if self.config.normalize_obs:
-            self.norm.update(as_float_tensor(obs["state"], self.log_std.device))
-
-    def normalization_stats(self) -> dict[str, list[float]]:
-        return {
-            "state_mean": self.norm.mean.tolist(),
-            "state_var": self.norm.var.tolist(),
-            "state_count": [float(self.norm.count)],
-            "action_low": self.action_low.tolist(),
-            "action_high": self.action_high.tolist(),
-        }
+    @property
+    def normalizes_state(self) -> bool:
+        return self.config.normalize_obs

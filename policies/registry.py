@@ -22,6 +22,7 @@ BUILTIN_FAMILIES: dict[str, str] = {
     "ar_vla": "policies.ar_vla",
     "openvla": "policies.ar_vla",
     "openvla_oft": "policies.ar_vla",
+    "pi0fast": "policies.ar_vla.pi0fast_config",
     "flow_vla": "policies.flow_vla",
     "pi0": "policies.flow_vla",
     "pi05": "policies.flow_vla",

@@ -39,8 +39,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-VENV = ROOT / ".reference-envs" / "lerobot-reader"
+sys.path.insert(0, str(Path(__file__).resolve().parent / "reference_fixtures"))
+from _lerobot_common import ENVS, ROOT, ensure_venv, shim_torchvision_ops  # noqa: E402
+
+VENV = ENVS / "lerobot-reader"
 PINNED = [
     "torch==2.13.0", "huggingface-hub==0.35.3", "datasets>=4.8,<4.9", "accelerate", "draccus==0.10.0", "einops",
     "pillow", "imageio", "pyserial", "deepdiff", "av", "packaging", "safetensors", "jsonlines", "termcolor",
@@ -55,30 +57,11 @@ CAMERAS = {"base": (48, 64), "wrist": (32, 32)}
 TOLERANCE = {"lossless": 0.0, "av1": 6.0, "h264": 6.0}  # mean absolute error of frames, grey levels
 
 
-TRAIN_VENV = ROOT / ".reference-envs" / "smolvla"
-TRAIN_EXTRAS = ROOT / ".reference-envs" / "lerobot-train-extras"
+TRAIN_VENV = ENVS / "smolvla"
+TRAIN_EXTRAS = ENVS / "lerobot-train-extras"
 TRAIN_EXTRA_PACKAGES = ["gymnasium==1.1.1", "cloudpickle", "farama-notifications"]  # --no-deps: nothing else moves
 TRAIN_POLICIES = ("act", "diffusion")
 REFUSAL = "You must provide at least one image or the environment state among the inputs"
-
-
-def ensure_env() -> Path:
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        subprocess.check_call([sys.executable, "-m", "venv", str(VENV)])
-        subprocess.check_call([str(python), "-m", "pip", "install", "-q", *PINNED])
-        subprocess.check_call([str(python), "-m", "pip", "install", "-q", "--no-deps", *NO_DEPS])
-    return python
-
-
-def shim_torchvision_ops() -> None:
-    """The CPU torch cannot load torchvision's compiled ops; declare the two schemas its Python side registers."""
-    import torch
-
-    lib = torch.library.Library("torchvision", "DEF")
-    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    lib.define("qnms(Tensor qdets, Tensor qscores, float iou_threshold) -> Tensor")
-    shim_torchvision_ops.lib = lib  # keep the library alive
 
 
 # -- inside the reference venv ------------------------------------------------------------------------
@@ -281,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     from vlarl.data.lerobot_writer import LeRobotDatasetWriter
 
-    python = ensure_env()
+    python = ensure_venv(VENV, PINNED, NO_DEPS)
     episodes = make_episodes()
     with tempfile.TemporaryDirectory(prefix="lerobot-check-") as tmp:
         root = Path(args.keep) if args.keep else Path(tmp) / "dataset"

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from vlarl import experiments
 from vlarl.experiments import Stages, command, prepare, split_overrides, training_policy
 
 #: --task -> the RLPD experiment whose policy, env and algorithm settings every phase uses
@@ -82,15 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fresh-critics", action="store_true",
                    help="start the online critics from scratch (default: from the offline IQL critics)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--eval-episodes", type=int, default=50)
-    p.add_argument("--eval-seed", type=int, default=1_000_000)
-    p.add_argument("--eval-envs", type=int, default=8)
+    experiments.add_held_out_arguments(p, episodes=50)
     args = p.parse_args(argv)
     from vlarl.algorithms.critic_files import CRITICS_FILE, save_critics
     from vlarl.algorithms.offline import IQL, OfflineConfig, filter_transitions, fit_offline
     from vlarl.algorithms.replay import demo_transitions
     from vlarl.data.demonstrations import read_maniskill_h5
-    from vlarl.data.expert_demos import EVAL_SEED_START, failures_problem, record_demos
+    from vlarl.data.expert_demos import failures_problem, record_demos
     from vlarl.data.sft import fit_state_normalization
 
     problem = failures_problem(args.task, args.failures)
@@ -102,8 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"algorithm.critic_loss={loss} cannot start from the offline IQL critics (they regress a scalar); add "
               f"--fresh-critics or drop the override", file=sys.stderr)  # vlarl-train would refuse it after BC and IQL
         return 2
-    if args.eval_seed < EVAL_SEED_START:
-        raise SystemExit(f"--eval-seed={args.eval_seed} would overlap demonstration seeds; use >= {EVAL_SEED_START}")
+    experiments.check_held_out_seed(p, args.eval_seed)
     out = prepare(args.out)
     res: dict = {"task": args.task, "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "overrides": overrides}
     demos = Path(args.demo_file) if args.demo_file else out / "demos.h5"

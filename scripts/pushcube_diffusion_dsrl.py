@@ -18,7 +18,6 @@ steering takes its chunk size from it. Extra ``key=value`` arguments after ``--`
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from vlarl import experiments
 from vlarl.experiments import Stages, command, prepare, read_metrics, split_overrides, training_policy
 
 EXPERIMENT = "pushcube_diffusion_dsrl"
@@ -68,27 +68,15 @@ def frozen_check(sft_dir: Path, ckpt: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     argv, overrides = split_overrides(argv)
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True)
-    p.add_argument("--demo-file", default="outputs/demos/pushcube_20.h5")
-    p.add_argument("--demos", type=int, default=10, help="successful expert episodes to fine-tune on")
     # 10 demos are ~128 steps, 4 batches of 32: 100 epochs are 400 gradient steps. 10 epochs (40 steps) left bases
     # at 0.00-0.08 held-out, too weak for DSRL to find successes near their mode on every seed (docs/noise_steering.md)
-    p.add_argument("--sft-epochs", type=int, default=100)
-    p.add_argument("--sft-lr", type=float, default=1e-3)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rl-env-steps", type=int, default=0, help="DSRL budget; 0 = the experiment's total_env_steps")
-    p.add_argument("--eval-episodes", type=int, default=50)
-    p.add_argument("--eval-seed", type=int, default=1_000_000)
-    p.add_argument("--eval-envs", type=int, default=8)
-    p.add_argument("--reuse-sft", action="store_true", help="keep the SFT policy and its evaluation in --out")
+    p = experiments.sft_rl_parser(__doc__, demos=10, sft_epochs=100, eval_episodes=50, rl="DSRL")
+    p.add_argument("--demo-file", default="outputs/demos/pushcube_20.h5")
     p.add_argument("--base", default="", help="steer this saved policy dir instead of SFT'ing a diffusion policy")
     args = p.parse_args(argv)
-    from vlarl.data.expert_demos import EVAL_SEED_START, record_demos
+    from vlarl.data.expert_demos import record_demos
 
-    if args.eval_seed < EVAL_SEED_START:
-        p.error(f"--eval-seed={args.eval_seed} would overlap demonstration seeds; use >= {EVAL_SEED_START}")
+    experiments.check_held_out_seed(p, args.eval_seed)
     base = Path(args.base).resolve() if args.base else Path(args.out).resolve() / "sft"
     if args.base:  # the run the base describes is built (and refused in one line) before anything is written
         from vlarl.config import ConfigError, load_train_config

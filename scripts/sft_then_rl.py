@@ -19,12 +19,12 @@ Extra ``key=value`` arguments after ``--`` go to ``vlarl-train`` (and to the pol
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
+from vlarl import experiments
 from vlarl.experiments import Stages, command, prepare, read_metrics, split_overrides, training_policy
 
 EXPERIMENTS = {"flow_vla": "pushcube_flow_sft_rl", "ar_vla": "pushcube_ar_sft_rl", "openvla_oft": "pushcube_oft_sft_rl",
@@ -77,28 +77,16 @@ def table(res: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv, overrides = split_overrides(argv)
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = experiments.sft_rl_parser(__doc__, demos=20, sft_epochs=15, eval_episodes=100, rl="PPO")
     p.add_argument("--family", choices=sorted(EXPERIMENTS), default="flow_vla")
-    p.add_argument("--out", required=True)
-    p.add_argument("--demos", type=int, default=20, help="successful expert episodes to fine-tune on")
     p.add_argument("--demo-seed", type=int, default=0, help="first demonstration seed (evaluation uses 1,000,000+)")
-    p.add_argument("--sft-epochs", type=int, default=15)
-    p.add_argument("--sft-lr", type=float, default=1e-3)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rl-env-steps", type=int, default=0, help="PPO budget; 0 = the experiment's total_env_steps")
-    p.add_argument("--eval-episodes", type=int, default=100)
-    p.add_argument("--eval-seed", type=int, default=1_000_000)
-    p.add_argument("--eval-envs", type=int, default=8)
-    p.add_argument("--reuse-sft", action="store_true", help="keep the SFT policy + evaluation already in --out")
     p.add_argument("--rl-tag", default="", help="name of this RL run (rl_<tag>/, result_<tag>.json) beside others")
     p.add_argument("--sft-only", action="store_true", help="stop after the SFT policy and its evaluation "
                    "(then run RL seeds with --reuse-sft --seed N --rl-tag seedN)")
     args = p.parse_args(argv)
-    from vlarl.data.expert_demos import EVAL_SEED_START, record_demos
+    from vlarl.data.expert_demos import record_demos
 
-    if args.eval_seed < EVAL_SEED_START:
-        raise SystemExit(f"--eval-seed={args.eval_seed} would overlap demonstration seeds; use >= {EVAL_SEED_START}")
+    experiments.check_held_out_seed(p, args.eval_seed)
     out = prepare(args.out)
     t_all = time.time()
     res: dict = {"family": args.family, "experiment": EXPERIMENTS[args.family], "overrides": overrides,

@@ -149,6 +149,14 @@ def train(args) -> dict:
     return report
 
 
+def _split_arguments(sp: argparse.ArgumentParser) -> None:
+    """What ``train`` and ``eval`` both take: the recorded data, its held-out share and split seed, threads."""
+    sp.add_argument("--data", required=True)
+    sp.add_argument("--holdout", type=float, default=0.25)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--threads", type=int, default=1)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -160,26 +168,20 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--image-size", type=int, default=64)
     r.add_argument("--max-steps", type=int, default=40)
     t = sub.add_parser("train", help="train a critic on recorded episodes")
-    t.add_argument("--data", required=True)
+    _split_arguments(t)
     t.add_argument("--out", required=True)
     t.add_argument("--steps", type=int, default=600)
     t.add_argument("--batch-size", type=int, default=32)
     t.add_argument("--lr", type=float, default=3e-4)
-    t.add_argument("--holdout", type=float, default=0.25)
-    t.add_argument("--seed", type=int, default=0)
     t.add_argument("--failed-share", type=float, default=0.15, help="weight of failed-episode pairs in a batch")
     t.add_argument("--init", default="", help="a trained critic dir to start from (fine-tuning) instead of a new one")
     t.add_argument("--done-window", type=int, default=0, help="the last N+1 frames of a success are labelled done")
     t.add_argument("--end-focus", type=float, default=0.0,
                    help="share of forward pairs ending in a success's last 4 frames (done-head positives + look-alikes)")
     t.add_argument("--reference-prob", type=float, default=0.0, help="share of batches with a reference episode")
-    t.add_argument("--threads", type=int, default=1)
     v = sub.add_parser("eval", help="quality of a saved critic on the held-out split of train")
     v.add_argument("--critic", required=True)
-    v.add_argument("--data", required=True)
-    v.add_argument("--holdout", type=float, default=0.25)
-    v.add_argument("--seed", type=int, default=0)
-    v.add_argument("--threads", type=int, default=1)
+    _split_arguments(v)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     if args.cmd == "record":

@@ -34,19 +34,19 @@ from simulators.base import EnvError, EnvSpec
 from simulators.mujoco_render import (
     RenderQuality,
     apply_render_quality,
-    release_render_context,
     select_gl_backend,
 )
 from simulators.registry import EnvConfig, register_env, register_suites
 from simulators.robosuite_compat import patch_robosuite
-from simulators.robosuite_env import clear_gripper_state, seeded_global_numpy
-from simulators.serial import SceneObs, SceneStep, SerialBatchedEnv
+from simulators.robosuite_env import RobosuiteScenes, clear_gripper_state, resize_square, seeded_global_numpy
+from simulators.serial import SceneObs, SceneStep
 
 # The evaluation suites (assets/tasks/libero_suites.json): per suite its step limit (longest demonstration
 # + margin), trials and standard initial states per task; registered below for vlarl-eval suite=<name>.
 SUITES = load_json("tasks/libero_suites.json")
 SUITE_MAX_STEPS = {name: int(s["max_episode_steps"]) for name, s in SUITES.items()}
 CAMERAS = ("agentview", "robot0_eye_in_hand")
+RENDERINGS = ("fast", "published")
 SETTLE_ACTION = np.array([0, 0, 0, 0, 0, 0, -1], dtype=np.float64)  # no motion, gripper open
 
 
@@ -62,6 +62,9 @@ class LiberoConfig(EnvConfig):
     reward_mode: str = "sparse"
     settle_steps: int = 10  # no-op steps after reset (objects fall into place)
     control_freq: int = 20
+    # "fast": shadows / reflections / MSAA as set below (all off: 2-5x faster on a CPU); "published":
+    # robosuite's own settings untouched, the frames LIBERO's datasets and published checkpoints were made with
+    rendering: str = "fast"
     shadows: bool = False
     reflections: bool = False
     msaa: bool = False
@@ -103,19 +106,31 @@ register_suites("libero", {name: {**s, "env_overrides": {"task": name}} for name
 
 
 def quat_to_axis_angle(q: np.ndarray) -> np.ndarray:
-    """robosuite quaternion (x, y, z, w) -> axis-angle [3] (angle in [0, pi] times the unit axis)."""
-    q = np.asarray(q, dtype=np.float64)
-    w = float(np.clip(q[3], -1.0, 1.0))
-    if w < 0:  # q and -q are the same rotation; take the one with angle <= pi
-        q, w = -q, -w
-    s = np.sqrt(max(1.0 - w * w, 0.0))
-    if s < 1e-8:
-        return np.zeros(3)
-    return q[:3] / s * (2.0 * np.arccos(w))
+    """robosuite quaternion (x, y, z, w) [4] -> axis-angle [3] float32, exactly as LeRobot's LIBERO processor.
+
+    The published LIBERO conventions (robosuite's ``quat2axisangle``, OpenVLA-OFT's copy of it, LeRobot 0.4.4's
+    ``LiberoProcessorStep._quat2axisangle``) take the angle ``2 acos(w)`` in [0, 2 pi] as the quaternion comes,
+    without moving ``w`` to the positive half: a checkpoint trained on that state must see the same sign. The
+    arithmetic is LeRobot's, in float32 torch ops in its order (bit-equal to its processor); OFT computes the same
+    formula in float64.
+    """
+    import torch
+
+    quat = torch.as_tensor(np.asarray(q), dtype=torch.float32).reshape(1, 4)
+    w = quat[:, 3].clamp(-1.0, 1.0)
+    den = torch.sqrt(torch.clamp(1.0 - w * w, min=0.0))
+    out = torch.zeros((1, 3))
+    mask = den > 1e-10
+    if mask.any():
+        angle = 2.0 * torch.acos(w[mask])
+        out[mask] = quat[mask, :3] / den[mask].unsqueeze(1) * angle.unsqueeze(1)
+    return out[0].numpy()
 
 
 @register_env("libero", LiberoConfig)
-class LiberoEnv(SerialBatchedEnv):
+class LiberoEnv(RobosuiteScenes):
+    FLIP_COLUMNS = True  # LIBERO's frames are rotated 180 degrees
+
     @staticmethod
     def validate_config(cfg: LiberoConfig) -> None:
         """Start-up checks: suite, task ids, cameras, observation and reward modes."""
@@ -138,6 +153,11 @@ class LiberoEnv(SerialBatchedEnv):
             raise EnvError("env.obs_mode='rgb' needs at least one camera in env.cameras")
         if not cfg.task_ids:
             raise EnvError("env.task_ids is empty; give at least one task index, e.g. [0]")
+        if cfg.rendering not in RENDERINGS:
+            raise EnvError(f"env.rendering='{cfg.rendering}' is unknown; use one of {list(RENDERINGS)}")
+        if cfg.rendering == "published" and (cfg.shadows or cfg.reflections or cfg.msaa):
+            raise EnvError("env.rendering=published keeps robosuite's own render settings; leave env.shadows, "
+                           "env.reflections and env.msaa unset (they apply to env.rendering=fast)")
 
     def __init__(self, cfg: LiberoConfig, num_envs: int, worker_index: int = 0, render: bool = False):
         self.validate_config(cfg)
@@ -149,16 +169,8 @@ class LiberoEnv(SerialBatchedEnv):
             raise EnvError(f"env.task_ids {bad} out of range: suite '{cfg.task}' has tasks 0..{n - 1}")
         from libero.libero.envs import OffScreenRenderEnv
 
-        self.cfg = cfg
-        self.num_envs = num_envs
-        self.worker_index = worker_index
-        self._render = render
-        self.ignore_terminations = False
+        cams = self._start(cfg, num_envs, worker_index, render, "agentview")
         self.quality = RenderQuality(cfg.shadows, cfg.reflections, cfg.msaa)
-        self.cameras = list(cfg.cameras) if cfg.obs_mode == "rgb" else []
-        cams = list(self.cameras)
-        if render and "agentview" not in cams:
-            cams.append("agentview")
         size = max(cfg.image_size, cfg.render_size) if render else cfg.image_size
         self.task_ids = [
             cfg.task_ids[(worker_index * num_envs + i) % len(cfg.task_ids)] for i in range(num_envs)
@@ -181,14 +193,13 @@ class LiberoEnv(SerialBatchedEnv):
                     ignore_done=True,
                 )
             env.reset()
-            apply_render_quality(env.sim, self.quality)
+            if cfg.rendering == "fast":
+                apply_render_quality(env.sim, self.quality)
             self.envs.append(env)
             self.init_states.append(np.asarray(b.get_task_init_states(tid)))
             self.instructions.append(task.language)
         self.max_episode_steps = int(cfg.max_episode_steps or SUITE_MAX_STEPS[cfg.task])
         low, high = (np.asarray(x, dtype=np.float32) for x in self.envs[0].env.action_spec)
-        self._rng = np.random.default_rng()
-        self._last_raw: list[dict[str, Any]] = [{} for _ in range(num_envs)]
         self.spec = EnvSpec(
             state_dim=8,
             action_dim=int(low.shape[0]),
@@ -212,7 +223,7 @@ class LiberoEnv(SerialBatchedEnv):
         for c in self.cameras:
             img = raw[f"{c}_image"][::-1, ::-1]
             if img.shape[0] != self.cfg.image_size:
-                img = _resize(img, self.cfg.image_size)
+                img = resize_square(img, self.cfg.image_size)
             images[c] = np.ascontiguousarray(img, dtype=np.uint8)
         return SceneObs(state=state, images=images)
 
@@ -239,27 +250,4 @@ class LiberoEnv(SerialBatchedEnv):
             obs=self._convert(i, raw), reward=float(success), terminated=success, success=success
         )
 
-    def render_scene(self, i: int, camera: str | None = None) -> np.ndarray | None:
-        raw = self._last_raw[i]
-        if camera is None and self._render:
-            return _resize(np.ascontiguousarray(raw["agentview_image"][::-1, ::-1]), self.cfg.render_size)
-        cam = camera or (self.cameras[0] if self.cameras else None)
-        if cam is None:
-            return None
-        return _resize(np.ascontiguousarray(raw[f"{cam}_image"][::-1, ::-1]), self.cfg.image_size)
 
-    def close(self) -> None:
-        for env in self.envs:
-            with contextlib.suppress(Exception):
-                release_render_context(env.sim)
-            with contextlib.suppress(Exception):
-                env.close()
-        self.envs = []
-
-
-def _resize(img: np.ndarray, size: int) -> np.ndarray:
-    if img.shape[0] == size and img.shape[1] == size:
-        return img
-    import cv2
-
-    return cv2.resize(np.ascontiguousarray(img), (size, size), interpolation=cv2.INTER_AREA)

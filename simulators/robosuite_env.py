@@ -107,8 +107,48 @@ def seeded_global_numpy(seed: int | None):
         np.random.set_state(state)
 
 
+class RobosuiteScenes(SerialBatchedEnv):
+    """What the robosuite-backed envs (robosuite's own tasks, LIBERO's) share around their scenes: the attributes
+    every one sets, its cameras, a camera's frame from the last raw observation, and closing the scenes.
+    ``FLIP_COLUMNS``: robosuite renders upside down (rows flipped); LIBERO's frames are also mirrored."""
+
+    FLIP_COLUMNS = False
+
+    def _start(self, cfg: Any, num_envs: int, worker_index: int, render: bool, video_camera: str) -> list[str]:
+        """Set the common attributes; returns the cameras to render: the observed ones (``env.cameras`` with
+        ``obs_mode=rgb``) plus ``video_camera`` when rendering video."""
+        self.cfg = cfg
+        self.num_envs = num_envs
+        self.worker_index = worker_index
+        self._render = render
+        self.video_camera = video_camera
+        self.ignore_terminations = False
+        self.cameras = list(cfg.cameras) if cfg.obs_mode == "rgb" else []
+        self._rng = np.random.default_rng()
+        self._last_raw: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+        return self.cameras + ([video_camera] if render and video_camera not in self.cameras else [])
+
+    def _frame(self, raw: dict[str, Any], camera: str) -> np.ndarray:
+        """``camera``'s frame ``[H, W, 3]`` upright (and unmirrored), contiguous."""
+        img = raw[f"{camera}_image"][::-1]
+        return np.ascontiguousarray(img[:, ::-1] if self.FLIP_COLUMNS else img)
+
+    def render_scene(self, i: int, camera: str | None = None) -> np.ndarray | None:
+        raw = self._last_raw[i]
+        if camera is None and self._render:
+            return resize_square(self._frame(raw, self.video_camera), self.cfg.render_size)
+        cam = camera or (self.cameras[0] if self.cameras else None)
+        if cam is None:
+            return None
+        return resize_square(self._frame(raw, cam), self.cfg.image_size)
+
+    def close(self) -> None:
+        close_scenes(self.envs)
+        self.envs = []
+
+
 @register_env("robosuite", RobosuiteConfig)
-class RobosuiteEnv(SerialBatchedEnv):
+class RobosuiteEnv(RobosuiteScenes):
     @staticmethod
     def validate_config(cfg: RobosuiteConfig) -> None:
         if cfg.obs_mode not in ("state", "rgb"):
@@ -129,15 +169,7 @@ class RobosuiteEnv(SerialBatchedEnv):
         if cfg.task not in REGISTERED_ENVS:
             known = sorted(k for k in REGISTERED_ENVS if not k.startswith("TwoArm"))
             raise EnvError(f"unknown robosuite task env.task='{cfg.task}'; single-arm tasks: {known}")
-        self.cfg = cfg
-        self.num_envs = num_envs
-        self.worker_index = worker_index
-        self._render = render
-        self.ignore_terminations = False
-        self.cameras = list(cfg.cameras) if cfg.obs_mode == "rgb" else []
-        cams = list(self.cameras) + (
-            [cfg.render_camera] if render and cfg.render_camera not in self.cameras else []
-        )
+        cams = self._start(cfg, num_envs, worker_index, render, cfg.render_camera)
         size = max(cfg.image_size, cfg.render_size) if render else cfg.image_size
         self.envs: list[Any] = []
         for _ in range(num_envs):
@@ -175,8 +207,6 @@ class RobosuiteEnv(SerialBatchedEnv):
         self.instructions = [INSTRUCTIONS.get(cfg.task, _words(cfg.task))] * num_envs
         self.max_episode_steps = int(cfg.max_episode_steps)
         low, high = (np.asarray(x, dtype=np.float32) for x in self.envs[0].action_spec)
-        self._rng = np.random.default_rng()
-        self._last_raw: list[dict[str, Any]] = [{} for _ in range(num_envs)]
         first = self.reset_scene(0, 0, None)
         self.spec = EnvSpec(
             state_dim=int(first.state.shape[0]),
@@ -198,7 +228,7 @@ class RobosuiteEnv(SerialBatchedEnv):
         for c in self.cameras:
             img = raw[f"{c}_image"]
             if img.shape[0] != self.cfg.image_size:
-                img = _resize(img, self.cfg.image_size)
+                img = resize_square(img, self.cfg.image_size)
             images[c] = np.ascontiguousarray(img[::-1], dtype=np.uint8)
         return SceneObs(state=np.concatenate(parts).astype(np.float32), images=images)
 
@@ -222,33 +252,26 @@ class RobosuiteEnv(SerialBatchedEnv):
             reward = float(success)
         return SceneStep(obs=self._convert(i, raw), reward=float(reward), terminated=success, success=success)
 
-    def render_scene(self, i: int, camera: str | None = None) -> np.ndarray | None:
-        raw = self._last_raw[i]
-        if camera is None and self._render:
-            return _resize(
-                np.ascontiguousarray(raw[f"{self.cfg.render_camera}_image"][::-1]), self.cfg.render_size
-            )
-        cam = camera or (self.cameras[0] if self.cameras else None)
-        if cam is None:
-            return None
-        return _resize(np.ascontiguousarray(raw[f"{cam}_image"][::-1]), self.cfg.image_size)
-
-    def close(self) -> None:
-        for env in self.envs:
-            with contextlib.suppress(Exception):
-                release_render_context(env.sim)
-            with contextlib.suppress(Exception):
-                env.close()
-        self.envs = []
 
 
 def _words(task: str) -> str:
     return "".join(" " + c.lower() if c.isupper() else c for c in task).strip()
 
 
-def _resize(img: np.ndarray, size: int) -> np.ndarray:
+def resize_square(img: np.ndarray, size: int) -> np.ndarray:
+    """An ``[H, W, 3]`` frame as ``[size, size, 3]`` (area interpolation; returned as is when it already fits)."""
     if img.shape[0] == size and img.shape[1] == size:
         return img
     import cv2
 
     return cv2.resize(np.ascontiguousarray(img), (size, size), interpolation=cv2.INTER_AREA)
+
+
+def close_scenes(envs: list[Any]) -> None:
+    """Release each robosuite env's render context, then close it; an env that fails either is passed over (a
+    worker shutting down must close the rest)."""
+    for env in envs:
+        with contextlib.suppress(Exception):
+            release_render_context(env.sim)
+        with contextlib.suppress(Exception):
+            env.close()

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tests.helpers.checkpoints import pushcube_checkpoint, tree_hash
+from tests.helpers.refusals import assert_one_line_refusal
 from vlarl.collect import CollectedEpisode, main, passes
 from vlarl.data.lerobot_v3 import read_episode_table, read_lerobot_dataset
 from vlarl.data.metrics import mean_squared_jerk
@@ -29,11 +30,7 @@ def world(tmp_path, monkeypatch):
 
 
 def _one_line_refusal(capsys, world: Path, args: list[str], match: str) -> None:
-    before = tree_hash(world)
-    assert main(args) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("vlarl-collect: error:") and match in err[0], err
-    assert tree_hash(world) == before  # nothing written, nothing overwritten
+    assert_one_line_refusal(main, args, "vlarl-collect", match, capsys, world)
 
 
 def test_bad_inputs_are_one_line_exit_2_and_write_nothing(world, capsys):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from simulators.maniskill_demos import planner_python
-from tests.helpers.checkpoints import tree_hash
+from tests.helpers.refusals import assert_one_line_refusal
 from vlarl.demos import main
 
 
@@ -22,11 +22,8 @@ def world(tmp_path, monkeypatch):
 
 
 def _refusal(capsys, world: Path, args: list[str], match: str) -> None:
-    before = tree_hash(world)
-    assert main(args) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("vlarl-demos: error:") and match in err[0], err
-    assert tree_hash(world) == before and not (world / "out").exists()
+    assert_one_line_refusal(main, args, "vlarl-demos", match, capsys, world)
+    assert not (world / "out").exists()
 
 
 def test_refusals_are_one_line_exit_2_and_write_nothing(world, capsys, monkeypatch):

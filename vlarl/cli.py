@@ -7,10 +7,11 @@ reported as one line naming the problem and the fix, with exit code 2, before an
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from vlarl import console
 
 USAGE_TRAIN = """usage: vlarl-train [group=choice ...] [key=value ...] [resume=<run_dir>]
 
@@ -22,6 +23,7 @@ USAGE_TRAIN = """usage: vlarl-train [group=choice ...] [key=value ...] [resume=<
 USAGE_EVAL = """usage: vlarl-eval checkpoint=<policy dir> [env=<config>] [env.task=...] [episodes=100]
                   [seed=1000000] [num_envs=4] [num_workers=1] [video_episodes=3] [output=<dir>]
        vlarl-eval checkpoint=<policy dir> suite=<name> [tasks=[...]] [num_envs=4] [num_workers=1] [video_episodes=1]
+       vlarl-eval checkpoint=<policy dir> plugins=[my_module] hydra.searchpath=[file://<configs dir>] [env=...]
        vlarl-eval --compare <a/eval.json> <b/eval.json> [metric=success_once|success_at_end]
 
   suites (pinned tasks x episodes x seeds x init states): maniskill_pushcube, maniskill_tabletop,
@@ -34,15 +36,6 @@ USAGE_EVAL = """usage: vlarl-eval checkpoint=<policy dir> [env=<config>] [env.ta
 def _fail(prog: str, msg: str) -> int:
     print(f"{prog}: error: {msg}", file=sys.stderr)
     return 2
-
-
-def _prepare_process() -> None:
-    import torch
-
-    from vlarl import system_env
-
-    system_env.apply()
-    torch.set_num_threads(int(os.environ.get("VLARL_TORCH_THREADS", "1")))
 
 
 def _one_line(exc: BaseException) -> str:
@@ -67,11 +60,9 @@ def _validate_env(env_cfg: Any) -> None:
 
 
 def train_main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if any(a in ("-h", "--help") for a in args):
-        print(USAGE_TRAIN)
+    args = console.arguments(argv, USAGE_TRAIN)
+    if args is None:
         return 0
-    _prepare_process()
     from policies.base import CheckpointError
     from simulators.base import EnvError
     from vlarl.config import ConfigError, load_saved_config, load_train_config
@@ -138,11 +129,9 @@ def train_main(argv: list[str] | None = None) -> int:
 
 
 def eval_main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if any(a in ("-h", "--help") for a in args):
-        print(USAGE_EVAL)
+    args = console.arguments(argv, USAGE_EVAL)
+    if args is None:
         return 0
-    _prepare_process()
     from vlarl.evaluation.cli import main
 
     return main(args)

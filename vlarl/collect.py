@@ -231,16 +231,11 @@ def check_output(cfg: CollectConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if any(a in ("-h", "--help") for a in args):
-        print(USAGE)
+    from vlarl import console
+
+    args = console.arguments(argv, USAGE)
+    if args is None:
         return 0
-    import torch
-
-    from vlarl import system_env
-
-    system_env.apply()
-    torch.set_num_threads(int(os.environ.get("VLARL_TORCH_THREADS", "1")))
     from policies.base import CheckpointError, Policy
     from simulators.base import EnvError
     from simulators.registry import make_env

@@ -147,13 +147,11 @@ def _obs_dim(h5: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if any(a in ("-h", "--help") for a in args):
-        print(USAGE)
-        return 0
-    from vlarl import system_env
+    from vlarl import console
 
-    system_env.apply()
+    args = console.arguments(argv, USAGE, torch_threads=False)
+    if args is None:
+        return 0
     from simulators.base import EnvError
     from simulators.registry import demonstrator
     from vlarl.collect import check_output

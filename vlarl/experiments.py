@@ -10,6 +10,7 @@ starts with the same prologue: split ``argv`` at ``--`` (``split_overrides``: th
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -109,9 +110,50 @@ def training_policy(overrides: list[str], seed: int) -> tuple[Any, Any, Any]:
     return cfg, spec, make_policy(cfg.policy, spec)
 
 
+def add_sft_arguments(p: argparse.ArgumentParser, epochs: int) -> None:
+    """The supervised stage's arguments: ``--sft-epochs`` (default ``epochs``), ``--sft-lr``, ``--batch-size``."""
+    p.add_argument("--sft-epochs", type=int, default=epochs)
+    p.add_argument("--sft-lr", type=float, default=1e-3)
+    p.add_argument("--batch-size", type=int, default=32)
+
+
+def add_held_out_arguments(p: argparse.ArgumentParser, episodes: int) -> None:
+    """The held-out evaluation's arguments: ``--eval-episodes`` (default ``episodes``), ``--eval-seed`` (first
+    seed, 1,000,000 by default: above every demonstration seed) and ``--eval-envs``; ``check_held_out_seed``
+    refuses an overlap after parsing."""
+    p.add_argument("--eval-episodes", type=int, default=episodes)
+    p.add_argument("--eval-seed", type=int, default=1_000_000)
+    p.add_argument("--eval-envs", type=int, default=8)
+
+
+def sft_rl_parser(description: str, *, demos: int, sft_epochs: int, eval_episodes: int, rl: str
+                  ) -> argparse.ArgumentParser:
+    """The parser of a script that fine-tunes a policy on expert demonstrations and then runs ``rl`` (the
+    algorithm's name, for the help) from it: ``--out``, ``--demos``, the SFT arguments, ``--seed``,
+    ``--rl-env-steps``, the held-out evaluation and ``--reuse-sft``; the script adds its own after these."""
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True)
+    p.add_argument("--demos", type=int, default=demos, help="successful expert episodes to fine-tune on")
+    add_sft_arguments(p, sft_epochs)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rl-env-steps", type=int, default=0, help=f"{rl} budget; 0 = the experiment's total_env_steps")
+    add_held_out_arguments(p, eval_episodes)
+    p.add_argument("--reuse-sft", action="store_true", help="keep the SFT policy and its evaluation already in --out")
+    return p
+
+
+def check_held_out_seed(p: argparse.ArgumentParser, eval_seed: int) -> None:
+    """Exit 2 with one error line when the held-out seeds would start among the demonstration seeds."""
+    from vlarl.data.expert_demos import EVAL_SEED_START
+
+    if eval_seed < EVAL_SEED_START:
+        p.error(f"--eval-seed={eval_seed} would overlap demonstration seeds; use >= {EVAL_SEED_START}")
+
+
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """The rows of a training run's ``metrics.jsonl``."""
     return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
-__all__ = ["BIN", "Stages", "command", "prepare", "read_metrics", "split_overrides", "training_policy"]
+__all__ = ["BIN", "Stages", "add_held_out_arguments", "add_sft_arguments", "check_held_out_seed", "command", "prepare",
+           "read_metrics", "sft_rl_parser", "split_overrides", "training_policy"]

@@ -27,18 +27,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from policies.base import ActionSample, PolicySpec
+from policies.heads.categorical import TokenCategoricalHead
 from policies.registry import register_policy
 from policies.value_head import config_value_support, value_expectation, with_value_bins
 from policies.vlm.backbone import BackboneConfig
-from policies.vlm.policy_base import BackboneVLAPolicy, LoRAConfig, coerce_nested
+from policies.vlm.policy_base import BackboneVLAPolicy, VLAPolicyConfig
 from policies.vlm.tokenizer import ActionTokenizer, add_action_tokens
 
 DECODINGS = ("parallel", "sequential")
-_MASKED = -1e9  # logit of bins outside top-k (finite: a masked replay token gives ratio 0, not NaN)
 
 
 @dataclass
-class ARVLAConfig:
+class ARVLAConfig(VLAPolicyConfig):
     name: str = "ar_vla"
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     chunk_size: int = 4  # actions per chunk (T)
@@ -48,26 +48,6 @@ class ARVLAConfig:
     temperature: float = 1.0
     top_k: int = 0  # 0 = all bins
     use_state: bool = True  # add a projected proprio-state token to the prefix
-    # value head input: "hidden" (the VLM state before the actions) or "state" (an MLP critic on the
-    # normalized state vector: asymmetric actor-critic in simulation, decoupled from the trunk)
-    value_from: str = "hidden"
-    # value_bins K >= 2: the value head outputs K logits over equal bins on [value_min, value_max] and its value
-    # is their expectation (PPO with algorithm.value_loss=hl_gauss, which requires it); 0 = a scalar value head.
-    # The defaults cover returns of rewards in [0, 1] at gamma 0.8 (at most 5) with a margin; the target
-    # Gaussian of a return has sigma = value_sigma_ratio * bin width.
-    value_bins: int = 0
-    value_min: float = -1.0
-    value_max: float = 6.0
-    value_sigma_ratio: float = 0.75
-    # keep the state normalization the policy was (SF)trained with: RL rollouts do not move it
-    freeze_state_norm: bool = False
-    freeze_vlm: bool = False
-    freeze_vision: bool = False
-    lora: LoRAConfig = field(default_factory=LoRAConfig)
-    dtype: str = "float32"  # "float32" | "bfloat16" (backbone weights; heads and log-probs stay fp32)
-
-    def __post_init__(self) -> None:
-        coerce_nested(self)
 
 
 @register_policy("ar_vla", ARVLAConfig)
@@ -100,14 +80,13 @@ class ARVLAPolicy(BackboneVLAPolicy):
         b = head.bias[self.action_token_ids] if head.bias is not None else None
         return F.linear(h, w, b).float()
 
+    @property
+    def head(self) -> TokenCategoricalHead:
+        """The RL head (``policies.heads.categorical``): temperature + top-k, one rule to sample and re-score."""
+        return TokenCategoricalHead(self.config.temperature, self.config.top_k)
+
     def _log_probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """Temperature + top-k, the exact rule used for sampling and for re-scoring."""
-        logits = logits / self.config.temperature
-        k = self.config.top_k
-        if 0 < k < logits.shape[-1]:
-            kth = logits.topk(k, dim=-1).values[..., -1:]
-            logits = logits.masked_fill(logits < kth, _MASKED)
-        return logits.log_softmax(-1)
+        return self.head.log_probs(logits)
 
     def _hidden(self, obs: dict[str, Any], bins: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """One pass -> (hidden at the n action-token predictions [B, n, H], last prefix hidden [B, H]).
@@ -138,7 +117,7 @@ class ARVLAPolicy(BackboneVLAPolicy):
         bins, logps = [], []
         for _ in range(self.n_tokens):
             logp = self._log_probs(self._bin_logits(h_last))[:, 0]
-            tok = logp.argmax(-1) if greedy else torch.multinomial(logp.exp(), 1).squeeze(-1)
+            tok = self.head.draw(logp, greedy)
             bins.append(tok)
             logps.append(logp)
             if len(bins) == self.n_tokens:
@@ -161,24 +140,23 @@ class ARVLAPolicy(BackboneVLAPolicy):
     def sample(self, obs: dict[str, Any]) -> ActionSample:
         if self.config.decoding == "parallel":
             logp, value = self._forward_tokens(obs, None)
-            bins = torch.multinomial(logp.exp().flatten(0, 1), 1).view(logp.shape[:2])
+            bins = self.head.draw(logp)
         else:
             bins, logp, value = self._generate(obs, greedy=False)
-        lp = logp.gather(-1, bins.unsqueeze(-1)).squeeze(-1)
+        lp, _ = self.head.score(logp, bins)
         return ActionSample(self._to_actions(bins), self._chunk(lp), value_expectation(value, self.value_support),
                             {"action_tokens": self._chunk(bins)})
 
     def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]):
         bins = replay["action_tokens"].reshape(-1, self.n_tokens).long()
         logp, value = self._forward_tokens(obs, bins)
-        lp = logp.gather(-1, bins.unsqueeze(-1)).squeeze(-1)
-        entropy = -(logp.exp() * logp).sum(-1)
+        lp, entropy = self.head.score(logp, bins)
         return self._chunk(lp), self._chunk(entropy), value
 
     @torch.no_grad()
     def act(self, obs: dict[str, Any]) -> torch.Tensor:
         if self.config.decoding == "parallel":
-            bins = self._forward_tokens(obs, None)[0].argmax(-1)
+            bins = self.head.draw(self._forward_tokens(obs, None)[0], greedy=True)
         else:
             bins = self._generate(obs, greedy=True)[0]
         return self._to_actions(bins)

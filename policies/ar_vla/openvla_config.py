@@ -2,18 +2,19 @@
 
 Light on purpose: the registry and Hydra read them at start-up, while the networks
 (``policies.ar_vla.openvla_policy``) are imported only when one is built. OFT's config adds the keys only OFT
-has (its continuous L1 head, the squashed SAC actor, the proprio token)."""
+has (its continuous L1 head, the squashed SAC actor, the proprio token). The value head, freezing, LoRA and
+dtype keys are every VLA's (``policies.vlm.policy_base.VLAPolicyConfig``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.vlm.policy_base import LoRAConfig, coerce_nested
+from policies.vlm.policy_base import VLAPolicyConfig
 
 
 @dataclass
-class OpenVLAPolicyConfig:
+class OpenVLAPolicyConfig(VLAPolicyConfig):
     name: str = "openvla"
     size: str = "tiny"  # without pretrained_path: "tiny" | "published" (random weights)
     pretrained_path: str | None = None  # an OpenVLA / OpenVLA-OFT folder (HF layout), loaded whole
@@ -26,25 +27,11 @@ class OpenVLAPolicyConfig:
     chunk_size: int = 4  # actions per chunk (T); OpenVLA's own is 1 (configs/policy/openvla.yaml)
     temperature: float = 1.0  # action tokens: the categorical over the 256 bins is tempered ...
     top_k: int = 0  # ... and cut to the top k (0 = all bins)
-    # value head input: "hidden" (the LM state at the prompt's last token) or "state" (an MLP critic on the
-    # normalized state vector: asymmetric actor-critic in simulation, decoupled from the trunk)
-    value_from: str = "hidden"
-    # value_bins K >= 2: the value head outputs K logits over equal bins on [value_min, value_max] and its value
-    # is their expectation (PPO with algorithm.value_loss=hl_gauss); 0 = a scalar value head
-    value_bins: int = 0
-    value_min: float = -1.0
-    value_max: float = 6.0
-    value_sigma_ratio: float = 0.75
-    # keep the state normalization the policy was (SF)trained with: RL rollouts do not move it
-    freeze_state_norm: bool = False
-    freeze_vlm: bool = False
-    freeze_vision: bool = False
-    lora: LoRAConfig = field(default_factory=LoRAConfig)
-    dtype: str = "float32"  # "float32" | "bfloat16" (trunk weights; heads and log-probs stay fp32)
     gradient_checkpointing: bool = False  # recompute the Llama layers in backward
-
-    def __post_init__(self) -> None:
-        coerce_nested(self)
+    # "" = none; "libero_oft": OpenVLA-OFT's LIBERO evaluation conventions around the network
+    # (policies/processors/libero.py): TF-exact JPEG + Lanczos resize to 224 and 0.9 center crop of each camera,
+    # the gripper from [0, 1] to +-1 and inverted on the way to the env (LIBERO: -1 opens, +1 closes)
+    conventions: str = ""
 
 
 @dataclass

@@ -17,7 +17,7 @@ Distributions (sampling and ``evaluate`` apply the same rule, so a sample re-sco
   per-dimension log std (``log_std_init``); the env gets the sample clipped to [-1, 1] and un-normalized.
   With ``squash`` (SAC/RLPD's actor, docs/sac_vla_actors.md) the sample ``u`` goes through ``tanh`` instead of
   the clip, then the same un-normalization: the log-prob gets both change-of-variables terms
-  (``policies.mlp.tanh_squash``), ``replay`` keeps ``u`` (``pre_tanh``), ``rsample`` draws it with gradients,
+  (``policies.heads.gaussian.tanh_squash``), ``replay`` keeps ``u`` (``pre_tanh``), ``rsample`` draws it with gradients,
   ``act`` is the squashed mean, and ``critic_encoder`` gives the SAC critics a small image encoder of their own.
 
 Actions are un-normalized with the checkpoint's dataset statistics (``unnorm_key``), or with the env's action
@@ -36,7 +36,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from policies.ar_vla.modeling import _MASKED
 from policies.ar_vla.openvla import (
     EMPTY_TOKEN,
     PROMPT,
@@ -53,7 +52,10 @@ from policies.ar_vla.openvla_oft import OpenVLAOFT
 from policies.ar_vla.prismatic_vision import pixel_values
 from policies.base import ActionSample, Policy, PolicySpec, as_float_tensor
 from policies.cnn.modeling import CNNCriticEncoder, CNNPolicyConfig
-from policies.mlp import RunningNorm, tanh_squash
+from policies.heads.categorical import TokenCategoricalHead
+from policies.heads.gaussian import tanh_squash
+from policies.processors.libero import LiberoGripper, OFTImages
+from policies.processors.normalize import RunningNormalize
 from policies.registry import register_policy
 from policies.value_head import config_value_support, value_expectation, value_output, with_value_bins
 from policies.vlm.backbone import BACKBONE_CONFIG_NAME
@@ -62,6 +64,8 @@ from policies.vlm.tokenizer import build_byte_tokenizer
 
 BOS, PAD = 1, 32000
 BYTE_OFFSET = 3  # the tiny byte tokenizer's ids shifted past <unk>/<s>/</s>
+# policy.conventions: the checkpoint family's own evaluation conventions around the network (None = none)
+CONVENTIONS = {"": lambda: None, "libero_oft": lambda: (OFTImages(), LiberoGripper())}
 # the CNNPolicyConfig keys CNNCriticEncoder reads: what ``policy.critic_cnn`` may set (squash=true)
 CRITIC_CNN_KEYS = ("vision_encoder", "freeze_vision", "image_size", "cnn_channels", "vision_dim", "text_encoder",
                    "text_dim", "use_state")
@@ -82,6 +86,10 @@ class OpenVLAPolicy(VLAPolicy):
             raise ValueError(f"policy.action_head='{action_head}' is not one of {arch}'s heads ('tokens'; 'l1')")
         stats = proprio = None
         self.tokenizer = None
+        if config.conventions not in CONVENTIONS:
+            raise ValueError(f"policy.conventions='{config.conventions}' is unknown; use one of {sorted(CONVENTIONS)}")
+        # (image step, action step) of a checkpoint family's evaluation code; a plain tuple: no weights, not saved
+        self.conventions = CONVENTIONS[config.conventions]()
         restoring = bool(config.arch) and restore_dir is not None
         if config.pretrained_path and not restoring:
             if config.arch:
@@ -122,7 +130,7 @@ class OpenVLAPolicy(VLAPolicy):
         self.register_buffer("stat_mask", stats.mask)
         self.stat_eps = stats.eps
         self.proprio_stats = proprio
-        self.state_norm = RunningNorm(spec.state_dim, 10.0)
+        self.state_norm = RunningNormalize("state", spec.state_dim, 10.0)
         self.register_buffer("action_ids", model.bins.token_ids.clone(), persistent=False)
         self.log_std = nn.Parameter(torch.full((cfg.action_dim,), float(oft.log_std_init))) \
             if oft is not None and cfg.action_head == "l1" else None
@@ -218,24 +226,27 @@ class OpenVLAPolicy(VLAPolicy):
             if missing:
                 raise KeyError(f"obs['images'] lacks cameras {missing}; the policy was built for image_keys={keys}")
             ims = [torch.as_tensor(obs["images"][k], device=self.device) for k in keys]
+            if self.conventions is not None:  # the checkpoint's own LIBERO image path (TF-exact resize, crop)
+                ims = [self.conventions[0].apply(im) for im in ims]
         pv = torch.cat([pixel_values(im, self.cfg.timm_model_ids, self.cfg.image_sizes[0]) for im in ims], 1)
         ids, mask = self._text(list(obs.get("instruction", [])), pv.shape[0])
         proprio = None
         if isinstance(self.model, OpenVLAOFT) and self.model.proprio_projector is not None:
             state = as_float_tensor(obs["state"], self.device)
             proprio = self.proprio_stats.normalize(state) if self.proprio_stats is not None else \
-                self.state_norm(state).clamp(-5, 5)
+                self.state_norm.normalize(state).clamp(-5, 5)
         return ids, mask, pv.to(DTYPES[self.config.dtype]), proprio
 
     # -- the two distributions ----------------------------------------------------------------------------
     def _token_log_probs(self, h: torch.Tensor) -> torch.Tensor:
         """Hidden [B, n, H] -> log-probs over the 256 action ids [B, n, 256] (temperature, top-k)."""
         head = self.model.language_model.lm_head
-        logits = F.linear(h, head.weight[self.action_ids]).float() / self.config.temperature
-        k = self.config.top_k
-        if 0 < k < logits.shape[-1]:
-            logits = logits.masked_fill(logits < logits.topk(k, dim=-1).values[..., -1:], _MASKED)
-        return logits.log_softmax(-1)
+        return self.token_head.log_probs(F.linear(h, head.weight[self.action_ids]).float())
+
+    @property
+    def token_head(self) -> TokenCategoricalHead:
+        """The RL head over the 256 action ids (``policies.heads.categorical``)."""
+        return TokenCategoricalHead(self.config.temperature, self.config.top_k)
 
     def _forward(self, obs: dict[str, Any], bins: torch.Tensor | None):
         """-> (per-position output [B, n, 256] log-probs or [B, T, A] L1 mean, value [B] or logits [B, K]).
@@ -257,7 +268,7 @@ class OpenVLAPolicy(VLAPolicy):
     def _value_exact(self, h_pre: torch.Tensor, obs: dict[str, Any]) -> torch.Tensor:
         """What ``evaluate`` returns as the value: [B], or logits [B, K] with a binned head."""
         if self.config.value_from == "state":
-            x = self.state_norm(as_float_tensor(obs["state"], self.device))
+            x = self.state_norm.normalize(as_float_tensor(obs["state"], self.device))
         else:
             x = h_pre.float()
         return value_output(self.value_head(x), self.value_support)
@@ -273,7 +284,7 @@ class OpenVLAPolicy(VLAPolicy):
         bins, logps = [], []
         for _ in range(self.n_tokens):
             logp = self._token_log_probs(h)[:, 0]
-            k = logp.argmax(-1) if greedy else torch.multinomial(logp.exp(), 1).squeeze(-1)
+            k = self.token_head.draw(logp, greedy)
             bins.append(k)
             logps.append(logp)
             if len(bins) == self.n_tokens:
@@ -285,8 +296,12 @@ class OpenVLAPolicy(VLAPolicy):
         return torch.stack(bins, 1), torch.stack(logps, 1), value
 
     def _to_env(self, normalized: torch.Tensor) -> torch.Tensor:
-        """Normalized [B, T, A] -> env units (clipped to [-1, 1] first, then the statistics)."""
-        return self.stats.unnormalize(normalized.clamp(-1, 1))
+        """Normalized [B, T, A] -> env units (clipped to [-1, 1] first, then the statistics; then the env's
+        gripper convention under ``conventions``)."""
+        out = self.stats.unnormalize(normalized.clamp(-1, 1))
+        if self.conventions is not None:
+            out = self.conventions[1].inverse({"action": out})["action"]
+        return out
 
     def _bins_to_env(self, bins: torch.Tensor) -> torch.Tensor:
         x = self.model.bins.decode(self.action_ids[bins]).view(bins.shape[0], self.cfg.chunk_size, self.cfg.action_dim)
@@ -342,10 +357,10 @@ class OpenVLAPolicy(VLAPolicy):
                                 {"normalized_actions": x})
         if isinstance(self.model, OpenVLAOFT):
             logp, value = self._forward(obs, None)
-            bins = torch.multinomial(logp.exp().flatten(0, 1), 1).view(logp.shape[:2])
+            bins = self.token_head.draw(logp)
         else:
             bins, logp, value = self._generate(obs, greedy=False)
-        lp = logp.gather(-1, bins.unsqueeze(-1)).squeeze(-1)
+        lp, _ = self.token_head.score(logp, bins)
         return ActionSample(self._bins_to_env(bins), self._chunk(lp), value_expectation(value, self.value_support),
                             {"action_tokens": self._chunk(bins)})
 
@@ -358,8 +373,8 @@ class OpenVLAPolicy(VLAPolicy):
             return dist.log_prob(replay["normalized_actions"].to(mean)), dist.entropy(), value
         bins = replay["action_tokens"].reshape(-1, self.n_tokens).long()
         logp, value = self._forward(obs, bins)
-        lp = logp.gather(-1, bins.unsqueeze(-1)).squeeze(-1)
-        return self._chunk(lp), self._chunk(-(logp.exp() * logp).sum(-1)), value
+        lp, entropy = self.token_head.score(logp, bins)
+        return self._chunk(lp), self._chunk(entropy), value
 
     @torch.no_grad()
     def act(self, obs: dict[str, Any]) -> torch.Tensor:
@@ -369,7 +384,7 @@ class OpenVLAPolicy(VLAPolicy):
                 return self._squashed(torch.distributions.Normal(mean, self.log_std.exp()), mean)[0]
             return self._to_env(mean)
         if isinstance(self.model, OpenVLAOFT):
-            return self._bins_to_env(self._forward(obs, None)[0].argmax(-1))
+            return self._bins_to_env(self.token_head.draw(self._forward(obs, None)[0], greedy=True))
         return self._bins_to_env(self._generate(obs, greedy=True)[0])
 
     @torch.no_grad()

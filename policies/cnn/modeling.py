@@ -30,7 +30,8 @@ from policies.cnn.encoders import (
     load_efficientnet_lite0,
     shared_minilm,
 )
-from policies.mlp import GaussianChunkPolicy, RunningNorm
+from policies.mlp import GaussianChunkPolicy
+from policies.processors.normalize import RunningNormalize
 from policies.registry import register_policy
 from policies.value_head import config_value_support
 
@@ -83,7 +84,7 @@ class CNNPolicy(GaussianChunkPolicy):
         self.vision, self.image_mean, self.image_std = _vision_encoder(config)
         self.text, self._minilm, fused = _text_encoder(config)
         fused += len(spec.image_keys) * self.vision.out_dim + (spec.state_dim if config.use_state else 0)
-        self.norm = RunningNorm(spec.state_dim, 10.0)
+        self.norm = RunningNormalize("state", spec.state_dim, 10.0)
         self.min_log_std = config.min_log_std
         self._build_heads(fused, list(config.hidden_sizes), config.activation, config.init_log_std,
                           config_value_support(config))
@@ -116,7 +117,7 @@ class CNNPolicy(GaussianChunkPolicy):
         if text is not None:
             parts.append(text)
         if self.config.use_state:
-            parts.append(self.norm(state) if self.config.normalize_state else state)
+            parts.append(self.norm.normalize(state) if self.config.normalize_state else state)
         return torch.cat(parts, -1)
 
     def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor) -> torch.Tensor:
@@ -125,20 +126,12 @@ class CNNPolicy(GaussianChunkPolicy):
         mean = self._dist(self._features(obs)).mean
         return (((mean - actions.to(self.device)) / half) ** 2).mean()
 
-    def update_normalization(self, obs: dict[str, Any]) -> None:
-        if self.config.normalize_state:
-            self.norm.update(as_float_tensor(obs["state"], self.device))
+    @property
+    def normalizes_state(self) -> bool:
+        return self.config.normalize_state
 
     def normalization_stats(self) -> dict[str, list[float]]:
-        return {
-            "state_mean": self.norm.mean.tolist(),
-            "state_var": self.norm.var.tolist(),
-            "state_count": [float(self.norm.count)],
-            "action_low": self.action_low.tolist(),
-            "action_high": self.action_high.tolist(),
-            "image_mean": [self.image_mean] * 3,
-            "image_std": [self.image_std] * 3,
-        }
+        return {**super().normalization_stats(), "image_mean": [self.image_mean] * 3, "image_std": [self.image_std] * 3}
 
 
 def _vision_encoder(config: CNNPolicyConfig) -> tuple[nn.Module, Any, Any]:

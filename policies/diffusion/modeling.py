@@ -23,16 +23,17 @@ from diffusers import DDIMScheduler, DDPMScheduler
 
 from policies.base import ActionSample, PolicySpec
 from policies.diffusion.deterministic import denoising_table, deterministic_step
+from policies.heads.diffusion import DiffusionChainHead
 from policies.registry import register_policy
-from policies.vlm.action_expert import ChainVLAPolicy, gaussian_entropy, gaussian_logprob
+from policies.vlm.action_expert import ChainVLAPolicy
 from policies.vlm.backbone import BackboneConfig
-from policies.vlm.policy_base import LoRAConfig, coerce_nested
+from policies.vlm.policy_base import VLATrunkConfig
 
 SCHEDULERS = {"ddpm": DDPMScheduler, "ddim": DDIMScheduler}
 
 
 @dataclass
-class DiffusionPolicyConfig:
+class DiffusionPolicyConfig(VLATrunkConfig):
     name: str = "diffusion"
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     chunk_size: int = 4  # actions per chunk (T)
@@ -47,16 +48,6 @@ class DiffusionPolicyConfig:
     ddim_eta: float = 1.0  # DDIM stochasticity of the RL steps
     min_std: float = 0.1  # DPPO's floor on each step's std
     use_state: bool = True
-    # value head input: "hidden" (the VLM state before the actions) or "state" (an MLP critic on the
-    # normalized state vector: asymmetric actor-critic in simulation, decoupled from the trunk)
-    value_from: str = "hidden"
-    freeze_vlm: bool = False
-    freeze_vision: bool = False
-    lora: LoRAConfig = field(default_factory=LoRAConfig)
-    dtype: str = "float32"
-
-    def __post_init__(self) -> None:
-        coerce_nested(self)
 
 
 @register_policy("diffusion", DiffusionPolicyConfig)
@@ -76,8 +67,8 @@ class DiffusionPolicy(ChainVLAPolicy):
             clip_sample=True, prediction_type="epsilon",
         )
         self.noise_scheduler.set_timesteps(config.num_inference_steps)
-        K = config.num_inference_steps
-        self.n_rl = K if config.rl_steps <= 0 else min(config.rl_steps, K)
+        self.head = DiffusionChainHead(self.noise_scheduler, config.rl_steps, config.ddim_eta, config.min_std)
+        self.n_rl = self.head.n_rl
         table = denoising_table(self.noise_scheduler)  # act()'s chain as tensors (buffers follow .to(device))
         self._clip_range, self._chain_timesteps = table.clip_range, table.timesteps
         for name, value in table.tensors().items():
@@ -86,65 +77,28 @@ class DiffusionPolicy(ChainVLAPolicy):
 
     @property
     def timesteps(self) -> list[int]:
-        return [int(t) for t in self.noise_scheduler.timesteps]
+        return self.head.timesteps
 
     def _step(self, eps: torch.Tensor, t: int, x: torch.Tensor, stochastic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Posterior mean [B, T, A] and std (scalar tensor; 0 when deterministic) of one denoising step."""
-        sch = self.noise_scheduler
-        gen = torch.Generator(device=x.device).manual_seed(0)  # keeps diffusers off the global RNG
-        if isinstance(sch, DDIMScheduler):
-            eta = self.config.ddim_eta if stochastic else 0.0
-            mean = sch.step(eps, t, x, eta=eta, variance_noise=torch.zeros_like(x)).prev_sample
-            prev_t = t - sch.config.num_train_timesteps // sch.num_inference_steps
-            std = eta * sch._get_variance(t, prev_t).to(x.device) ** 0.5
-        else:
-            x0 = sch.step(eps, t, x, generator=gen).pred_original_sample
-            prev_t = int(sch.previous_timestep(t))
-            a_t = sch.alphas_cumprod[t].to(x.device)
-            a_prev = sch.alphas_cumprod[prev_t].to(x.device) if prev_t >= 0 else torch.tensor(1.0, device=x.device)
-            alpha = a_t / a_prev
-            mean = (a_prev.sqrt() * (1 - alpha) / (1 - a_t)) * x0 + (alpha.sqrt() * (1 - a_prev) / (1 - a_t)) * x
-            std = sch._get_variance(t).to(x.device) ** 0.5 if stochastic else torch.tensor(0.0)
-        if stochastic:
-            std = std.clamp_min(self.config.min_std)
-        return mean, std.float().to(x.device)
+        return self.head.step(eps, t, x, stochastic)
 
-    def _chain_flags(self) -> list[bool]:
-        K = len(self.timesteps)
-        return [k >= K - self.n_rl for k in range(K)]
+    def _denoiser(self, memory: torch.Tensor, pad: torch.Tensor):
+        """The network's output the head needs: ``eps(x_t, t)`` for this observation's prefix."""
+        def eps(x: torch.Tensor, t: int) -> torch.Tensor:
+            return self.expert(x, torch.full((x.shape[0],), float(t), device=x.device), memory, pad)[0]
+        return eps
 
     # -- the Policy interface ------------------------------------------------------------------
     @torch.no_grad()
     def sample(self, obs: dict[str, Any]) -> ActionSample:
         memory, pad, value = self.context(obs)
-        B = memory.shape[0]
-        x = torch.randn(self.chunk_shape(B), device=self.device)
-        chain, logprob = [x], torch.zeros_like(x)
-        for t, stochastic in zip(self.timesteps, self._chain_flags(), strict=True):
-            eps, _ = self.expert(x, torch.full((B,), float(t), device=self.device), memory, pad)
-            mean, std = self._step(eps, t, x, stochastic)
-            if stochastic:
-                x = mean + std * torch.randn_like(mean)
-                logprob = logprob + gaussian_logprob(x, mean, std)
-            else:
-                x = mean
-            chain.append(x)
-        return ActionSample(self.unnormalize_actions(x), logprob, value, {"chain": torch.stack(chain, 1)})
+        x0 = torch.randn(self.chunk_shape(memory.shape[0]), device=self.device)
+        x, logprob, chain = self.head.sample(self._denoiser(memory, pad), x0)
+        return ActionSample(self.unnormalize_actions(x), logprob, value, {"chain": chain})
 
     def evaluate(self, obs: dict[str, Any], replay: dict[str, torch.Tensor]):
         memory, pad, value = self.context(obs)
-        chain = replay["chain"].to(self.device)
-        B = chain.shape[0]
-        lp = torch.zeros_like(chain[:, 0])
-        ent = torch.zeros_like(lp)
-        for k, (t, stochastic) in enumerate(zip(self.timesteps, self._chain_flags(), strict=True)):
-            if not stochastic:
-                continue
-            x = chain[:, k]
-            eps, _ = self.expert(x, torch.full((B,), float(t), device=self.device), memory, pad)
-            mean, std = self._step(eps, t, x, True)
-            lp = lp + gaussian_logprob(chain[:, k + 1], mean, std)
-            ent = ent + gaussian_entropy(std).expand_as(lp)
+        lp, ent = self.head.evaluate(self._denoiser(memory, pad), replay["chain"].to(self.device))
         return lp, ent, value
 
     def _chain_coefficients(self) -> dict[str, torch.Tensor]:

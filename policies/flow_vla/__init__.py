@@ -2,7 +2,6 @@
 here) and the exact networks ``policy=pi0`` / ``pi05`` / ``smolvla`` (registered here by config, their
 network modules imported when first built)."""
 
-from policies.flow_vla.chain import FlowChain, FlowChainConfig
 from policies.flow_vla.exact import (
     ExactFlowConfig,
     ExactFlowPolicy,
@@ -11,6 +10,7 @@ from policies.flow_vla.exact import (
     SmolVLAPolicyConfig,
 )
 from policies.flow_vla.modeling import FlowVLAConfig, FlowVLAPolicy
+from policies.heads.flow import FlowChain, FlowChainConfig
 from policies.registry import register_family
 
 register_family("pi0", PI0PolicyConfig, "policies.flow_vla.pi0_policy:PI0Policy")

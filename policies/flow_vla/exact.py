@@ -5,12 +5,13 @@
 The network is the architecture's own (``self.net``, parameter names as in the reference checkpoint under
 ``net.``); this class adds what RL needs around it, with the chain and likelihoods of ``FlowChain``:
 
-* state ``[B, S]`` -> normalized (a running mean/std for a model built from config, the checkpoint's
-  own statistics, fixed, for a loaded one) -> zero-padded to the architecture's ``max_state_dim``;
-* model actions ``[B, T, A_pad]`` -> the first ``A`` dims -> env units (env bounds, or the checkpoint's
-  action statistics); a checkpoint fine-tunes on an env with fewer dims than its padding (a new
-  embodiment: then running state statistics and env bounds, since its own statistics are another robot's),
-  the unused dims masked out of the SFT loss and the likelihoods;
+* a processor (``policies.processors``, saved as ``processor.json``): env cameras -> the network's
+  (``camera_map``), uint8 -> [0, 1] (``images_to_float``), state ``[B, S]`` -> normalized (a running mean/std
+  for a model built from config, the checkpoint's own statistics, fixed, for a loaded one) -> zero-padded to
+  the architecture's ``max_state_dim``; model actions ``[B, T, A_pad]`` -> the first ``A`` dims -> env units
+  (env bounds, or the checkpoint's action statistics); a checkpoint fine-tunes on an env with fewer dims than
+  its padding (a new embodiment: then running state statistics and env bounds, since its own statistics are
+  another robot's), the unused dims masked out of the SFT loss and the likelihoods;
 * value head on the pooled prefix features (``value_from=hidden``) or on the normalized state, scalar or
   binned (``value_bins``: logits from ``evaluate``, their expectation from ``sample`` / ``value``);
 * freezing (``freeze_vlm``: train the expert only; ``freeze_vision``), LoRA on the VLM (peft), dtype and
@@ -36,9 +37,9 @@ import torch
 from torch import nn
 
 from policies.base import Policy, PolicySpec, as_float_tensor
-from policies.flow_vla.chain import FlowChain, FlowChainConfig
 from policies.flow_vla.interface import FlowInputs, FlowPrefix
-from policies.mlp import RunningNorm
+from policies.heads.flow import FlowChain, FlowChainConfig
+from policies.processors import CameraMap, Normalize, PadVector, Processor, RunningNormalize
 from policies.value_head import config_value_support, value_output, with_value_bins
 from policies.vlm.policy_base import DTYPES, PROCESSOR_NAME, VALUE_SOURCES, VLAPolicy, value_mlp
 
@@ -58,16 +59,21 @@ def _repeat(x: Any, n: int) -> Any:
     return x
 
 
-def _affine(shift: torch.Tensor, scale: torch.Tensor, signed: bool) -> list[torch.Tensor]:
-    """[shift, scale, mul, add]: ``normalized = (x - shift) / scale * mul + add`` (mul 2, add -1 map to
-    [-1, 1]), in the reference normalizer's own order of operations (bit-equal results)."""
-    return [shift.float(), scale.float(), torch.tensor(2.0 if signed else 1.0), torch.tensor(-1.0 if signed else 0.0)]
-
-
-def _normalizer_affine(norm: Any, dim: int) -> list[torch.Tensor]:
+def _fixed_normalizer(key: str, norm: Any, dim: int) -> Normalize:
+    """A reference checkpoint's normalizer (LeRobot / openpi ``Normalizer``) as a processor step, bit-equal."""
     if norm.mode == "IDENTITY":
-        return _affine(torch.zeros(dim), torch.ones(dim), False)
-    return _affine(*norm._shift_scale())
+        return Normalize(key=key, dim=dim, mode="identity")
+    shift, scale, _ = norm._shift_scale()
+    return Normalize.from_shift_scale(key, norm.mode.lower(), shift.float(), scale.float())
+
+
+def _normalize_buffer(key: str, name: str) -> property:
+    """A read-only attribute for buffer ``name`` of the processor's ``normalize`` step of ``key``."""
+    return property(lambda self: getattr(self._proc_step(Normalize, key), name))
+
+
+# state-dict names of the statistics before they moved into the processor (checkpoints written then still load)
+_OLD_STATS = {f"{k}_{n}": (k, n) for k in ("state", "action") for n in ("shift", "scale", "mul", "add")}
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,9 @@ class ExactFlowConfig(FlowChainConfig):
     arch: dict[str, Any] = field(default_factory=dict)  # network config fields set over the size's (not a checkpoint's)
     pretrained_path: str = ""  # a published checkpoint dir (LeRobot / openpi layout), loaded whole
     vlm_path: str = ""  # local folder with the VLM's config + tokenizer when the checkpoint does not hold them
+    # env cameras the network reads, in its camera order (empty: every camera the env renders); a camera the
+    # env does not render is refused when the config loads (the processor's camera_map check)
+    cameras: list[str] = field(default_factory=list)
     gradient_checkpointing: bool = False  # recompute trunk/expert layers in backward
 
 
@@ -142,30 +151,33 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
         super().__init__(config, spec)  # the network brings its own VLM (no look-alike backbone)
         entry = self.network
         saved = json.loads((Path(restore_dir) / ARCH_FILE).read_text()) if restore_dir is not None else None
-        adapter = self._build(entry, config, spec, saved, restore_dir)
+        seen = dataclasses.replace(spec, image_keys=list(config.cameras)) if config.cameras else spec
+        adapter = self._build(entry, config, seen, saved, restore_dir)
         self.entry, self.adapter = entry, adapter
         self.net = adapter.model
         config = dataclasses.replace(config, chunk_size=int(self.net.chunk_size), num_steps=int(self.net.num_steps))
         self.config = config
         self._check_flow_config(config)
         A, S = spec.action_dim, spec.state_dim
-        ckpt = getattr(adapter, "checkpoint", None)
+        ckpt = adapter.checkpoint
         # a checkpoint on an env of other dims (a new embodiment inside its padding): its statistics describe
         # another robot, so the state gets running statistics and the actions the env's bounds
         same_body = ckpt is not None and (ckpt.state_dim, ckpt.action_dim) == (S, A)
         self.fixed_norm = bool(saved["fixed_normalization"]) if saved is not None else same_body
-        if self.fixed_norm:  # the checkpoint's statistics (overwritten by the saved buffers on restore)
-            st = _normalizer_affine(ckpt.state_norm, S) if ckpt else _affine(torch.zeros(S), torch.ones(S), False)
-            ac = _normalizer_affine(ckpt.action_norm, A) if ckpt else _affine(torch.zeros(A), torch.ones(A), True)
-            self.state_norm = None
-        else:
-            st = _affine(torch.zeros(S), torch.ones(S), False)  # unused: the running statistics normalize
-            lo, hi = torch.tensor(spec.action_low), torch.tensor(spec.action_high)
-            ac = _affine(lo, hi - lo, True)
-            self.state_norm = RunningNorm(S, 10.0)
-        for prefix, values in (("state", st), ("action", ac)):
-            for name, t in zip(("shift", "scale", "mul", "add"), values, strict=True):
-                self.register_buffer(f"{prefix}_{name}", t.float().clone())
+        if self.fixed_norm:  # the checkpoint's statistics (the saved processor's on restore)
+            state_step = _fixed_normalizer("state", ckpt.state_norm, S) if ckpt else \
+                Normalize(key="state", dim=S, mode="identity")
+            action_step = _fixed_normalizer("action", ckpt.action_norm, A) if ckpt else \
+                Normalize(key="action", dim=A, mode="min_max")
+        else:  # running state statistics; actions scaled to the env's bounds, clamped to them on the way out
+            state_step = RunningNormalize("state", S, 10.0)
+            action_step = Normalize.from_bounds("action", spec.action_low, spec.action_high, clip_inverse=True)
+        self.processor = Processor([*adapter.image_steps(), state_step,
+                                    PadVector("state", S, int(self.net.max_state_dim), "policy.arch.max_state_dim"),
+                                    action_step,
+                                    PadVector("action", A, self.model_action_dim, "policy.arch.max_action_dim")])
+        self.processor.check(spec)
+        self._register_load_state_dict_pre_hook(self._upgrade_old_stats)
         self.value_support = config_value_support(config)
         self.value_head = self._make_value_head(int(submodule(self.net, entry.prefix_width)))
         self._make_noise_head(int(submodule(self.net, entry.expert_width)))
@@ -197,7 +209,12 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
 
             adapter = build(cfg_class(**saved["config"]), spec)
             adapter.tokenizer = AutoTokenizer.from_pretrained(str(restore_dir), local_files_only=True)
-            adapter.cameras, adapter.empty_cameras = list(saved["cameras"]), int(saved["empty_cameras"])
+            if Processor.exists(restore_dir):  # the saved camera map (the rest of the processor loads with it)
+                adapter.camera_map = Processor.load(restore_dir).find(CameraMap)
+            else:  # written before the processor: the env cameras it fed, then its blank ones
+                cams, empty = list(saved["cameras"]), int(saved["empty_cameras"])
+                adapter.camera_map = CameraMap(cameras=cams + [f"empty_camera_{i}" for i in range(empty)],
+                                               sources=cams + [""] * empty, fill_blank=False)
             return adapter
         overrides = ExactFlowPolicy._overrides(entry, config)
         if config.pretrained_path:  # the checkpoint's config, with the training switches only (not ``arch``)
@@ -237,20 +254,52 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
 
     @property
     def device(self) -> torch.device:
-        return self.action_scale.device
+        return self._proc_step(Normalize, "action").scale.device
 
     @property
     def model_action_dim(self) -> int:
         return int(self.net.max_action_dim)
 
     # -- processor ----------------------------------------------------------------------------------
+    def _proc_step(self, kind: type, key: str) -> Any:
+        step = self.processor.find(kind, key)
+        if step is None:
+            raise RuntimeError(f"the policy's processor has no {kind.__name__} step for '{key}'")
+        return step
+
+    # the normalization's buffers (``x_norm = (x - shift) / scale * mul + add``, the processor's), read and set by
+    # the exports (``lerobot_export.policy_stats``, ``openpi_export.reload``); state_* under fixed statistics only
+    state_shift = _normalize_buffer("state", "shift")
+    state_scale = _normalize_buffer("state", "scale")
+    state_mul = _normalize_buffer("state", "mul")
+    state_add = _normalize_buffer("state", "add")
+    action_shift = _normalize_buffer("action", "shift")
+    action_scale = _normalize_buffer("action", "scale")
+    action_mul = _normalize_buffer("action", "mul")
+    action_add = _normalize_buffer("action", "add")
+
+    @property
+    def state_norm(self) -> RunningNormalize | None:
+        """The running state statistics (a processor step), None under a checkpoint's fixed ones."""
+        return self.processor.find(RunningNormalize, "state")
+
+    def _upgrade_old_stats(self, state: dict, prefix: str, *_: Any) -> None:
+        """Checkpoints written before the processor held the statistics (``state_shift``, ``state_norm.mean``...):
+        their names become the processor's (a running-statistics one also kept unused identity state buffers)."""
+        steps = {(type(s), s.key): i for i, s in enumerate(self.processor) if hasattr(s, "key")}
+        renames = {old: (Normalize, key, name) for old, (key, name) in _OLD_STATS.items()}
+        renames.update({f"state_norm.{n}": (RunningNormalize, "state", n) for n in ("mean", "var", "count")})
+        for old, (kind, key, name) in renames.items():
+            if prefix + old in state:
+                value = state.pop(prefix + old)
+                if (kind, key) in steps:
+                    state[f"{prefix}processor.steps.{steps[kind, key]}.{name}"] = value
+
     def _state(self, obs: dict[str, Any]) -> torch.Tensor:
         state = as_float_tensor(obs["state"], self.device)
         if state.ndim != 2 or state.shape[1] != self.spec.state_dim:
             raise ValueError(f"obs['state'] must be [B, {self.spec.state_dim}], got {tuple(state.shape)}")
-        if self.state_norm is not None:
-            return self.state_norm(state)
-        return (state - self.state_shift) / self.state_scale * self.state_mul + self.state_add
+        return state
 
     def _text(self, instructions: list[str], batch: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Token ids and mask [B, L] of the instructions (an export bakes them in through this hook)."""
@@ -260,22 +309,21 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
         return self.adapter.tokens(instructions)
 
     def flow_inputs(self, obs: dict[str, Any]) -> tuple[FlowInputs, torch.Tensor]:
-        """Env observation -> (the architecture's inputs, normalized state [B, S])."""
-        state = self._state(obs)
+        """Env observation -> (the architecture's inputs, normalized state [B, S]) through the processor."""
+        images = {k: torch.as_tensor(v).to(self.device) for k, v in (obs.get("images") or {}).items()}
+        batch = self.processor({"images": images, "state": self._state(obs)})
+        state = batch["state"][..., : self.spec.state_dim]  # the value head reads the unpadded state
         tokens = self._text(list(obs.get("instruction", [])), state.shape[0])
-        return self.adapter.inputs(obs, state, tokens), state
+        return self.adapter.network_inputs(self.adapter.fed_images(batch["images"]), batch["state"],
+                                           list(obs.get("instruction", [])), tokens), state
 
     def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
         """Env units [..., A] -> model space [..., A_pad] (zero padding)."""
-        y = (actions - self.action_shift) / self.action_scale * self.action_mul + self.action_add
-        return torch.nn.functional.pad(y, (0, self.model_action_dim - y.shape[-1]))
+        return self.processor({"action": actions})["action"]
 
     def unnormalize_actions(self, x: torch.Tensor) -> torch.Tensor:
         """Model space [..., A_pad] -> env units [..., A] (clamped to [-1, 1] first under env-bound scaling)."""
-        y = x[..., : self.spec.action_dim]
-        if not self.fixed_norm:
-            y = y.clamp(-1.0, 1.0)
-        return (y - self.action_add) / self.action_mul * self.action_scale + self.action_shift
+        return self.processor.inverse({"action": x})["action"]
 
     # -- FlowChain hooks ----------------------------------------------------------------------------
     def _flow_context(self, obs: dict[str, Any]):
@@ -294,13 +342,16 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
     def update_normalization(self, obs: dict[str, Any]) -> None:
         """Rollouts fold into the running state statistics (not for a checkpoint's fixed ones, nor with
         ``freeze_state_norm``)."""
-        if self.state_norm is not None and not self.config.freeze_state_norm:
+        if not self.fixed_norm and not self.config.freeze_state_norm:
             self.state_norm.update(as_float_tensor(obs["state"], self.device))
 
     def normalization_stats(self) -> dict[str, list[float]]:
-        out = {f"{p}_{n}": getattr(self, f"{p}_{n}").tolist() for p in ("state", "action")
-               for n in ("shift", "scale", "mul", "add")}
-        if self.state_norm is not None:
+        act = self._proc_step(Normalize, "action")
+        out = {f"action_{n}": getattr(act, n).tolist() for n in ("shift", "scale", "mul", "add")}
+        if self.state_norm is None:
+            st = self._proc_step(Normalize, "state")
+            out.update({f"state_{n}": getattr(st, n).tolist() for n in ("shift", "scale", "mul", "add")})
+        else:
             out.update(state_mean=self.state_norm.mean.tolist(), state_var=self.state_norm.var.tolist())
         return out
 

@@ -66,3 +66,18 @@ class FlowArchitecture(Protocol):
     def velocity(self, prefix: FlowPrefix, inputs: FlowInputs, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor: ...
 
     def sample_actions(self, inputs: FlowInputs, noise: torch.Tensor) -> torch.Tensor: ...
+
+
+def euler_integrate(model: FlowArchitecture, inputs: FlowInputs,
+                    noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference ODE: Euler from ``noise [B, T, A_pad]`` at t=1 to t=0 in ``model.num_steps`` steps of
+    ``dt = -1 / num_steps`` -> (actions, velocities ``[K, B, T, A_pad]``), the prefix encoded once."""
+    prefix = model.encode_prefix(inputs)
+    dt = -1.0 / model.num_steps
+    x, vs = noise, []
+    for k in range(model.num_steps):
+        t = torch.full((noise.shape[0],), 1.0 + k * dt, dtype=torch.float32, device=noise.device)
+        v = model.velocity(prefix, inputs, x, t)
+        vs.append(v)
+        x = x + dt * v
+    return x, torch.stack(vs)

@@ -1,6 +1,6 @@
 """The look-alike flow-matching VLA (``policy=flow_vla``): a cross-attention action expert
 (``policies.vlm.action_expert``) over any HF VLM's prefix, with the chain and likelihoods of
-``policies.flow_vla.chain.FlowChain``. The exact networks (pi0, pi0.5, SmolVLA) are families of their own
+``policies.heads.flow.FlowChain``. The exact networks (pi0, pi0.5, SmolVLA) are families of their own
 (``policies.flow_vla.exact``).
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from policies.base import PolicySpec
-from policies.flow_vla.chain import FlowChain, FlowChainConfig
+from policies.heads.flow import FlowChain, FlowChainConfig
 from policies.registry import register_policy
 from policies.vlm.action_expert import ChainVLAPolicy
 from policies.vlm.backbone import BackboneConfig

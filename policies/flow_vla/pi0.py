@@ -24,12 +24,11 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from policies.flow_vla.interface import FlowInputs, FlowPrefix
+from policies.flow_vla.interface import FlowInputs, FlowPrefix, euler_integrate
 from policies.flow_vla.pi0_gemma import PaliGemmaWithExpert
 from policies.flow_vla.smolvla import block_causal, pad_to, time_embedding
 
@@ -159,11 +158,106 @@ def prepare_image(img: torch.Tensor, size: int) -> torch.Tensor:
     return img * 2.0 - 1.0
 
 
+def discretize_state(state: torch.Tensor) -> torch.Tensor:
+    """Normalized padded ``state [B, S]`` -> bins ``[B, S]`` int64 in 0..255: ``np.digitize(state, linspace(-1, 1,
+    257)[:-1]) - 1`` in torch ops (the edges -1 + i / 128 are exact in float64, so the two agree bit for bit), so
+    a fake-tensor trace (``vlarl-plan``) goes through it."""
+    edges = torch.arange(STATE_BINS, dtype=torch.float64, device=state.device) * (2.0 / STATE_BINS) - 1.0
+    return torch.bucketize(state.to(torch.float64), edges, right=True) - 1
+
+
 def pi05_prompt(task: str, state: torch.Tensor) -> str:
     """pi0.5's prompt: the task and the normalized, padded ``state [S_pad]`` in 256 bins over [-1, 1]."""
-    bins = np.digitize(state.detach().cpu().numpy(), bins=np.linspace(-1, 1, STATE_BINS + 1)[:-1]) - 1
-    cleaned = task.strip().replace("_", " ").replace("\n", " ")
-    return f"Task: {cleaned}, State: {' '.join(map(str, bins))};\nAction: "
+    bins = discretize_state(state[None])[0].tolist()
+    return f"Task: {_clean(task)}, State: {' '.join(map(str, bins))};\nAction: "
+
+
+def _clean(task: str) -> str:
+    return task.strip().replace("_", " ").replace("\n", " ")
+
+
+class StatePromptTokens:
+    """pi0.5's prompt tokens as tensor ops on the state's bins: ``ids(prefix(task)) + table[bin_1] + ... +
+    table[bin_S] + ids(";\nAction: ")``, placed by a cumulative sum into ``[B, max_length]`` (right padding,
+    truncation), where ``table[v]`` are the ids of ``" v"`` for v in -1..255 (-1: a state below the first edge). The token ids then never leave torch, so the shapes
+    are static and a fake-tensor trace works. Valid only where the tokenizer splits the prompt at those
+    boundaries: ``exact`` is checked once against the tokenizer's own encoding of prompts holding every bin
+    value; where it is False, ``tokenize`` tokenizes the text (not traceable)."""
+
+    def __init__(self, tokenizer: Any, max_length: int):
+        self.tokenizer, self.max_length = tokenizer, max_length
+        self.pad = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+        # values -1..255: LeRobot's np.digitize gives -1 below the first edge (a state under q01 normalizes past -1)
+        pieces = [tokenizer(f" {v}", add_special_tokens=False)["input_ids"] for v in range(-1, STATE_BINS)]
+        width = max(len(p) for p in pieces)
+        self.table = torch.tensor([p + [self.pad] * (width - len(p)) for p in pieces], dtype=torch.long)
+        self.lengths = torch.tensor([len(p) for p in pieces], dtype=torch.long)
+        self.suffix = tokenizer(";\nAction: ", add_special_tokens=False)["input_ids"]
+        self.exact = self._agrees()
+
+    def prefix(self, task: str) -> list[int]:
+        return self.tokenizer(f"Task: {_clean(task)}, State:")["input_ids"]
+
+    def __call__(self, tasks: list[str], bins: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``bins [B, S]`` -> (ids ``[B, max_length]``, mask ``[B, max_length]`` bool)."""
+        device, dims = bins.device, bins.shape[1]
+        table, lengths = self.table.to(device), self.lengths.to(device)
+        bins = bins + 1  # row 0 of the table is the value -1
+        suffix = torch.tensor(self.suffix, dtype=torch.long, device=device)
+        width = table.shape[1]
+        rows, masks = [], []
+        for i, task in enumerate(tasks):
+            head = torch.tensor(self.prefix(task), dtype=torch.long, device=device)
+            n = lengths[bins[i]]  # [S] tokens per value
+            start = head.numel() + torch.cumsum(n, 0) - n  # [S]
+            slot = torch.arange(width, device=device)
+            pos = start[:, None] + slot[None, :]  # [S, width]
+            valid = slot[None, :] < n[:, None]
+            total = head.numel() + n.sum() + suffix.numel()
+            size = head.numel() + dims * width + suffix.numel()
+            pos = torch.where(valid, pos, torch.full_like(pos, size))  # invalid slots go to a dropped column
+            row = torch.full((size + 1,), self.pad, dtype=torch.long, device=device)
+            row[: head.numel()] = head
+            row = row.scatter(0, pos.reshape(-1), table[bins[i]].reshape(-1))
+            row = row.scatter(0, head.numel() + n.sum() + torch.arange(suffix.numel(), device=device), suffix)
+            keep = torch.arange(size + 1, device=device) < total
+            row = torch.where(keep, row, torch.full_like(row, self.pad))
+            rows.append(_fit(row[:size], self.max_length, self.pad))
+            masks.append(_fit(keep[:size], self.max_length, False))
+        return torch.stack(rows), torch.stack(masks)
+
+    def _agrees(self) -> bool:
+        """The tensor assembly equals the tokenizer's encoding for prompts that hold every bin value."""
+        values = torch.cat([torch.arange(-1, STATE_BINS), torch.zeros(31, dtype=torch.long)]).reshape(-1, 32)
+        tasks = ["pick up the_bowl\n", "x"] * (values.shape[0] // 2) + ["y"] * (values.shape[0] % 2)
+        ids, mask = self(tasks, values)
+        for i, task in enumerate(tasks):
+            text = f"Task: {_clean(task)}, State: {' '.join(map(str, values[i].tolist()))};\nAction: "
+            enc = self.tokenizer([text], padding="max_length", padding_side="right", truncation=True,
+                                 max_length=self.max_length, return_tensors="pt")
+            if not (torch.equal(enc["input_ids"][0], ids[i]) and torch.equal(enc["attention_mask"][0].bool(), mask[i])):
+                return False
+        return True
+
+
+def _fit(x: torch.Tensor, length: int, fill: Any) -> torch.Tensor:
+    """Truncate or right-pad a 1-D tensor to ``length``."""
+    if x.numel() >= length:
+        return x[:length]
+    return torch.cat([x, torch.full((length - x.numel(),), fill, dtype=x.dtype, device=x.device)])
+
+
+_STATE_PROMPTS: dict[int, StatePromptTokens] = {}
+
+
+def state_prompt_tokens(tokenizer: Any, max_length: int) -> StatePromptTokens:
+    """One ``StatePromptTokens`` per tokenizer object and length, built and checked on first use (the pi0.5
+    adapter builds it with the policy, so a fake-tensor trace finds it made on real tensors)."""
+    key = (id(tokenizer), max_length)
+    if key not in _STATE_PROMPTS or _STATE_PROMPTS[key].tokenizer is not tokenizer:
+        with torch.device("cpu"):  # real tensors also under the config loader's meta-device context
+            _STATE_PROMPTS[key] = StatePromptTokens(tokenizer, max_length)
+    return _STATE_PROMPTS[key]
 
 
 def tokenize(
@@ -172,12 +266,18 @@ def tokenize(
     """Task strings -> (ids ``[B, L]``, mask ``[B, L]`` bool) as LeRobot's pre-processor tokenizes them.
 
     pi0: each task ends with a newline; pi0.5: the prompt carries the normalized ``state [B, S]`` (required),
-    padded to ``max_state_dim`` and discretized. Right padding to ``tokenizer_max_length``, truncated there.
+    padded to ``max_state_dim`` and discretized, assembled from token ids in tensor ops (``StatePromptTokens``,
+    traceable) where the tokenizer allows it. Right padding to ``tokenizer_max_length``, truncated there.
     """
     if cfg.type == "pi05":
         if state is None:
             raise ValueError("pi05: the prompt carries the discretized state; pass the normalized state to tokenize")
-        texts = [pi05_prompt(t, s) for t, s in zip(tasks, pad_to(state.float(), cfg.max_state_dim), strict=True)]
+        padded = pad_to(state.float(), cfg.max_state_dim)
+        prompts = state_prompt_tokens(tokenizer, cfg.tokenizer_max_length)
+        if prompts.exact:
+            ids, mask = prompts(list(tasks), discretize_state(padded))
+            return ids.to(device), mask.to(device)
+        texts = [pi05_prompt(t, s) for t, s in zip(tasks, padded, strict=True)]
     else:
         texts = [t if t.endswith("\n") else t + "\n" for t in tasks]
     enc = tokenizer(texts, padding="max_length", padding_side="right", truncation=True,
@@ -311,15 +411,7 @@ class PI0(nn.Module):
     # ---- the reference ODE -----------------------------------------------------------------------
     def integrate(self, inputs: FlowInputs, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Euler from ``noise [B, T, A_pad]`` at t=1 to t=0 -> (actions, velocities ``[K, B, T, A_pad]``)."""
-        prefix = self.encode_prefix(inputs)
-        dt = -1.0 / self.num_steps
-        x, vs = noise.float(), []
-        for k in range(self.num_steps):
-            t = torch.full((noise.shape[0],), 1.0 + k * dt, dtype=torch.float32, device=noise.device)
-            v = self.velocity(prefix, inputs, x, t)
-            vs.append(v)
-            x = x + dt * v
-        return x, torch.stack(vs)
+        return euler_integrate(self, inputs, noise.float())
 
     def sample_actions(self, inputs: FlowInputs, noise: torch.Tensor) -> torch.Tensor:
         return self.integrate(inputs, noise)[0]

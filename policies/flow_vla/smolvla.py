@@ -25,7 +25,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 from transformers import SmolVLMConfig
 
-from policies.flow_vla.interface import FlowInputs, FlowPrefix
+from policies.flow_vla.interface import FlowInputs, FlowPrefix, euler_integrate
 from policies.flow_vla.smolvla_expert import SmolVLMWithExpert
 
 
@@ -299,15 +299,7 @@ class SmolVLA(nn.Module):
     # ---- the reference ODE -----------------------------------------------------------------------
     def integrate(self, inputs: FlowInputs, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Euler from ``noise [B, T, A_pad]`` at t=1 to t=0 -> (actions, velocities ``[K, B, T, A_pad]``)."""
-        prefix = self.encode_prefix(inputs)
-        dt = -1.0 / self.num_steps
-        x, vs = noise, []
-        for k in range(self.num_steps):
-            t = torch.full((noise.shape[0],), 1.0 + k * dt, dtype=torch.float32, device=noise.device)
-            v = self.velocity(prefix, inputs, x, t)
-            vs.append(v)
-            x = x + dt * v
-        return x, torch.stack(vs)
+        return euler_integrate(self, inputs, noise)
 
     def sample_actions(self, inputs: FlowInputs, noise: torch.Tensor) -> torch.Tensor:
         return self.integrate(inputs, noise)[0]

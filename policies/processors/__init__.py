@@ -2,9 +2,11 @@
 
 Built-in steps register on import: ``normalize`` / ``running_normalize`` (normalize.py), ``pad_vector`` /
 ``sign_flip`` (vectors.py), ``camera_map`` / ``images_to_float`` / ``resize_with_pad`` / ``flip_images`` /
-``image_size`` (images.py), ``prompt`` (text.py).
+``image_size`` (images.py), ``prompt`` (text.py), ``libero_cameras`` / ``oft_images`` / ``libero_gripper``
+(libero.py).
 """
 
+from policies.processors import libero  # noqa: F401 - registers LIBERO's convention steps
 from policies.processors.base import (
     PROCESSOR_CONFIG,
     PROCESSOR_STATS,

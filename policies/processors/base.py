@@ -14,7 +14,8 @@ get them with the weights) and are written beside the configuration. A **Process
 
 A batch is a dict in the env's observation schema (``images: name -> uint8 [B, H, W, 3]``, ``state: float32
 [B, S]``, ``instruction: list[str]``) plus ``action [B, T, A]`` where a step needs it; steps return a new dict
-(never mutate the caller's) and may add keys for the network (``image_masks``, ``prompt``...).
+(never mutate the caller's), may add keys for the network (``image_masks``, ``prompt``...) and pass a batch
+without their key through unchanged (``proc({"action": a})`` runs only the action steps).
 
 ``processor.safetensors`` records the configuration it was written with in its metadata; ``load`` refuses a
 pair whose configurations differ, so a processor can never be paired with another checkpoint's statistics.
@@ -33,7 +34,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from policies.base import CheckpointError, PolicySpec
+from policies.spec import CheckpointError, PolicySpec
 
 PROCESSOR_CONFIG = "processor.json"
 PROCESSOR_STATS = "processor.safetensors"

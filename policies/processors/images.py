@@ -16,13 +16,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from policies.base import PolicySpec
 from policies.processors.base import Batch, ProcessorMismatch, ProcessorStep, register_step
+from policies.spec import PolicySpec
 
 IMAGE_PREFIX = "observation.images."  # LeRobot's camera feature names
 
 
 def _images(batch: Batch) -> dict[str, Any]:
+    """``batch["images"]`` (a step called on a batch without the key leaves the batch as it is)."""
     images = batch.get("images")
     if not isinstance(images, dict):
         raise ValueError("batch['images'] must be a dict camera -> [B, H, W, 3] uint8; the env renders no cameras")
@@ -38,6 +39,7 @@ class CameraMap(ProcessorStep):
 
     cameras: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    fill_blank: bool = True  # False: leave the blank cameras out (a network that makes its own, e.g. pi0)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -46,19 +48,19 @@ class CameraMap(ProcessorStep):
 
     @classmethod
     def fit(cls, model_cameras: list[str], env_keys: list[str], min_present: int = 1,
-            who: str = "policy") -> CameraMap:
+            who: str = "policy", fill_blank: bool = True) -> CameraMap:
         """Map env cameras onto ``model_cameras`` (LeRobot feature names or plain names): every model camera the
         env has by name (when at least ``min_present`` match), else the env's cameras in order. Raises
         ``ProcessorMismatch`` when the env has fewer than ``min_present`` cameras."""
         names = [c[len(IMAGE_PREFIX):] if c.startswith(IMAGE_PREFIX) else c for c in model_cameras]
         by_name = [n for n in names if n in env_keys]
         if by_name and len(by_name) >= min_present:
-            return cls(cameras=names, sources=[n if n in env_keys else "" for n in names])
+            return cls(cameras=names, sources=[n if n in env_keys else "" for n in names], fill_blank=fill_blank)
         if len(env_keys) < min_present:
             raise ProcessorMismatch(f"{who}: the env renders cameras {list(env_keys)}; the network needs at least "
                                     f"{min_present} of {names}; add cameras to env.cameras (or obs_mode=rgb)")
         fed = list(env_keys[: len(names)])
-        return cls(cameras=names, sources=fed + [""] * (len(names) - len(fed)))
+        return cls(cameras=names, sources=fed + [""] * (len(names) - len(fed)), fill_blank=fill_blank)
 
     @property
     def fed(self) -> list[str]:
@@ -70,6 +72,8 @@ class CameraMap(ProcessorStep):
         return sum(1 for s in self.sources if not s)
 
     def forward(self, batch: Batch) -> Batch:
+        if "images" not in batch:
+            return batch
         env = _images(batch) if self.fed else batch.get("images") or {}
         missing = [s for s in self.fed if s not in env]
         if missing:
@@ -77,7 +81,9 @@ class CameraMap(ProcessorStep):
                              "maps those to the network")
         out = {c: env[s] for c, s in zip(self.cameras, self.sources, strict=True) if s}
         masks = {}
-        if out:
+        if out and not self.fill_blank:
+            masks = {c: torch.ones(v.shape[0], dtype=torch.bool, device=v.device) for c, v in out.items()}
+        elif out:
             like = torch.as_tensor(next(iter(out.values())))
             masks = {c: torch.ones(like.shape[0], dtype=torch.bool, device=like.device) for c in out}
             for c, s in zip(self.cameras, self.sources, strict=True):
@@ -100,6 +106,8 @@ class ImagesToFloat(ProcessorStep):
     """``uint8 [B, H, W, 3]`` -> ``float32 [B, 3, H, W]`` in [0, 1] for every image."""
 
     def forward(self, batch: Batch) -> Batch:
+        if "images" not in batch:
+            return batch
         out = {}
         for k, img in _images(batch).items():
             x = torch.as_tensor(img)
@@ -145,6 +153,8 @@ class ResizeWithPad(ProcessorStep):
         return img * 2.0 - 1.0 if self.signed else img
 
     def forward(self, batch: Batch) -> Batch:
+        if "images" not in batch:
+            return batch
         return {**batch, "images": {k: self.resize(v) for k, v in _images(batch).items()}}
 
 
@@ -160,7 +170,7 @@ class FlipImages(ProcessorStep):
 
     def forward(self, batch: Batch) -> Batch:
         dims = [d for d, on in ((1, self.vertical), (2, self.horizontal)) if on]
-        if not dims:
+        if not dims or "images" not in batch:
             return batch
         images = {k: torch.as_tensor(v).flip(dims) if not self.cameras or k in self.cameras else v
                   for k, v in _images(batch).items()}
@@ -183,7 +193,7 @@ class ImageSize(ProcessorStep):
     width: int = 224
 
     def forward(self, batch: Batch) -> Batch:
-        for k, img in _images(batch).items():
+        for k, img in (batch.get("images") or {}).items():
             x = torch.as_tensor(img)
             if x.dtype != torch.uint8 or tuple(x.shape[1:3]) != (self.height, self.width):
                 raise ValueError(f"camera '{k}' gives {x.dtype} {tuple(x.shape)}; the network needs uint8 "

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from policies.base import PolicySpec
 from policies.processors.base import Batch, ProcessorMismatch, ProcessorStep, register_step
+from policies.spec import PolicySpec
 
 MODES = ("mean_std", "min_max", "quantiles", "quantile10", "identity")
 _BOUNDS = {"min_max": ("min", "max"), "quantiles": ("q01", "q99"), "quantile10": ("q10", "q90")}
@@ -30,6 +30,14 @@ _PRECISION = {"float32": torch.float32, "float64": torch.float64}
 def spec_dim(spec: PolicySpec, key: str) -> int | None:
     """The env's width of ``key`` (``state`` / ``action``), None for a key the spec does not size."""
     return {"state": spec.state_dim, "action": spec.action_dim}.get(key)
+
+
+def check_width(spec: PolicySpec, key: str, dim: int, what: str) -> None:
+    """Refuse an env whose ``key`` is not ``dim`` wide (statistics of ``dim`` values mean nothing for it)."""
+    want = spec_dim(spec, key)
+    if want is not None and want != dim:
+        raise ProcessorMismatch(f"the processor's {what} {key} statistics have {dim} dims but the env's {key} has "
+                                f"{want}; use a checkpoint trained on this env's {key} or start a new policy")
 
 
 @register_step("normalize")
@@ -142,11 +150,7 @@ class Normalize(ProcessorStep):
         return {**batch, self.key: self.unnormalize(batch[self.key])}
 
     def check(self, spec: PolicySpec) -> None:
-        want = spec_dim(spec, self.key)
-        if want is not None and want != self.dim:
-            raise ProcessorMismatch(f"the processor normalizes a {self.key} of {self.dim} dims but the env's "
-                                    f"{self.key} has {want}; use a checkpoint trained on this env's {self.key} "
-                                    "or start from a config without fixed statistics")
+        check_width(spec, self.key, self.dim, "fixed")
 
 
 @register_step("running_normalize")
@@ -186,13 +190,17 @@ class RunningNormalize(ProcessorStep):
         self.count = tot
 
     @torch.no_grad()
-    def update(self, batch: Batch) -> None:
-        if self.key in batch:
+    def update(self, batch: Batch | torch.Tensor) -> None:
+        """Fold ``batch[key]`` (or a tensor ``[..., dim]`` of the key's values) into the running statistics."""
+        if isinstance(batch, torch.Tensor):
+            self.fold(batch)
+        elif self.key in batch:
             self.fold(torch.as_tensor(batch[self.key], dtype=torch.float32))
 
     def check(self, spec: PolicySpec) -> None:
-        want = spec_dim(spec, self.key)
-        if want is not None and want != self.dim:
-            raise ProcessorMismatch(f"the processor's running {self.key} statistics have {self.dim} dims but the "
-                                    f"env's {self.key} has {want}; train this checkpoint on an env with that "
-                                    f"{self.key} or start a new policy")
+        check_width(spec, self.key, self.dim, "running")
+
+    def stats(self) -> dict[str, list[float]]:
+        """``<key>_mean`` / ``<key>_var`` / ``<key>_count`` (what ``normalization.json`` records)."""
+        return {f"{self.key}_mean": self.mean.tolist(), f"{self.key}_var": self.var.tolist(),
+                f"{self.key}_count": [float(self.count)]}

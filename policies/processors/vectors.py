@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from policies.base import PolicySpec
 from policies.processors.base import Batch, ProcessorMismatch, ProcessorStep, register_step
 from policies.processors.normalize import spec_dim
+from policies.spec import PolicySpec
 
 _MAX_NAME = {"state": "max_state_dim", "action": "max_action_dim"}
 
@@ -27,6 +27,7 @@ class PadVector(ProcessorStep):
     key: str = "state"
     dim: int = 0
     width: int = 0
+    config_key: str = ""  # the config key that sets ``width`` (named in a refusal), e.g. policy.arch.max_state_dim
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -36,7 +37,7 @@ class PadVector(ProcessorStep):
     def _too_wide(self, dim: int) -> str:
         name = _MAX_NAME.get(self.key, "the padded width")
         return (f"the env's {self.key} dim {dim} exceeds the network's padding {name}={self.width}; raise "
-                f"policy.arch.{name} to at least {dim} (a new network) or use an env whose {self.key} fits")
+                f"{self.config_key or name} to at least {dim} (a new network) or use an env whose {self.key} fits")
 
     def forward(self, batch: Batch) -> Batch:
         if self.key not in batch:

@@ -88,12 +88,3 @@ class ChainVLAPolicy(BackboneVLAPolicy):
 
     def chunk_shape(self, batch: int) -> tuple[int, int, int]:
         return (batch, self.config.chunk_size, self.spec.action_dim)
-
-
-def gaussian_logprob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """Elementwise log N(x; mean, std^2); callers floor ``std`` (min_std) so it can never collapse."""
-    return -((x - mean) ** 2) / (2 * std**2) - std.log() - 0.5 * math.log(2 * math.pi)
-
-
-def gaussian_entropy(std: torch.Tensor) -> torch.Tensor:
-    return 0.5 + 0.5 * math.log(2 * math.pi) + std.log()

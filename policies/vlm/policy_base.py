@@ -26,7 +26,7 @@ from torch import nn
 
 from policies.base import Policy, PolicySpec, as_float_tensor
 from policies.capabilities import FixedInstructionTokens
-from policies.mlp import RunningNorm
+from policies.processors.normalize import RunningNormalize
 from policies.vlm.backbone import build_backbone, has_backbone_files, save_backbone_files
 
 PROCESSOR_NAME = "processor_config.json"
@@ -50,6 +50,38 @@ def coerce_nested(cfg: Any) -> None:
             if is_dataclass(default):
                 names = {g.name for g in fields(default)}
                 setattr(cfg, f.name, type(default)(**{k: v for k, v in value.items() if k in names}))
+
+
+@dataclass
+class VLATrunkConfig:
+    """The keys every VLA family shares: where its value head reads from and how its trunk trains."""
+
+    # value head input: "hidden" (the trunk's state before the actions) or "state" (an MLP critic on the
+    # normalized state vector: asymmetric actor-critic in simulation, decoupled from the trunk)
+    value_from: str = "hidden"
+    freeze_vlm: bool = False
+    freeze_vision: bool = False
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    dtype: str = "float32"  # "float32" | "bfloat16" (trunk weights; heads and log-probs stay fp32)
+
+    def __post_init__(self) -> None:
+        coerce_nested(self)
+
+
+@dataclass
+class VLAPolicyConfig(VLATrunkConfig):
+    """``VLATrunkConfig`` + a binned value head and frozen state statistics (the token and flow families)."""
+
+    # value_bins K >= 2: the value head outputs K logits over equal bins on [value_min, value_max] and its value
+    # is their expectation (PPO with algorithm.value_loss=hl_gauss, which requires it); 0 = a scalar value head.
+    # The defaults cover returns of rewards in [0, 1] at gamma 0.8 (at most 5) with a margin; the target
+    # Gaussian of a return has sigma = value_sigma_ratio * bin width.
+    value_bins: int = 0
+    value_min: float = -1.0
+    value_max: float = 6.0
+    value_sigma_ratio: float = 0.75
+    # keep the state normalization the policy was (SF)trained with: RL rollouts do not move it
+    freeze_state_norm: bool = False
 
 
 def value_mlp(dim: int, hidden: int | None = None, layers: int = 1) -> nn.Sequential:
@@ -94,7 +126,7 @@ class BackboneVLAPolicy(VLAPolicy):
             raise ValueError(f"policy.chunk_size must be >= 1, got {config.chunk_size}")
         self.backbone = build_backbone(config.backbone, extra_tokens, restore_dir)
         H = self.backbone.hidden_size
-        self.state_norm = RunningNorm(spec.state_dim, 10.0)
+        self.state_norm = RunningNormalize("state", spec.state_dim, 10.0)
         self.state_proj = nn.Linear(spec.state_dim, H) if config.use_state else None
         self.register_buffer("action_low", torch.tensor(spec.action_low, dtype=torch.float32))
         self.register_buffer("action_high", torch.tensor(spec.action_high, dtype=torch.float32))
@@ -187,7 +219,7 @@ class BackboneVLAPolicy(VLAPolicy):
         state = as_float_tensor(obs["state"], self.device)
         if state.ndim != 2 or state.shape[1] != self.spec.state_dim:
             raise ValueError(f"obs['state'] must be [B, {self.spec.state_dim}], got {tuple(state.shape)}")
-        return self.state_norm(state)
+        return self.state_norm.normalize(state)
 
     def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
         """Env units [..., A] -> [-1, 1]."""
@@ -219,13 +251,11 @@ class BackboneVLAPolicy(VLAPolicy):
 
     # -- normalization hooks ----------------------------------------------------------------------
     def update_normalization(self, obs: dict[str, Any]) -> None:
-        self.state_norm.update(as_float_tensor(obs["state"], self.device))
+        self.state_norm.update(obs)
 
     def normalization_stats(self) -> dict[str, list[float]]:
         return {
-            "state_mean": self.state_norm.mean.tolist(),
-            "state_var": self.state_norm.var.tolist(),
-            "state_count": [float(self.state_norm.count)],
+            **self.state_norm.stats(),
             "action_low": self.action_low.tolist(),
             "action_high": self.action_high.tolist(),
         }

@@ -14,9 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-ENVS = ROOT / ".reference-envs"
-FIXTURES = ROOT / "tests" / "fixtures" / "reference"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _lerobot_common import ENVS, FIXTURES, ROOT, ensure_venv, offline_env, shim_torchvision_ops  # noqa: E402,F401
+from _lerobot_common import redraw as _redraw  # noqa: E402
+
 MIRROR = Path("/work/.mirror")
 REPOS = {
     "openvla": MIRROR / "openvla+openvla" / "repo",
@@ -66,9 +67,7 @@ def ensure_env(venv: Path, patch_llama: bool = False) -> Path:
     python = venv / "bin" / "python"
     if python.exists():
         return python
-    subprocess.check_call([sys.executable, "-m", "venv", str(venv)])
-    subprocess.check_call([str(python), "-m", "pip", "install", "-q", *PINNED])
-    subprocess.check_call([str(python), "-m", "pip", "install", "-q", "--no-deps", *NO_DEPS])
+    ensure_venv(venv, PINNED, NO_DEPS)
     if patch_llama:
         site = subprocess.check_output(
             [str(python), "-c", "import transformers, os; print(os.path.dirname(transformers.__file__))"],
@@ -91,21 +90,10 @@ def write_reference_package(dst: Path, files: dict[str, tuple[str, str]]) -> Non
 
 
 def run_inside(script: Path, python: Path, package_root: Path) -> int:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(package_root)}
-    return subprocess.call([str(python), str(script), "--inside"], env=env)
+    return subprocess.call([str(python), str(script), "--inside"], env=offline_env(str(package_root)))
 
 
 # ---- the parts below run inside the reference venv -------------------------------------------------
-
-def shim_torchvision_ops() -> None:
-    """The CPU torch cannot load torchvision's compiled ops; declare the two schemas its Python side registers."""
-    import torch
-
-    lib = torch.library.Library("torchvision", "DEF")
-    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    lib.define("qnms(Tensor qdets, Tensor qscores, float iou_threshold) -> Tensor")
-    shim_torchvision_ops.lib = lib  # keep the library alive
-
 
 TINY_TOWERS = {
     # the published towers' structure (DINOv2: class + 4 register tokens, layer scale, prefix tokens without
@@ -140,20 +128,23 @@ def tiny_text_config() -> dict:
 
 
 def redraw(module, seed: int) -> None:
-    """Every parameter from a seeded normal (HF init leaves biases / norms / layer scales constant)."""
-    import torch
+    """Every parameter from a seeded normal (HF init leaves biases / norms / layer scales constant); DINOv2's
+    layer scales (``scale_factor``) from U(0.5, 1)."""
+    _redraw(module, seed, scales=("scale_factor",))
 
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in sorted(module.named_parameters()):
-            if p.ndim == 1 and ("norm" in name or "layernorm" in name):
-                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
-            elif p.ndim == 1 and "scale_factor" in name:
-                p.copy_(0.5 + 0.5 * torch.rand(p.shape, generator=g))
-            elif p.ndim == 1:
-                p.copy_(0.1 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
+
+def vla_config(config_cls, stats: dict, towers: list[str]):
+    """The reference's ``OpenVLAConfig`` of the tiny fused DINOv2 + SigLIP VLA (Llama-2 vocabulary padded to 64,
+    256 action bins) with ``stats`` as its norm statistics."""
+    config = config_cls(
+        norm_stats=stats, n_action_bins=256, vision_backbone_id="dinosiglip-vit-so-224px",
+        llm_backbone_id="llama2-7b-pure", arch_specifier="no-align+fused-gelu-mlp",
+        image_resize_strategy="resize-naive", text_config=tiny_text_config(),
+        pad_token_id=32000, pad_to_multiple_of=PAD_MULTIPLE,
+    )
+    config.timm_model_ids, config.image_sizes = towers, [IMAGE, IMAGE]
+    config.architectures = ["OpenVLAForActionPrediction"]
+    return config
 
 
 def favour_action_tokens(model, factor: float = 3.0) -> None:

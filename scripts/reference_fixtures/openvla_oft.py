@@ -98,14 +98,7 @@ def reference_vla(towers: list[str]):
     from prismatic.vla import constants as K
 
     stats = common.statistics(K.ACTION_DIM, K.PROPRIO_DIM, common.SEED + 10)
-    config = OpenVLAConfig(
-        norm_stats=stats, n_action_bins=256, vision_backbone_id="dinosiglip-vit-so-224px",
-        llm_backbone_id="llama2-7b-pure", arch_specifier="no-align+fused-gelu-mlp",
-        image_resize_strategy="resize-naive", text_config=common.tiny_text_config(),
-        pad_token_id=32000, pad_to_multiple_of=common.PAD_MULTIPLE,
-    )
-    config.timm_model_ids, config.image_sizes = towers, [common.IMAGE, common.IMAGE]
-    config.architectures = ["OpenVLAForActionPrediction"]
+    config = common.vla_config(OpenVLAConfig, stats, towers)
     torch.manual_seed(common.SEED)
     model = OpenVLAForActionPrediction(config)
     common.redraw(model, common.SEED + 10)

@@ -33,9 +33,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-VENV = ROOT / ".reference-envs" / "pi0"
-OUT = ROOT / "tests" / "fixtures" / "reference"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _lerobot_common as common  # noqa: E402
+
+VENV = common.ENVS / "pi0"
+OUT = common.FIXTURES
 PINNED = [
     "torch==2.13.0", "transformers==4.53.2", "tokenizers==0.21.4", "huggingface-hub==0.35.3", "diffusers==0.35.2",
     "datasets>=4.8,<4.9", "accelerate", "draccus==0.10.0", "einops", "pillow", "imageio", "pyserial",
@@ -94,11 +96,8 @@ def openpi_commit(src: Path) -> str:
 
 
 def ensure_env(openpi: Path) -> Path:
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        subprocess.check_call([sys.executable, "-m", "venv", str(VENV)])
-        subprocess.check_call([str(python), "-m", "pip", "install", "-q", *PINNED])
-        subprocess.check_call([str(python), "-m", "pip", "install", "-q", "--no-deps", *NO_DEPS])
+    """The venv (made once), with openpi's ``transformers_replace`` files copied over its transformers."""
+    python = common.ensure_venv(VENV, PINNED, NO_DEPS)
     site = subprocess.check_output(
         [str(python), "-c", "import os, transformers; print(os.path.dirname(transformers.__file__))"],
         text=True, env={**os.environ, "PYTHONPATH": ""},
@@ -108,27 +107,12 @@ def ensure_env(openpi: Path) -> Path:
     return python
 
 
-def shim_torchvision_ops() -> None:
-    """The CPU torch cannot load torchvision's compiled ops; declare the two schemas its Python side registers."""
-    import torch
-
-    lib = torch.library.Library("torchvision", "DEF")
-    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    lib.define("qnms(Tensor qdets, Tensor qscores, float iou_threshold) -> Tensor")
-    shim_torchvision_ops.lib = lib  # keep the library alive
-
-
 def write_tokenizer(folder: Path) -> int:
     """A byte-level BPE tokenizer without merges that prepends <bos> like PaliGemma's; returns its size."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from tokenizers import processors
     from transformers import PreTrainedTokenizerFast
 
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
-    vocab = {**{s: i for i, s in enumerate(specials)}, **{c: i + len(specials) for i, c in enumerate(alphabet)}}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
+    tok = common.byte_level_bpe(["<pad>", "<eos>", "<bos>", "<unk>"], unk_token="<unk>")
     tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 2)])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>",
                                    unk_token="<unk>")
@@ -188,11 +172,7 @@ def redraw(module, seed: int) -> None:
 
 
 def build(kind: str, cameras: dict, state_dim: int, action_dim: int, config: dict, openpi: str) -> None:
-    import lerobot
     import torch
-    import transformers
-    from lerobot.configs.types import FeatureType, PolicyFeature
-    from safetensors.torch import save_file
 
     if kind == "pi0":
         from lerobot.policies.pi0 import modeling_pi0 as modeling
@@ -218,15 +198,7 @@ def build(kind: str, cameras: dict, state_dim: int, action_dim: int, config: dic
     assert vocab <= TINY["vocab_size"], vocab
     (ckpt / "tiny_dims.json").write_text(json.dumps(TINY, indent=2) + "\n")
     os.chdir(ckpt)  # the pre-processor records tokenizer_name="tokenizer", relative to the checkpoint
-    cfg = Config(
-        device="cpu", dtype="float32",
-        input_features={
-            **{k: PolicyFeature(type=FeatureType.VISUAL, shape=s) for k, s in cameras.items()},
-            "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(state_dim,)),
-        },
-        output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(action_dim,))},
-        **config,
-    )
+    cfg = Config(device="cpu", dtype="float32", **common.policy_features(cameras, state_dim, action_dim), **config)
     policy = policy_cls(cfg)
     redraw(policy, SEED)
     policy.eval()
@@ -244,21 +216,11 @@ def build(kind: str, cameras: dict, state_dim: int, action_dim: int, config: dic
     pre.save_pretrained(ckpt)
     post.save_pretrained(ckpt)
 
-    batch_size = 2
-    raw = {k: torch.rand(batch_size, *s, generator=g) for k, s in cameras.items()}
-    raw["observation.state"] = 0.8 * torch.randn(batch_size, state_dim, generator=g)
-    noise = torch.randn(batch_size, cfg.chunk_size, cfg.max_action_dim, generator=g)
+    raw = common.raw_batch(cameras, state_dim, g, state_scale=0.8)
+    noise = torch.randn(common.BATCH, cfg.chunk_size, cfg.max_action_dim, generator=g)
     processed = pre({**{k: v.clone() for k, v in raw.items()}, "task": list(TASKS)})
 
-    velocities = []
-    denoise = policy.model.denoise_step
-
-    def record(**kw):
-        v = denoise(**kw)
-        velocities.append(v.detach().clone())
-        return v
-
-    policy.model.denoise_step = record
+    velocities = common.record_denoise_steps(policy)
     images, img_masks = policy._preprocess_images(processed)  # noqa: SLF001
     tokens, token_mask = processed["observation.language.tokens"], processed["observation.language.attention_mask"]
     state = modeling.pad_vector(processed["observation.state"], cfg.max_state_dim)
@@ -273,25 +235,12 @@ def build(kind: str, cameras: dict, state_dim: int, action_dim: int, config: dic
         normalized = policy.predict_action_chunk(processed, noise=noise.clone())
         actions = post(normalized)
     assert torch.equal(normalized, chunk[:, :, :action_dim])
-    tensors = {
-        **{f"raw.{k}": v for k, v in raw.items()},
-        **{f"model.image.{i}": im for i, im in enumerate(images)},
-        **{f"model.image_mask.{i}": m for i, m in enumerate(img_masks)},
-        "model.tokens": tokens,
-        "model.token_mask": token_mask.bool(),
-        "model.state": state,
-        "noise": noise,
-        "velocities": velocities_model,
-        "chunk": chunk,
-        "actions": actions,
-    }
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(ckpt / "io.safetensors"))
-    meta = {
-        "tasks": TASKS, "cameras": list(cameras), "seed": SEED, "policy": kind,
-        "versions": {"lerobot": lerobot.__version__, "transformers": transformers.__version__,
-                     "torch": torch.__version__, "openpi_transformers_replace": openpi},
-    }
-    (ckpt / "io.json").write_text(json.dumps(meta, indent=2) + "\n")
+    model_inputs = {"images": images, "image_masks": img_masks, "tokens": tokens, "token_mask": token_mask,
+                    "state": state}
+    outputs = {"noise": noise, "velocities": velocities_model, "chunk": chunk, "actions": actions}
+    common.write_io(ckpt, raw, model_inputs, outputs, {"tasks": TASKS, "cameras": list(cameras), "seed": SEED,
+                                                       "policy": kind,
+                                                       "versions": {"openpi_transformers_replace": openpi}})
     size = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
     print(f"[{kind}] wrote {ckpt} ({size / 1e3:.0f} kB): actions {tuple(actions.shape)}, "
           f"chunk |max| {chunk.abs().max():.3f}")
@@ -302,7 +251,7 @@ def main() -> int:
     if "--inside" in args:
         import torch
 
-        shim_torchvision_ops()
+        common.shim_torchvision_ops()
         torch.set_num_threads(1)
         commit = args[args.index("--inside") + 1]
         kinds = [a for a in args if a in VARIANTS]
@@ -316,10 +265,9 @@ def main() -> int:
               file=sys.stderr)
         return 2
     python = ensure_env(openpi)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": ""}
     kinds = [a for a in args if a in VARIANTS] or ["pi0"]
     return subprocess.call([str(python), str(Path(__file__).resolve()), "--inside", openpi_commit(openpi), *kinds],
-                           env=env)
+                           env=common.offline_env())
 
 
 if __name__ == "__main__":

@@ -230,18 +230,16 @@ def lerobot_actions(family: str, export_dir: Path, tensors: dict, meta: dict) ->
     """LeRobot 0.4.4: the export through its ``from_pretrained`` and its saved processor pipelines."""
     import torch
 
-    if family == "smolvla":
-        sys.path.insert(0, str(HERE))
-        import smolvla as fixture  # the fixture script: torchvision shim
+    sys.path.insert(0, str(HERE))
+    import _lerobot_common as lerobot_common  # the fixture scripts' shared parts: torchvision shim
 
-        fixture.shim_torchvision_ops()
+    lerobot_common.shim_torchvision_ops()
+    if family == "smolvla":
         from lerobot.policies.smolvla import processor_smolvla  # noqa: F401  (registers its steps)
         from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy as Policy
     else:
-        sys.path.insert(0, str(HERE))
-        import pi0 as fixture  # the fixture script: torchvision shim, tiny Gemma builders
+        import pi0 as fixture  # the fixture script: tiny Gemma builders
 
-        fixture.shim_torchvision_ops()
         if (export_dir / "tiny_dims.json").is_file():
             fixture.TINY = json.loads((export_dir / "tiny_dims.json").read_text())
         if family == "pi0":

@@ -18,15 +18,16 @@ All parameters are redrawn from a seed (default HF init leaves biases and norm s
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-VENV = ROOT / ".reference-envs" / "smolvla"
-OUT = ROOT / "tests" / "fixtures" / "reference" / "smolvla"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _lerobot_common as common  # noqa: E402
+
+VENV = common.ENVS / "smolvla"
+OUT = common.FIXTURES / "smolvla"
 PINNED = [
     "torch==2.13.0", "transformers==4.57.6", "huggingface-hub==0.35.3", "diffusers==0.35.2",
     "datasets>=4.8,<4.9", "accelerate", "draccus==0.10.0", "einops", "pillow", "imageio", "pyserial",
@@ -38,33 +39,15 @@ TASKS = ["pick up the red cube", "open the top drawer slowly"]
 
 
 def ensure_env() -> Path:
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        subprocess.check_call([sys.executable, "-m", "venv", str(VENV)])
-        subprocess.check_call([str(python), "-m", "pip", "install", "-q", *PINNED])
-        subprocess.check_call([str(python), "-m", "pip", "install", "-q", "--no-deps", *NO_DEPS])
-    return python
-
-
-def shim_torchvision_ops() -> None:
-    """The CPU torch cannot load torchvision's compiled ops; declare the two schemas its Python side registers."""
-    import torch
-
-    lib = torch.library.Library("torchvision", "DEF")
-    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    lib.define("qnms(Tensor qdets, Tensor qscores, float iou_threshold) -> Tensor")
-    shim_torchvision_ops.lib = lib  # keep the library alive
+    """This fixture's venv (made once); its python."""
+    return common.ensure_venv(VENV, PINNED, NO_DEPS)
 
 
 def byte_tokenizer():
     """A byte-level BPE tokenizer without merges (any string tokenizes) with SmolVLM's extra tokens."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
+    tok = common.byte_level_bpe([])
     extra = {
         "fake_image_token": "<fake_token_around_image>", "image_token": "<image>",
         "global_image_token": "<global-img>", "end_of_utterance_token": "<end_of_utterance>",
@@ -100,20 +83,6 @@ def write_vlm(folder: Path, width: int, heads: int, kv_heads: int) -> None:
     processor.save_pretrained(folder)
 
 
-def redraw(module, seed: int) -> None:
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in sorted(module.named_parameters()):
-            if p.ndim == 1 and ("norm" in name or "layernorm" in name):
-                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
-            elif p.ndim == 1:
-                p.copy_(0.1 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
-
-
 VARIANTS = {
     # published SmolVLA settings (chunk 50, 10 steps, dims padded to 32, expert interleaving SA/CA every 2)
     # on a 6-layer VLM cut to 4; two cameras of different aspect ratios
@@ -133,14 +102,10 @@ VARIANTS = {
 
 
 def build(name: str, vlm: tuple[int, int, int], cameras: dict, state_dim: int, action_dim: int, config: dict) -> None:
-    import lerobot
     import torch
-    import transformers
-    from lerobot.configs.types import FeatureType, PolicyFeature
     from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
     from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
     from lerobot.policies.smolvla.processor_smolvla import make_smolvla_pre_post_processors
-    from safetensors.torch import save_file
 
     torch.manual_seed(SEED)
     ckpt = OUT / name
@@ -150,15 +115,10 @@ def build(name: str, vlm: tuple[int, int, int], cameras: dict, state_dim: int, a
     config = SmolVLAConfig(
         vlm_model_name="vlm", load_vlm_weights=False, device="cpu", num_vlm_layers=4,
         resize_imgs_with_padding=(32, 32), tokenizer_max_length=16,
-        input_features={
-            **{k: PolicyFeature(type=FeatureType.VISUAL, shape=s) for k, s in cameras.items()},
-            "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(state_dim,)),
-        },
-        output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(action_dim,))},
-        **config,
+        **common.policy_features(cameras, state_dim, action_dim), **config,
     )
     policy = SmolVLAPolicy(config)
-    redraw(policy, SEED)
+    common.redraw(policy, SEED)
     policy.eval()
     g = torch.Generator().manual_seed(SEED + 1)
     stats = {
@@ -171,21 +131,11 @@ def build(name: str, vlm: tuple[int, int, int], cameras: dict, state_dim: int, a
     pre.save_pretrained(ckpt)
     post.save_pretrained(ckpt)
 
-    batch_size = 2
-    raw = {k: torch.rand(batch_size, *s, generator=g) for k, s in cameras.items()}
-    raw["observation.state"] = torch.randn(batch_size, state_dim, generator=g)
-    noise = torch.randn(batch_size, config.chunk_size, config.max_action_dim, generator=g)
+    raw = common.raw_batch(cameras, state_dim, g)
+    noise = torch.randn(common.BATCH, config.chunk_size, config.max_action_dim, generator=g)
     processed = pre({**{k: v.clone() for k, v in raw.items()}, "task": list(TASKS)})
 
-    velocities = []
-    denoise = policy.model.denoise_step
-
-    def record(**kw):
-        v = denoise(**kw)
-        velocities.append(v.detach().clone())
-        return v
-
-    policy.model.denoise_step = record
+    velocities = common.record_denoise_steps(policy)
     images, img_masks = policy.prepare_images(processed)
     state = policy.prepare_state(processed)
     with torch.no_grad():
@@ -198,25 +148,10 @@ def build(name: str, vlm: tuple[int, int, int], cameras: dict, state_dim: int, a
         policy.reset()
         normalized = policy.predict_action_chunk(processed, noise=noise.clone())
         actions = post(normalized)
-    tensors = {
-        **{f"raw.{k}": v for k, v in raw.items()},
-        **{f"model.image.{i}": im for i, im in enumerate(images)},
-        **{f"model.image_mask.{i}": m for i, m in enumerate(img_masks)},
-        "model.tokens": processed["observation.language.tokens"],
-        "model.token_mask": processed["observation.language.attention_mask"].bool(),
-        "model.state": state,
-        "noise": noise,
-        "velocities": velocities_model,
-        "chunk": chunk,
-        "actions": actions,
-    }
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(ckpt / "io.safetensors"))
-    meta = {
-        "tasks": TASKS, "cameras": list(cameras), "seed": SEED,
-        "versions": {"lerobot": lerobot.__version__, "transformers": transformers.__version__,
-                     "torch": torch.__version__},
-    }
-    (ckpt / "io.json").write_text(json.dumps(meta, indent=2) + "\n")
+    model_inputs = {"images": images, "image_masks": img_masks, "tokens": processed["observation.language.tokens"],
+                    "token_mask": processed["observation.language.attention_mask"], "state": state}
+    outputs = {"noise": noise, "velocities": velocities_model, "chunk": chunk, "actions": actions}
+    common.write_io(ckpt, raw, model_inputs, outputs, {"tasks": TASKS, "cameras": list(cameras), "seed": SEED})
     print(f"[smolvla] wrote {ckpt}: actions {tuple(actions.shape)}, chunk |max| {chunk.abs().max():.3f}")
 
 
@@ -224,14 +159,13 @@ def main() -> int:
     if "--inside" in sys.argv:
         import torch
 
-        shim_torchvision_ops()
+        common.shim_torchvision_ops()
         torch.set_num_threads(1)
         for name, spec in VARIANTS.items():
             build(name, **spec)
         return 0
     python = ensure_env()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": ""}
-    return subprocess.call([str(python), str(Path(__file__).resolve()), "--inside"], env=env)
+    return subprocess.call([str(python), str(Path(__file__).resolve()), "--inside"], env=common.offline_env())
 
 
 if __name__ == "__main__":

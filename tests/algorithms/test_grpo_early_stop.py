@@ -9,10 +9,10 @@ import ray
 import torch
 
 from policies.registry import make_policy
+from tests.helpers.runners import set_up_runner
 from vlarl.algorithms.grpo import collect_groups, group_reset_ids, grpo_update
 from vlarl.algorithms.spec import SEED_STRIDE
 from vlarl.checkpoint import REFERENCE_NAME, latest_checkpoint
-from vlarl.config import load_train_config
 from vlarl.runner import Runner
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]  # ~1 min on 2 busy cores
@@ -39,11 +39,8 @@ def _update(runner: Runner, traj) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def runner(tmp_path_factory):
-    d = tmp_path_factory.mktemp("grpo_early")
-    r = Runner(load_train_config([*OVERRIDES, f"run_dir={d}"]), d)
-    r.setup()
-    yield r
-    r.close()
+    with set_up_runner(OVERRIDES, tmp_path_factory.mktemp("grpo_early")) as r:
+        yield r
 
 
 def test_collect_groups_stops_when_every_episode_ended(runner):

@@ -8,9 +8,8 @@ import pytest
 import ray
 import torch
 
+from tests.helpers.runners import set_up_runner
 from vlarl.algorithms.grpo import collect_groups, selected_batch
-from vlarl.config import load_train_config
-from vlarl.runner import Runner
 from vlarl.scheduler.transport import TrajectoryRef, payload
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]  # ~1 min on 2 busy cores
@@ -24,11 +23,8 @@ OVERRIDES = [
 
 @pytest.fixture(scope="module")
 def runner(tmp_path_factory):
-    d = tmp_path_factory.mktemp("grpo_rollout_side")
-    r = Runner(load_train_config([*OVERRIDES, f"run_dir={d}"]), d)
-    r.setup()
-    yield r
-    r.close()
+    with set_up_runner(OVERRIDES, tmp_path_factory.mktemp("grpo_rollout_side")) as r:
+        yield r
 
 
 def _collect_watched(runner, monkeypatch):

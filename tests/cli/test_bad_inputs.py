@@ -103,6 +103,15 @@ CASES: dict[str, tuple[Callable[..., int], str]] = {
     "train-sac-critics-from-other-shape": (_train("algorithm=sac", "policy.squash=true",
                                                   "algorithm.critics_from={w}/critics.pt"),
                                            "set algorithm.critic_hidden_sizes to match"),
+    # a policy whose processor does not fit the env (checked on the meta-device build, before anything is written)
+    "train-pi0-state-past-padding": (_train("policy=pi0", "policy.arch.max_state_dim=4"),
+                                     "the env's state dim 8 exceeds the network's padding max_state_dim=4; raise "
+                                     "policy.arch.max_state_dim to at least 8"),
+    "train-smolvla-action-past-padding": (_train("policy=smolvla", "+policy.arch.max_action_dim=4"),
+                                          "action dim 7 exceeds the network's padding max_action_dim=4"),
+    "train-smolvla-camera-not-rendered": (_train("policy=smolvla", "env.obs_mode=rgb", "policy.cameras=[wrist]"),
+                                          "expects camera(s) ['wrist'] that the env does not render (env cameras: "
+                                          "['base_camera']); add them to env.cameras"),
     "train-reward-no-critic": (_train("reward=vlm_critic"), "reward.critic_path is empty"),
     "train-reward-missing-critic": (_train("reward=vlm_critic", "reward.critic_path={w}/nowhere"), "does not exist"),
     "train-placement-mode": (_train("placement.mode=magic"), "placement.mode='magic' is unknown"),

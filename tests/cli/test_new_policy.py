@@ -1,8 +1,10 @@
 """A new policy family is two files written outside the package: a module (its config dataclass beside its
-``@register_policy`` class) and a YAML in a ``policy/`` config folder. ``vlarl-train plugins=[module]
+``@register_policy`` class, which composes a network, a processor of saved steps and an RL head) and a YAML in
+a ``policy/`` config folder. ``vlarl-train plugins=[module]
 hydra.searchpath=[file://<dir>]`` imports the module before composing and trains the family through the real
 runner (Ray workers, ManiSkill PushCube) with PPO; its checkpoint loads back with ``Policy.from_pretrained`` as
-the plugin's class. No file of vlarl, policies/ or configs/ is edited. (docs/extending.md walks through it.)"""
+the plugin's class, with its processor (``processor.json`` + statistics) saved and loaded with it. No file of
+vlarl, policies/ or configs/ is edited. (docs/extending.md walks through it.)"""
 
 from __future__ import annotations
 
@@ -14,15 +16,20 @@ import pytest
 
 from tests.helpers.plugins import one_line_refusal, train, write_plugin
 
-# A linear Gaussian chunk policy with a linear value head: the smallest thing PPO can train.
+# The smallest composed family PPO can train: a linear network, a processor of saved steps (the env's cameras
+# and state in, env action units out) and the Gaussian RL head from policies/heads.
 MODULE = '''
-"""A linear Gaussian chunk policy, registered from outside vlarl (tests/cli/test_new_policy.py)."""
-from dataclasses import dataclass
+"""A linear Gaussian chunk policy composed of a network, a processor and a head, registered from outside vlarl
+(tests/cli/test_new_policy.py)."""
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from policies.base import ActionSample, Policy, as_float_tensor
+from policies.base import ActionSample, Policy
+from policies.heads.gaussian import GaussianChunkHead
+from policies.processors import (CameraMap, ImageSize, ImagesToFloat, Normalize, PadVector, Processor,
+                                 RunningNormalize)
 from policies.registry import register_policy
 
 
@@ -31,43 +38,66 @@ class LinearPolicyConfig:
     name: str = "linear_plugin"
     chunk_size: int = 2
     init_log_std: float = -0.5
+    max_state_dim: int = 64  # the network's state width (the env's state is zero-padded to it)
+    cameras: list[str] = field(default_factory=list)  # env cameras the network reads (their mean colour)
+    image_size: int = 0  # a fixed camera size the network needs (0: any)
 
 
 @register_policy("linear_plugin", LinearPolicyConfig)
 class LinearPolicy(Policy):
-    """mean [B, T, A] = W state + b; log std per chunk step and action dim; value = v . state + c."""
+    """network: mean [B, T, A] = W x + b and value = v . x + c, x = [padded normalized state, camera colours];
+    processor: cameras -> [0, 1], running state statistics, padding, env action bounds <-> [-1, 1];
+    head: a Gaussian over the normalized chunk."""
 
     def __init__(self, config, spec):
         super().__init__(config, spec)
-        T, A = config.chunk_size, spec.action_dim
-        self.actor = nn.Linear(spec.state_dim, T * A)
+        T, A, S = config.chunk_size, spec.action_dim, spec.state_dim
+        cams = list(config.cameras)
+        size = [ImageSize(config.image_size, config.image_size)] if config.image_size else []
+        image_steps = [*size, CameraMap(cameras=cams, sources=cams), ImagesToFloat()] if cams else []
+        self.processor = Processor([*image_steps, RunningNormalize("state", S),
+                                    PadVector("state", S, config.max_state_dim, "policy.max_state_dim"),
+                                    Normalize.from_bounds("action", spec.action_low, spec.action_high,
+                                                          clip_inverse=True)])
+        self.processor.check(spec)  # an env the steps do not fit is refused when the config loads
+        width = config.max_state_dim + 3 * len(cams)
+        self.actor = nn.Linear(width, T * A)
         nn.init.zeros_(self.actor.weight)
         nn.init.zeros_(self.actor.bias)
         self.log_std = nn.Parameter(torch.full((T, A), config.init_log_std))
-        self.critic = nn.Linear(spec.state_dim, 1)
+        self.critic = nn.Linear(width, 1)
+        self.head = GaussianChunkHead()
 
-    def _dist(self, obs):
-        s = as_float_tensor(obs["state"])
-        mean = self.actor(s).view(s.shape[0], self.config.chunk_size, self.spec.action_dim)
-        return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean)), self.critic(s).squeeze(-1)
+    def _net(self, obs):
+        batch = self.processor({"state": obs["state"], **({"images": obs["images"]} if "images" in obs else {})})
+        colours = [img.mean((2, 3)) for img in batch.get("images", {}).values()]
+        x = torch.cat([batch["state"], *colours], -1)
+        mean = self.actor(x).view(x.shape[0], self.config.chunk_size, self.spec.action_dim)
+        return mean, self.critic(x).squeeze(-1)
+
+    def _to_env(self, normalized):
+        return self.processor.inverse({"action": normalized})["action"]
 
     @torch.no_grad()
     def sample(self, obs):
-        dist, value = self._dist(obs)
-        a = dist.sample()
-        return ActionSample(a, dist.log_prob(a), value, {"actions": a})
+        mean, value = self._net(obs)
+        a, logprob, replay = self.head.sample(mean, self.log_std)
+        return ActionSample(self._to_env(a), logprob, value, replay)
 
     def evaluate(self, obs, replay):
-        dist, value = self._dist(obs)
-        return dist.log_prob(replay["actions"]), dist.entropy(), value
+        mean, value = self._net(obs)
+        return (*self.head.evaluate(mean, self.log_std, replay), value)
 
     @torch.no_grad()
     def act(self, obs):
-        return self._dist(obs)[0].mean
+        return self._to_env(self.head.mode(self._net(obs)[0]))
 
     @torch.no_grad()
     def value(self, obs):
-        return self._dist(obs)[1]
+        return self._net(obs)[1]
+
+    def update_normalization(self, obs):
+        self.processor.update({"state": obs["state"]})
 '''
 
 YAML = """\
@@ -86,10 +116,16 @@ def plugin(tmp_path) -> dict:
 
 
 def test_a_plugin_policy_refuses_what_it_cannot_do(plugin, tmp_path):
-    """Its own keys only, and the capability checks of the algorithms apply to it like to a built-in family:
-    one line, exit 2, nothing written."""
+    """Its own keys only, the capability checks of the algorithms and its processor's checks against the env
+    apply to it like to a built-in family: one line, exit 2, nothing written."""
     cases = [(["policy.hidden_sizes=[8]"], "unknown config key 'policy.hidden_sizes'"),
-             (["algorithm=sac"], "algorithm=sac needs reparameterized sampling")]
+             (["algorithm=sac"], "algorithm=sac needs reparameterized sampling"),
+             # its processor does not fit the env: a camera the env does not render, a state past the padding,
+             # a fixed image size the env does not render
+             (["policy.cameras=[wrist]"], "expects camera(s) ['wrist'] that the env does not render"),
+             (["policy.max_state_dim=4"], "exceeds the network's padding max_state_dim=4; raise policy.max_state_dim"),
+             (["env.obs_mode=rgb", "policy.cameras=[base_camera]", "policy.image_size=32"],
+              "the network needs 32x32 images but the env renders 128x128; set env.image_size=32")]
     for extra, needle in cases:
         p = train([*plugin["common"], *extra, f"run_dir={tmp_path / 'never'}"], plugin["env"], tmp_path)
         assert one_line_refusal(p, needle), (extra, p.stderr[-2000:])
@@ -113,6 +149,7 @@ def test_a_plugin_policy_trains_through_vlarl_train(plugin, tmp_path):
     import torch
 
     from policies import Policy
+    from policies.processors import Processor
     from policies.registry import _REGISTRY
 
     sys.path.insert(0, str(plugin["mods"]))
@@ -126,3 +163,13 @@ def test_a_plugin_policy_trains_through_vlarl_train(plugin, tmp_path):
         sys.modules.pop("linear_plugin", None)
     assert type(last).__name__ == "LinearPolicy" and last.name == "linear_plugin"
     assert not torch.equal(first.actor.weight, last.actor.weight), "PPO never changed the plugin's actor"
+    # the processor was saved with each checkpoint and came back from its files: the running state statistics
+    # the rollouts moved, the env's action bounds
+    ckpt = run_dir / "checkpoints" / "iter_000003"
+    steps = [s["type"] for s in json.loads((ckpt / "processor.json").read_text())["steps"]]
+    assert steps == ["running_normalize", "pad_vector", "normalize"] and (ckpt / "processor.safetensors").is_file()
+    stats, first_stats = last.processor.steps[0], first.processor.steps[0]
+    assert float(stats.count) > float(first_stats.count) > 1 and not torch.equal(stats.mean, first_stats.mean)
+    assert torch.equal(Processor.load(ckpt).steps[0].mean, stats.mean)
+    bounds = last.processor.steps[2]
+    assert torch.equal(bounds.shift, torch.tensor(last.spec.action_low)) and bounds.clip_inverse

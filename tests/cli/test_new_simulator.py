@@ -8,10 +8,12 @@ import the plugin too) and evaluates it; no file of vlarl, simulators/ or config
 from __future__ import annotations
 
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 
-from tests.helpers.plugins import one_line_refusal, train, write_plugin
+from tests.helpers.plugins import BIN, one_line_refusal, train, write_plugin
 
 # A point mass in the unit square steered towards a goal: state (position, goal), action a velocity step.
 MODULE = '''
@@ -82,10 +84,27 @@ max_episode_steps: 20
 """
 
 
-@pytest.fixture
-def plugin(tmp_path) -> dict:
-    p = write_plugin(tmp_path, "point_reach", MODULE, "env", YAML)
-    return {**p, "common": [*p["args"], "~experiment", "env=point_reach"]}  # the default experiment is PushCube's
+@pytest.fixture(scope="module")
+def plugin(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("point_reach")
+    p = write_plugin(root, "point_reach", MODULE, "env", YAML)
+    return {**p, "root": root, "common": [*p["args"], "~experiment", "env=point_reach"]}  # default is PushCube's
+
+
+@pytest.fixture(scope="module")
+def trained(plugin) -> tuple[Path, subprocess.CompletedProcess]:
+    """One short PPO run on the plugin env (shared by the training and the evaluation tests)."""
+    run_dir = plugin["root"] / "run"
+    args = [*plugin["common"], "env.num_workers=1", "policy.hidden_sizes=[32,32]", "algorithm.num_steps=8",
+            "total_env_steps=128", "eval.episodes=4", "eval.num_envs=2", "eval.video_episodes=0",
+            "time_limit_minutes=0", "logger.progress_bar=false", "logger.tensorboard=false", f"run_dir={run_dir}"]
+    return run_dir, train(args, plugin["env"], plugin["root"])
+
+
+def evaluate(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    """``vlarl-eval *args`` in a subprocess (stdin closed, 10 minutes at most)."""
+    return subprocess.run([str(BIN / "vlarl-eval"), *args], capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL, env=env, cwd=cwd)
 
 
 def test_a_plugin_simulator_refuses_keys_it_does_not_have(plugin, tmp_path):
@@ -95,14 +114,29 @@ def test_a_plugin_simulator_refuses_keys_it_does_not_have(plugin, tmp_path):
     assert not (tmp_path / "never").exists()
 
 
-def test_a_plugin_simulator_trains_through_vlarl_train(plugin, tmp_path):
-    run_dir = tmp_path / "run"
-    args = [*plugin["common"], "env.num_workers=1", "policy.hidden_sizes=[32,32]", "algorithm.num_steps=8",
-            "total_env_steps=128", "eval.episodes=4", "eval.num_envs=2", "eval.video_episodes=0",
-            "time_limit_minutes=0", "logger.progress_bar=false", "logger.tensorboard=false", f"run_dir={run_dir}"]
-    p = train(args, plugin["env"], tmp_path)
+def test_a_plugin_simulator_trains_through_vlarl_train(trained):
+    run_dir, p = trained
     assert p.returncode == 0, f"vlarl-train failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len([r for r in rows if "train/policy_loss" in r]) == 4  # 128 env steps / (4 envs x 8 steps)
     report = json.loads((run_dir / "eval" / "eval.json").read_text())
     assert report["episodes"] == 4 and len(report["per_episode"]) == 4 and report["task"] == "reach"
+
+
+def test_a_plugin_simulator_evaluates_through_vlarl_eval(plugin, trained, tmp_path):
+    """``vlarl-eval`` takes ``plugins=`` and ``hydra.searchpath=`` as ``vlarl-train`` does: the plugin's env is
+    chosen by its YAML and a checkpoint trained on it is evaluated; without the plugin the env is unknown."""
+    run_dir, p = trained
+    assert p.returncode == 0, p.stderr[-3000:]
+    ckpt = run_dir / "checkpoints" / "latest"
+    out = tmp_path / "eval"
+    common = [f"checkpoint={ckpt}", "episodes=6", "num_envs=3", "seed=7", "video_episodes=0"]
+    e = evaluate([*common, *plugin["args"], "env=point_reach", "env.goal_radius=0.2", f"output={out}"],
+                 plugin["env"], tmp_path)
+    assert e.returncode == 0, f"vlarl-eval failed:\n{e.stdout[-3000:]}\n{e.stderr[-3000:]}"
+    report = json.loads((out / "eval.json").read_text())
+    assert report["episodes"] == 6 and len(report["per_episode"]) == 6 and report["task"] == "reach"
+    assert report["env_config"]["name"] == "point_reach" and report["env_config"]["goal_radius"] == 0.2
+    missing = evaluate([*common, f"output={tmp_path / 'never'}"], plugin["env"], tmp_path)
+    assert one_line_refusal(missing, "unknown simulator 'point_reach'"), missing.stderr
+    assert not (tmp_path / "never").exists()

@@ -10,6 +10,11 @@ from policies import Policy, make_policy
 from policies.ar_vla import ARVLAConfig, ARVLAPolicy
 from policies.vlm import BackboneConfig, LoRAConfig
 from policies.vlm.tokenizer import ACTION_TOKEN
+from tests.helpers.vla_checks import (
+    assert_bad_observations_named,
+    assert_lora_adapters_train,
+    assert_vision_frozen_language_trainable,
+)
 
 
 def _policy(spec, kind="siglip_llama", **kw) -> ARVLAPolicy:
@@ -122,16 +127,9 @@ def test_freezing_and_lora_select_the_trainable_parameters(vla_spec, obs, tmp_pa
     frozen = _policy(vla_spec, freeze_vlm=True)
     assert not any(p.requires_grad for p in frozen.backbone.parameters())
     assert frozen.action_queries.requires_grad and frozen.value_head[0].weight.requires_grad
-    vis = _policy(vla_spec, freeze_vision=True)
-    assert not any(p.requires_grad for n, p in vis.backbone.named_parameters() if n.startswith("vision."))
-    assert all(p.requires_grad for p in vis.backbone.language_model.parameters())
+    assert_vision_frozen_language_trainable(_policy(vla_spec, freeze_vision=True), "vision.")
     lora = _policy(vla_spec, lora=LoRAConfig(rank=4, target_modules=["q_proj", "v_proj"]))
-    lm_train = [n for n, p in lora.backbone.language_model.named_parameters() if p.requires_grad]
-    assert lm_train and all("lora_" in n for n in lm_train)
-    assert any("q_proj.lora_A" in n for n in lm_train) and not any("k_proj" in n for n in lm_train)
-    s = lora.sample(obs)
-    lora.evaluate(obs, s.replay)[0].sum().backward()
-    assert any(p.grad is not None for n, p in lora.named_parameters() if "lora_B" in n)
+    assert_lora_adapters_train(lora, obs, targeted="q_proj", untargeted="k_proj")
     with torch.no_grad():  # make the adapters matter, then round-trip them through a checkpoint
         for n, p in lora.named_parameters():
             if "lora_B" in n:
@@ -145,11 +143,7 @@ def test_ppo_update_changes_weights(vla_spec):
 
 
 def test_bad_input_names_the_problem(vla_spec, obs):
-    pol = _policy(vla_spec)
-    with pytest.raises(ValueError, match=r"obs\['state'\] must be \[B, 5\]"):
-        pol.act({**obs, "state": torch.zeros(3, 4)})
-    with pytest.raises(KeyError, match="wrist"):
-        pol.act({**obs, "images": {"base": obs["images"]["base"]}})
+    assert_bad_observations_named(_policy(vla_spec), obs, r"obs\['state'\] must be \[B, 5\]")
     with pytest.raises(ValueError, match="backbone.kind"):
         _policy(vla_spec, "nope")
     with pytest.raises(ValueError, match="policy.decoding"):

@@ -12,6 +12,7 @@ from policies import Policy, make_policy
 from policies.base import PolicySpec
 from policies.cnn import CNNPolicy, CNNPolicyConfig
 from policies.cnn.encoders import LITE0_MEAN, LITE0_STD, load_efficientnet_lite0, minilm_dir, shared_minilm
+from tests.helpers.vla_checks import assert_bad_observations_named
 from vlarl.config.loader import load_train_config
 
 
@@ -138,11 +139,7 @@ def test_yaml_composes_and_builds(name, vla_spec, obs):
 
 
 def test_bad_input_names_the_problem(vla_spec, obs):
-    pol = _policy(vla_spec)
-    with pytest.raises(ValueError, match=r"obs\['state'\] of shape \[B, 5\]"):
-        pol.act({**obs, "state": torch.zeros(3, 4)})
-    with pytest.raises(KeyError, match="wrist"):
-        pol.act({**obs, "images": {"base": obs["images"]["base"]}})
+    assert_bad_observations_named(_policy(vla_spec), obs, r"obs\['state'\] of shape \[B, 5\]")
     with pytest.raises(ValueError, match="policy.vision_encoder"):
         _policy(vla_spec, vision_encoder="resnet")
     no_cams = PolicySpec(state_dim=5, action_dim=3, action_low=[-1.0] * 3, action_high=[1.0] * 3)

@@ -89,6 +89,38 @@ def test_save_load_round_trip_gives_identical_act(vla_spec, obs, tmp_path):
     assert torch.equal(loaded.state_norm.mean, pol.state_norm.mean)
 
 
+def test_the_processor_is_saved_with_the_weights_and_older_checkpoints_still_load(vla_spec, obs, tmp_path):
+    """processor.json lists the env <-> network steps; a checkpoint written before the statistics moved into the
+    processor (``state_norm.*`` / ``action_*`` buffers, no processor files) loads to the same actions."""
+    from safetensors.torch import load_file, save_file
+
+    from policies.processors import CameraMap, Processor, RunningNormalize
+
+    pol = smolvla(vla_spec)
+    pol.update_normalization(obs)
+    d = pol.save_pretrained(tmp_path / "ckpt")
+    steps = [s["type"] for s in json.loads((d / "processor.json").read_text())["steps"]]
+    assert steps == ["camera_map", "images_to_float", "running_normalize", "pad_vector", "normalize", "pad_vector"]
+    saved = Processor.load(d)
+    assert saved.find(CameraMap).fed == ["base", "wrist"] and saved.find(CameraMap).blank == 1
+    assert torch.equal(saved.find(RunningNormalize).mean, pol.state_norm.mean)
+    a = pol.act(obs)
+    state = load_file(str(d / "model.safetensors"))
+    old = {}
+    for k, v in state.items():  # the names of the older layout
+        if k.startswith("processor.steps.2."):
+            old["state_norm." + k.split(".")[-1]] = v
+        elif k.startswith("processor.steps.4."):
+            old["action_" + k.split(".")[-1]] = v
+        elif not k.startswith("processor."):
+            old[k] = v
+    old.update({f"state_{n}": torch.zeros(()) for n in ("shift", "scale", "mul", "add")})  # unused, dropped
+    save_file(old, str(d / "model.safetensors"), metadata={"policy": "smolvla"})
+    for f in ("processor.json", "processor.safetensors"):
+        (d / f).unlink()
+    assert torch.equal(Policy.from_pretrained(d).act(obs), a)
+
+
 def test_bf16_and_gradient_checkpointing(vla_spec, obs):
     pol = smolvla(vla_spec, "policy.dtype=bfloat16", "policy.gradient_checkpointing=true", "policy.freeze_vlm=false")
     assert pol.net.action_in_proj.weight.dtype == torch.bfloat16 and pol.net.vlm_with_expert.gradient_checkpointing
@@ -153,9 +185,14 @@ def test_lerobot_checkpoint_through_pretrained_path_acts_as_the_loader(tmp_path)
 
 def test_bad_input_is_one_line(vla_spec, tmp_path):
     wide = PolicySpec(state_dim=70, action_dim=3, action_low=[-1.0] * 3, action_high=[1.0] * 3, image_keys=["base"])
-    with pytest.raises(ValueError, match="exceed max_state_dim/max_action_dim 64/8") as e:
+    with pytest.raises(ValueError, match="state dim 70 exceeds the network's padding max_state_dim=64; raise "
+                       "policy.arch.max_state_dim to at least 70") as e:  # the processor's pad_vector step
         smolvla(wide)
     assert "\n" not in str(e.value)
+    wide_actions = PolicySpec(state_dim=5, action_dim=9, action_low=[-1.0] * 9, action_high=[1.0] * 9,
+                              image_keys=["base"])
+    with pytest.raises(ValueError, match="action dim 9 exceeds the network's padding max_action_dim=8"):
+        smolvla(wide_actions)
     with pytest.raises(ValueError, match="state / action dims 6 / 33 exceed the checkpoint's padding") as e:
         loaded(_fixture_spec(6, 33))  # past max_action_dim=32 (within it, a new embodiment fine-tunes)
     assert "\n" not in str(e.value)

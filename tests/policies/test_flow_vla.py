@@ -11,6 +11,7 @@ from vla_helpers import assert_ppo_changes_weights
 from policies import make_policy
 from policies.flow_vla import FlowVLAConfig, FlowVLAPolicy
 from policies.vlm import BackboneConfig
+from tests.helpers.vla_checks import assert_noise_sft_loss_halves, assert_rescored_with_gradients
 
 
 def _policy(spec, likelihood="flow_sde", kind="siglip_qwen2", **kw) -> FlowVLAPolicy:
@@ -24,12 +25,7 @@ def test_sample_evaluate_consistency_and_gradients(vla_spec, obs, likelihood, ki
     K = pol.config.num_steps
     assert s.actions.shape == s.logprob.shape == (3, 2, 3) and s.value.shape == (3,)
     assert s.replay["chain"].shape == (3, K + 1, 2, 3)
-    lp, ent, v = pol.evaluate(obs, s.replay)
-    torch.testing.assert_close(lp, s.logprob, atol=1e-5, rtol=0)
-    torch.testing.assert_close(v, s.value, atol=1e-5, rtol=0)
-    (lp.sum() + v.sum()).backward()
-    grads = {n for n, p in pol.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
-    assert any(n.startswith("expert.") for n in grads) and any(".layers.0." in n for n in grads)
+    grads = assert_rescored_with_gradients(pol, obs, s)
     assert "backbone.lm_head.weight" not in grads and not pol.backbone.lm_head.weight.requires_grad
     if likelihood == "flow_noise":
         assert "noise_head.weight" in grads
@@ -74,20 +70,7 @@ def test_act_is_deterministic_and_round_trips(vla_spec, obs, tmp_path):
 def test_sft_flow_matching_loss_decreases(vla_spec, obs):
     pol = _policy(vla_spec, kind="siglip_llama")
     target = torch.tensor([[0.5, -1.0, 0.8]]).expand(3, 2, 3)
-    opt = torch.optim.Adam(pol.parameters(), lr=3e-3)
-
-    def held_out() -> float:  # same noise and times before and after training
-        with torch.no_grad():
-            return sum(pol.sft_loss(obs, target, generator=torch.Generator().manual_seed(100 + i)).item()
-                       for i in range(4))
-
-    before = held_out()
-    for i in range(30):
-        loss = pol.sft_loss(obs, target, generator=torch.Generator().manual_seed(i))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    assert held_out() < 0.5 * before
+    assert_noise_sft_loss_halves(pol, obs, target)
 
 
 @pytest.mark.parametrize("likelihood", ["flow_sde", "flow_noise"])

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from policies import Policy, PolicySpec, make_policy
 from policies.ar_vla import OpenVLAOFTPolicyConfig
@@ -22,28 +21,29 @@ from policies.ar_vla.openvla import OpenVLAConfig, tiny_config
 from policies.ar_vla.openvla_checkpoint import load_openvla
 from policies.ar_vla.openvla_oft import OpenVLAOFT
 from policies.ar_vla.openvla_policy import OpenVLAPolicy
-from policies.base import CheckpointError
+from tests.helpers.reference import (
+    FIXTURES,
+    TOL,
+    fixture_io,
+    holds_reference_weights,
+    max_diff,
+    oft_spec,
+    one_line_error,
+    spec_obs,
+)
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "reference"
 FILM = FIXTURES / "openvla_oft_film"
 VISION_FILE = "vision_backbone--100_checkpoint.pt"
-TOL = 1e-4
 
 
 def _io() -> tuple[dict[str, torch.Tensor], dict]:
-    return load_file(str(FILM / "io.safetensors")), json.loads((FILM / "io.json").read_text())
+    return fixture_io(FILM)
 
 
 @pytest.fixture(scope="module")
 def film():
-    torch.set_num_threads(1)
     io, meta = _io()
     return load_openvla(FILM / "checkpoint", unnorm_key=meta["unnorm_keys"][0]), io, meta
-
-
-def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    assert a.shape == b.shape, (a.shape, b.shape)
-    return (a.double() - b.double()).abs().max().item()
 
 
 def test_film_fixture_loads_whole(film):
@@ -61,16 +61,15 @@ def test_film_fixture_loads_whole(film):
 
 @pytest.mark.parametrize("b", [0, 1])
 def test_film_l1_head_matches_the_reference(b):
-    torch.set_num_threads(1)
     io, meta = _io()
     ckpt = load_openvla(FILM / "checkpoint", unnorm_key=meta["unnorm_keys"][b])
     ids, pv, proprio = io["input_ids"][b : b + 1], io["pixel_values"][b : b + 1], io["proprio"][b : b + 1].float()
     with torch.no_grad():
         hidden, _ = ckpt.model.action_hidden(ids, pv, proprio)
-    assert _max_diff(hidden[0], io["l1_hidden"][b]) <= TOL
+    assert max_diff(hidden[0], io["l1_hidden"][b]) <= TOL
     actions = ckpt.predict_action(ids, pv, io["proprio_raw"][b : b + 1].float())
     assert actions.shape == (1, 8, 7)
-    assert _max_diff(actions[0], io["l1_actions"][b]) <= TOL
+    assert max_diff(actions[0], io["l1_actions"][b]) <= TOL
 
 
 def test_film_batch_from_raw_images_matches(film):
@@ -80,7 +79,7 @@ def test_film_batch_from_raw_images_matches(film):
     mask = torch.ones_like(io["input_ids"])
     with torch.no_grad():
         hidden, _ = ckpt.model.action_hidden(io["input_ids"], pv, io["proprio"].float(), mask)
-    assert _max_diff(hidden, io["l1_hidden"]) <= TOL
+    assert max_diff(hidden, io["l1_hidden"]) <= TOL
 
 
 def test_film_conditions_the_towers_on_the_prompt(film):
@@ -94,16 +93,16 @@ def test_film_conditions_the_towers_on_the_prompt(film):
     with torch.no_grad():
         a = model.vision_features(pv, embed(ids), None)
         b = model.vision_features(pv, embed(other), None)
-        assert _max_diff(a, b) > 1e-3
+        assert max_diff(a, b) > 1e-3
         plain = load_openvla(FIXTURES / "openvla_oft" / "checkpoint", unnorm_key="fixture_sim").model
-        assert _max_diff(plain.vision_features(pv, embed(ids), None), plain.vision_features(pv, embed(other), None)) == 0
+        assert max_diff(plain.vision_features(pv, embed(ids), None), plain.vision_features(pv, embed(other), None)) == 0
         saved = {k: v.clone() for k, v in model.state_dict().items() if ".scale." in k or ".shift." in k}
         try:
             for k in saved:
                 model.get_parameter(k).zero_()
             identity = model.vision_features(pv, embed(ids), None)
             plain.load_state_dict({k: v for k, v in model.state_dict().items() if k in plain.state_dict()})
-            assert _max_diff(identity, plain.vision_features(pv, embed(other), None)) <= 1e-6
+            assert max_diff(identity, plain.vision_features(pv, embed(other), None)) <= 1e-6
         finally:
             model.load_state_dict(saved, strict=False)
 
@@ -119,8 +118,8 @@ def test_film_language_average_leaves_out_padding(film):
     with torch.no_grad():
         plain = model.film_language(embed(ids), None)
         expected = torch.cat([embed(ids), embed(torch.tensor([[2]]))], 1).mean(1)
-        assert _max_diff(plain, expected) <= 1e-7
-        assert _max_diff(model.film_language(embed(padded), mask), plain) <= 1e-6
+        assert max_diff(plain, expected) <= 1e-7
+        assert max_diff(model.film_language(embed(padded), mask), plain) <= 1e-6
 
 
 # ---- the policy: policy.arch.use_film (built here) and an OFT+ folder as pretrained_path -------------------
@@ -143,32 +142,20 @@ def test_policy_with_film_rescores_and_trains_film(vla_spec, obs, tmp_path):
 
 
 def test_oft_plus_folder_drives_the_policy():
-    spec = PolicySpec(state_dim=8, action_dim=7, action_low=[-1.0] * 7, action_high=[1.0] * 7,
-                      image_keys=["third_person", "wrist"], instruction="put the bowl on the plate")
+    spec = oft_spec()
     pol = make_policy(OpenVLAOFTPolicyConfig(action_head="l1", chunk_size=8,
                                   pretrained_path=str(FILM / "checkpoint"), unnorm_key="fixture_sim"), spec)
     ref = load_openvla(FILM / "checkpoint", unnorm_key="fixture_sim")
     assert pol.cfg.use_film
-    theirs = ref.model.state_dict()
-    assert all(torch.equal(v, theirs[k.removeprefix("model.")]) for k, v in pol.state_dict().items()
-               if k.startswith("model."))
-    g = torch.Generator().manual_seed(0)
-    obs = {"images": {k: torch.randint(0, 256, (2, 32, 32, 3), dtype=torch.uint8, generator=g)
-                      for k in spec.image_keys},
-           "state": torch.randn(2, 8, generator=g), "instruction": ["put the bowl on the plate"] * 2}
+    assert holds_reference_weights(pol, ref.model)
+    obs = spec_obs(spec)
     assert pol.act(obs).shape == (2, 8, 7)
 
 
 # ---- bad input: one line naming the fix ------------------------------------------------------------------
 
 def _one_line(path: Path, *must_contain: str, **kw) -> str:
-    with pytest.raises(CheckpointError) as err:
-        load_openvla(path, unnorm_key="fixture_sim", **kw)
-    msg = str(err.value)
-    assert "\n" not in msg
-    for s in must_contain:
-        assert s in msg, msg
-    return msg
+    return one_line_error(load_openvla, path, *must_contain, unnorm_key="fixture_sim", **kw)
 
 
 def test_film_folder_with_use_film_off_names_the_fix():

@@ -19,33 +19,23 @@ from safetensors.torch import load_file, save_file
 from policies.ar_vla.openvla import OpenVLA
 from policies.ar_vla.openvla_checkpoint import load_openvla
 from policies.ar_vla.openvla_oft import OpenVLAOFT
-from policies.base import CheckpointError
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "reference"
-TOL = 1e-4
+from tests.helpers.reference import FIXTURES, TOL, fixture_io, max_diff, one_line_error
 
 
 def _io(name: str) -> tuple[dict[str, torch.Tensor], dict]:
-    return load_file(str(FIXTURES / name / "io.safetensors")), json.loads((FIXTURES / name / "io.json").read_text())
+    return fixture_io(FIXTURES / name)
 
 
 @pytest.fixture(scope="module")
 def openvla():
-    torch.set_num_threads(1)
     io, meta = _io("openvla")
     return load_openvla(FIXTURES / "openvla" / "checkpoint", unnorm_key=meta["unnorm_keys"][0]), io, meta
 
 
 @pytest.fixture(scope="module")
 def oft():
-    torch.set_num_threads(1)
     io, meta = _io("openvla_oft")
     return load_openvla(FIXTURES / "openvla_oft" / "checkpoint", unnorm_key=meta["unnorm_keys"][0]), io, meta
-
-
-def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    assert a.shape == b.shape, (a.shape, b.shape)
-    return (a.double() - b.double()).abs().max().item()
 
 
 # ---- OpenVLA -------------------------------------------------------------------------------------------
@@ -61,7 +51,7 @@ def test_openvla_fixture_loads_whole(openvla):
 
 def test_openvla_pixel_values_match_its_processor(openvla):
     ckpt, io, _ = openvla
-    assert _max_diff(ckpt.pixel_values([io["raw_images"]]), io["pixel_values"]) <= 1e-6
+    assert max_diff(ckpt.pixel_values([io["raw_images"]]), io["pixel_values"]) <= 1e-6
 
 
 def test_openvla_greedy_tokens_and_logits_match(openvla):
@@ -71,17 +61,16 @@ def test_openvla_greedy_tokens_and_logits_match(openvla):
         full = torch.cat([io["input_ids"], io["action_tokens"]], 1)
         logits = ckpt.model.logits(full, io["pixel_values"])[:, -ckpt.config.action_dim - 1 : -1]
     assert torch.equal(tokens, io["action_tokens"])
-    assert _max_diff(logits[..., meta["logits_tail_from"] :], io["action_logits_tail"]) <= TOL
-    assert _max_diff(logits.logsumexp(-1), io["action_logsumexp"]) <= TOL
+    assert max_diff(logits[..., meta["logits_tail_from"] :], io["action_logits_tail"]) <= TOL
+    assert max_diff(logits.logsumexp(-1), io["action_logsumexp"]) <= TOL
 
 
 @pytest.mark.parametrize("b", [0, 1])
 def test_openvla_predict_action_matches_per_unnorm_key(b):
-    torch.set_num_threads(1)
     io, meta = _io("openvla")
     ckpt = load_openvla(FIXTURES / "openvla" / "checkpoint", unnorm_key=meta["unnorm_keys"][b])
     actions = ckpt.predict_action(io["input_ids"][b : b + 1], io["pixel_values"][b : b + 1])
-    assert _max_diff(actions[0], io["actions"][b]) <= TOL
+    assert max_diff(actions[0], io["actions"][b]) <= TOL
 
 
 # ---- OpenVLA-OFT ---------------------------------------------------------------------------------------
@@ -101,27 +90,26 @@ def test_oft_proprio_normalization_matches(oft):
     _, io, meta = oft
     for b, key in enumerate(meta["unnorm_keys"]):
         ckpt = load_openvla(FIXTURES / "openvla_oft" / "checkpoint", unnorm_key=key)
-        assert _max_diff(ckpt.normalize_proprio(io["proprio_raw"][b : b + 1])[0], io["proprio"][b]) <= 1e-6
+        assert max_diff(ckpt.normalize_proprio(io["proprio_raw"][b : b + 1])[0], io["proprio"][b]) <= 1e-6
 
 
 def test_oft_pixel_values_of_two_cameras_match(oft):
     ckpt, io, _ = oft
     cams = [io["raw_images"][:, i] for i in range(ckpt.config.num_images)]
-    assert _max_diff(ckpt.pixel_values(cams), io["pixel_values"]) <= 1e-6
+    assert max_diff(ckpt.pixel_values(cams), io["pixel_values"]) <= 1e-6
 
 
 @pytest.mark.parametrize("b", [0, 1])
 def test_oft_l1_head_matches(b):
-    torch.set_num_threads(1)
     io, meta = _io("openvla_oft")
     ckpt = load_openvla(FIXTURES / "openvla_oft" / "checkpoint", unnorm_key=meta["unnorm_keys"][b])
     ids, pv, proprio = io["input_ids"][b : b + 1], io["pixel_values"][b : b + 1], io["proprio"][b : b + 1].float()
     with torch.no_grad():
         hidden, _ = ckpt.model.action_hidden(ids, pv, proprio)
-    assert _max_diff(hidden[0], io["l1_hidden"][b]) <= TOL
+    assert max_diff(hidden[0], io["l1_hidden"][b]) <= TOL
     actions = ckpt.predict_action(ids, pv, io["proprio_raw"][b : b + 1].float())  # env-unit proprio in
     assert actions.shape == (1, 8, 7)
-    assert _max_diff(actions[0], io["l1_actions"][b]) <= TOL
+    assert max_diff(actions[0], io["l1_actions"][b]) <= TOL
 
 
 @pytest.fixture
@@ -133,7 +121,6 @@ def discrete_oft(tmp_path: Path) -> Path:
 
 
 def test_oft_discrete_tokens_match(discrete_oft):
-    torch.set_num_threads(1)
     io, meta = _io("openvla_oft")
     for b, key in enumerate(meta["unnorm_keys"]):
         ckpt = load_openvla(discrete_oft, unnorm_key=key, variant="openvla_oft")
@@ -141,10 +128,10 @@ def test_oft_discrete_tokens_match(discrete_oft):
         ids, pv, proprio = io["input_ids"][b : b + 1], io["pixel_values"][b : b + 1], io["proprio"][b : b + 1]
         with torch.no_grad():
             logits = ckpt.model.token_logits(ckpt.model.action_hidden(ids, pv, proprio.float())[0])
-        assert _max_diff(logits[0, :, meta["logits_tail_from"] :], io["action_logits_tail"][b]) <= TOL
-        assert _max_diff(logits[0].logsumexp(-1), io["action_logsumexp"][b]) <= TOL
+        assert max_diff(logits[0, :, meta["logits_tail_from"] :], io["action_logits_tail"][b]) <= TOL
+        assert max_diff(logits[0].logsumexp(-1), io["action_logsumexp"][b]) <= TOL
         actions = ckpt.predict_action(ids, pv, io["proprio_raw"][b : b + 1].float())
-        assert _max_diff(actions[0], io["token_actions"][b]) <= TOL
+        assert max_diff(actions[0], io["token_actions"][b]) <= TOL
 
 
 def test_oft_attention_is_bidirectional(oft):
@@ -159,7 +146,7 @@ def test_oft_attention_is_bidirectional(oft):
             after, _ = ckpt.model.action_hidden(ids, pv, proprio)
         finally:
             emb.weight[2] -= 1.0
-    assert _max_diff(before, after) > 1e-3
+    assert max_diff(before, after) > 1e-3
 
 
 # ---- bad input: one line naming the fix ------------------------------------------------------------------
@@ -172,13 +159,7 @@ def copy_oft(tmp_path: Path) -> Path:
 
 
 def _one_line(path: Path, *must_contain: str, **kw) -> str:
-    with pytest.raises(CheckpointError) as err:
-        load_openvla(path, **kw)
-    msg = str(err.value)
-    assert "\n" not in msg
-    for s in must_contain:
-        assert s in msg, msg
-    return msg
+    return one_line_error(load_openvla, path, *must_contain, **kw)
 
 
 def test_checkpoint_of_another_architecture(copy_oft):

@@ -14,8 +14,8 @@ from policies.ar_vla import OpenVLAPolicyConfig
 from policies.ar_vla.openvla_checkpoint import load_openvla
 from policies.ar_vla.openvla_policy import OpenVLAOFTPolicy, OpenVLAPolicy
 from policies.vlm import LoRAConfig
+from tests.helpers.reference import FIXTURES, holds_reference_weights, oft_spec, spec_obs
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "reference"
 VARIANTS = [("openvla", "tokens"), ("openvla_oft", "tokens"), ("openvla_oft", "l1")]
 
 
@@ -100,18 +100,12 @@ def test_sft_loss_fits_a_demonstration(vla_spec, head):
 
 def test_published_oft_checkpoint_drives_the_policy():
     """The OFT fixture (2 cameras, proprio 8, L1 head) as ``policy.pretrained_path``; loaded whole."""
-    spec = PolicySpec(state_dim=8, action_dim=7, action_low=[-1.0] * 7, action_high=[1.0] * 7,
-                      image_keys=["third_person", "wrist"], instruction="put the bowl on the plate")
+    spec = oft_spec()
     path = FIXTURES / "openvla_oft" / "checkpoint"
     pol = _policy(spec, chunk_size=8, pretrained_path=str(path), unnorm_key="fixture_sim")
     ref = load_openvla(path, unnorm_key="fixture_sim")
-    theirs = ref.model.state_dict()
-    assert all(torch.equal(v, theirs[k.removeprefix("model.")]) for k, v in pol.state_dict().items()
-               if k.startswith("model."))
-    g = torch.Generator().manual_seed(0)
-    obs = {"images": {k: torch.randint(0, 256, (2, 32, 32, 3), dtype=torch.uint8, generator=g)
-                      for k in spec.image_keys},
-           "state": torch.randn(2, 8, generator=g), "instruction": ["put the bowl on the plate"] * 2}
+    assert holds_reference_weights(pol, ref.model)
+    obs = spec_obs(spec)
     actions = pol.act(obs)
     low, high = ref.stats.low.float(), ref.stats.high.float()
     assert actions.shape == (2, 8, 7)

@@ -15,13 +15,23 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from policies.base import CheckpointError
 from policies.flow_vla.interface import FlowInputs
 from policies.flow_vla.pi0 import PI0, tiny_config
 from policies.flow_vla.pi0_checkpoint import load_pi0
+from tests.helpers.reference import (
+    FIXTURES,
+    TOL,
+    assert_actions_match,
+    assert_missing_and_unused_named,
+    assert_velocities_and_chunk_match,
+    edit_config,
+    fixture_io,
+    flow_model_inputs,
+    one_line_error,
+    raw_observation_inputs,
+    set_feature_shape,
+)
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "reference"
-TOL = 1e-4
 KINDS = ("pi0", "pi05")
 
 
@@ -36,24 +46,12 @@ def kind(request) -> str:
 
 @pytest.fixture(scope="module")
 def io(kind) -> dict[str, torch.Tensor]:
-    torch.set_num_threads(1)
-    return load_file(str(fixture_dir(kind) / "io.safetensors"))
+    return fixture_io(fixture_dir(kind))[0]
 
 
 @pytest.fixture(scope="module")
 def ckpt(kind):
     return load_pi0(fixture_dir(kind))
-
-
-def model_inputs(io: dict[str, torch.Tensor]) -> FlowInputs:
-    cams = sorted(k for k in io if k.startswith("model.image."))
-    return FlowInputs(
-        images=[io[k] for k in cams],
-        image_masks=[io[k.replace("image.", "image_mask.")] for k in cams],
-        tokens=io["model.tokens"],
-        token_masks=io["model.token_mask"],
-        state=io["model.state"],
-    )
 
 
 def test_fixture_loads_whole(ckpt, kind):
@@ -74,31 +72,20 @@ def test_fixture_loads_whole(ckpt, kind):
 
 
 def test_velocities_and_chunk_match_lerobot(ckpt, io):
-    with torch.no_grad():
-        chunk, velocities = ckpt.model.integrate(model_inputs(io), io["noise"])
-    assert velocities.shape == io["velocities"].shape
-    assert (velocities - io["velocities"]).abs().max().item() <= TOL
-    assert (chunk - io["chunk"]).abs().max().item() <= TOL
+    assert_velocities_and_chunk_match(ckpt, io)
 
 
 def test_raw_observation_to_actions_match_lerobot(ckpt, io, kind):
     """vlarl's transforms (prompt + tokenizer, normalization, resize with pad, empty camera) + model + unnormalize."""
-    tasks = json.loads((fixture_dir(kind) / "io.json").read_text())["tasks"]
-    images = {k[len("raw.") :]: v for k, v in io.items() if k.startswith("raw.observation.images.")}
-    inputs = ckpt.inputs(images, io["raw.observation.state"], tasks)
-    assert torch.equal(inputs.tokens, io["model.tokens"])
-    assert torch.equal(inputs.token_masks, io["model.token_mask"])
-    for ours, ref in zip(inputs.images, model_inputs(io).images, strict=True):
+    inputs = raw_observation_inputs(ckpt, io, fixture_dir(kind))
+    for ours, ref in zip(inputs.images, flow_model_inputs(io).images, strict=True):
         assert (ours - ref).abs().max().item() <= 1e-5
-    with torch.no_grad():
-        actions = ckpt.actions(ckpt.model.sample_actions(inputs, io["noise"]))
-    assert actions.shape == io["actions"].shape == ((2, 6, 5) if kind == "pi0" else (2, 50, 3))
-    assert (actions - io["actions"]).abs().max().item() <= TOL
+    assert_actions_match(ckpt, inputs, io, (2, 6, 5) if kind == "pi0" else (2, 50, 3))
 
 
 def test_velocity_returns_the_expert_hidden_state(ckpt, io):
     """``return_hidden``: the action tokens' final-normed expert state, whose projection is the velocity."""
-    inputs = model_inputs(io)
+    inputs = flow_model_inputs(io)
     t = torch.full((2,), 0.5)
     with torch.no_grad():
         prefix = ckpt.model.encode_prefix(inputs)
@@ -125,7 +112,7 @@ def test_openpi_layout_loads_and_matches(tmp_path, ckpt, io, kind):
     assert loaded.layout == "openpi" and loaded.config.type == kind
     assert loaded.report.missing == [] and loaded.report.unused == []
     loaded.model.num_steps = ckpt.model.num_steps  # openpi's config.json does not record the step count
-    inputs = model_inputs(io)
+    inputs = flow_model_inputs(io)
     if kind == "pi0":  # openpi pads the state to action_dim
         inputs.state = torch.nn.functional.pad(inputs.state, (0, cfg.max_action_dim - inputs.state.shape[-1]))
     with torch.no_grad():
@@ -154,24 +141,12 @@ def copy(tmp_path: Path) -> Path:
     return dst
 
 
-def _edit_config(path: Path, **changes) -> None:
-    cfg = json.loads((path / "config.json").read_text())
-    cfg.update(changes)
-    (path / "config.json").write_text(json.dumps(cfg))
-
-
 def _one_line_error(path: Path, *must_contain: str, **kw) -> str:
-    with pytest.raises(CheckpointError) as err:
-        load_pi0(path, **kw)
-    msg = str(err.value)
-    assert "\n" not in msg
-    for s in must_contain:
-        assert s in msg, msg
-    return msg
+    return one_line_error(load_pi0, path, *must_contain, **kw)
 
 
 def test_checkpoint_of_another_architecture(copy):
-    _edit_config(copy, type="smolvla")
+    edit_config(copy, type="smolvla")
     _one_line_error(copy, "'smolvla'", "not 'pi0' or 'pi05'")
 
 
@@ -189,20 +164,12 @@ def test_tokenizer_must_be_a_local_folder(copy):
 
 
 def test_dims_that_do_not_fit_the_padding(copy):
-    cfg = json.loads((copy / "config.json").read_text())
-    cfg["input_features"]["observation.state"]["shape"] = [9]
-    (copy / "config.json").write_text(json.dumps(cfg))
+    set_feature_shape(copy, "input_features", "observation.state", [9])
     _one_line_error(copy, "state dim 9", "max_state_dim=8")
 
 
 def test_unused_and_missing_keys_are_named(copy):
-    weights = load_file(str(copy / "model.safetensors"))
-    weights["model.extra_head.weight"] = torch.zeros(2)
-    del weights["model.state_proj.bias"]
-    save_file(weights, str(copy / "model.safetensors"))
-    _one_line_error(copy, "1 missing keys ['state_proj.bias']", "1 unused keys ['extra_head.weight']")
-    report = load_pi0(copy, strict=False).report
-    assert (report.missing, report.unused) == (["state_proj.bias"], ["extra_head.weight"])
+    assert_missing_and_unused_named(load_pi0, copy)
 
 
 def test_wrong_sizes_are_named(copy):

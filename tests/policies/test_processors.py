@@ -13,7 +13,6 @@ from policies.base import CheckpointError, PolicySpec
 from policies.flow_vla import pi0 as pi0_mod
 from policies.flow_vla import smolvla as smolvla_mod
 from policies.flow_vla.smolvla_checkpoint import Normalizer
-from policies.mlp import RunningNorm
 from policies.processors import (
     CameraMap,
     FlipImages,
@@ -95,17 +94,19 @@ def test_bounds_with_mask_in_float64_is_bit_equal_to_openvla_statistics():
     assert torch.equal(proprio.normalize(x), ref.normalize(x))
 
 
-def test_running_normalize_matches_running_norm_and_updates():
-    ref, step = RunningNorm(3, 5.0), RunningNormalize("state", 3, clip=5.0)
+def test_running_normalize_folds_batches_into_the_population_statistics():
+    step = RunningNormalize("state", 3, clip=5.0)
     g = torch.Generator().manual_seed(4)
-    for _ in range(3):
-        x = torch.randn(16, 3, generator=g) * 4 + 2
-        ref.update(x)
+    data = [torch.randn(16, 3, generator=g) * 4 + 2 for _ in range(3)]
+    for x in data:
         Processor([step]).update({"state": x})
-    x = torch.randn(5, 3, generator=g) * 10
-    assert torch.equal(step({"state": x})["state"], ref(x))
+    every = torch.cat(data)
     assert float(step.count) == pytest.approx(48 + 1e-4)
-    assert torch.allclose(step.mean, torch.tensor([2.0, 2.0, 2.0]), atol=1.5)
+    torch.testing.assert_close(step.mean, every.mean(0), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(step.var, every.var(0, unbiased=False), rtol=1e-3, atol=1e-3)
+    x = torch.randn(5, 3, generator=g) * 10
+    want = ((x - step.mean) / torch.sqrt(step.var + 1e-8)).clamp(-5.0, 5.0)
+    assert torch.equal(step({"state": x})["state"], want) and step({"state": x})["state"].abs().max() <= 5.0
 
 
 @pytest.mark.parametrize(("module", "align", "pad", "only"), [(pi0_mod, "center", -1.0, True),
@@ -174,7 +175,7 @@ def test_checks_refuse_dims_and_sizes_the_env_does_not_have():
         PadVector("state", 3, 8).check(_spec(state=4))
     with pytest.raises(ProcessorMismatch, match="max_action_dim=4"):
         PadVector("action", 6, 4)
-    with pytest.raises(ProcessorMismatch, match="normalizes a action of 2 dims but the env's action has 7"):
+    with pytest.raises(ProcessorMismatch, match="fixed action statistics have 2 dims but the env's action has 7"):
         Normalize.from_bounds("action", [-1, -1], [1, 1]).check(_spec(action=7))
     with pytest.raises(ProcessorMismatch, match="needs 224x224 images but the env renders 8x8; set env.image_size=224"):
         ImageSize(224, 224).check(_spec())

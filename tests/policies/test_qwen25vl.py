@@ -12,6 +12,7 @@ from policies import Policy, make_policy
 from policies.ar_vla import ARVLAConfig, ARVLAPolicy
 from policies.flow_vla import FlowVLAConfig
 from policies.vlm import BackboneConfig, LoRAConfig, build_backbone
+from tests.helpers.vla_checks import assert_lora_adapters_train, assert_vision_frozen_language_trainable
 from vlarl.config.loader import load_train_config
 
 KIND = "qwen2_5_vl"
@@ -97,15 +98,8 @@ def test_save_from_pretrained_and_local_hf_folder(vla_spec, obs, tmp_path):
 
 def test_lora_targets_and_freezing_by_config(vla_spec, obs):
     lora = _ar(vla_spec, lora=LoRAConfig(rank=4, target_modules=["q_proj", "o_proj"]))
-    lm_train = [n for n, p in lora.backbone.language_model.named_parameters() if p.requires_grad]
-    assert lm_train and all("lora_" in n for n in lm_train)
-    assert any("o_proj.lora_A" in n for n in lm_train) and not any("v_proj" in n for n in lm_train)
-    s = lora.sample(obs)
-    lora.evaluate(obs, s.replay)[0].sum().backward()
-    assert any(p.grad is not None for n, p in lora.named_parameters() if "lora_B" in n)
-    vis = _ar(vla_spec, freeze_vision=True)
-    assert not any(p.requires_grad for n, p in vis.backbone.named_parameters() if n.startswith("visual."))
-    assert all(p.requires_grad for p in vis.backbone.language_model.parameters())
+    assert_lora_adapters_train(lora, obs, targeted="o_proj", untargeted="v_proj")
+    assert_vision_frozen_language_trainable(_ar(vla_spec, freeze_vision=True), "visual.")
 
 
 def test_ppo_update_changes_weights(vla_spec):

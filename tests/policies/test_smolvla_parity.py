@@ -6,20 +6,26 @@ MEAN_STD statistics), fixed observations and noise, and LeRobot's per-step veloc
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
-from policies.base import CheckpointError
-from policies.flow_vla.interface import FlowInputs
 from policies.flow_vla.smolvla_checkpoint import load_smolvla
+from tests.helpers.reference import (
+    FIXTURES,
+    assert_actions_match,
+    assert_missing_and_unused_named,
+    assert_velocities_and_chunk_match,
+    edit_config,
+    fixture_io,
+    one_line_error,
+    raw_observation_inputs,
+    set_feature_shape,
+)
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "reference" / "smolvla"
-TOL = 1e-4
+FIXTURE = FIXTURES / "smolvla"
 
 
 VARIANTS = ("checkpoint", "variant")  # published settings; special tokens, shallow expert, empty camera, ...
@@ -32,24 +38,12 @@ def variant(request) -> str:
 
 @pytest.fixture(scope="module")
 def io(variant) -> dict[str, torch.Tensor]:
-    torch.set_num_threads(1)
-    return load_file(str(FIXTURE / variant / "io.safetensors"))
+    return fixture_io(FIXTURE / variant)[0]
 
 
 @pytest.fixture(scope="module")
 def ckpt(variant):
     return load_smolvla(FIXTURE / variant)
-
-
-def model_inputs(io: dict[str, torch.Tensor]) -> FlowInputs:
-    cams = sorted(k for k in io if k.startswith("model.image."))
-    return FlowInputs(
-        images=[io[k] for k in cams],
-        image_masks=[io[k.replace("image.", "image_mask.")] for k in cams],
-        tokens=io["model.tokens"],
-        token_masks=io["model.token_mask"],
-        state=io["model.state"],
-    )
 
 
 def test_fixture_loads_whole(ckpt, variant):
@@ -66,24 +60,13 @@ def test_fixture_loads_whole(ckpt, variant):
 
 
 def test_velocities_and_chunk_match_lerobot(ckpt, io):
-    with torch.no_grad():
-        chunk, velocities = ckpt.model.integrate(model_inputs(io), io["noise"])
-    assert velocities.shape == io["velocities"].shape
-    assert (velocities - io["velocities"]).abs().max().item() <= TOL
-    assert (chunk - io["chunk"]).abs().max().item() <= TOL
+    assert_velocities_and_chunk_match(ckpt, io)
 
 
 def test_raw_observation_to_actions_match_lerobot(ckpt, io, variant):
     """vlarl's transforms (newline + tokenizer, MEAN_STD, resize with padding) + model + unnormalize."""
-    tasks = json.loads((FIXTURE / variant / "io.json").read_text())["tasks"]
-    images = {k[len("raw.") :]: v for k, v in io.items() if k.startswith("raw.observation.images.")}
-    inputs = ckpt.inputs(images, io["raw.observation.state"], tasks)
-    assert torch.equal(inputs.tokens, io["model.tokens"])
-    assert torch.equal(inputs.token_masks, io["model.token_mask"])
-    with torch.no_grad():
-        actions = ckpt.actions(ckpt.model.sample_actions(inputs, io["noise"]))
-    assert actions.shape == io["actions"].shape == ((2, 50, 5) if variant == "checkpoint" else (2, 8, 3))
-    assert (actions - io["actions"]).abs().max().item() <= TOL
+    inputs = raw_observation_inputs(ckpt, io, FIXTURE / variant)
+    assert_actions_match(ckpt, inputs, io, (2, 50, 5) if variant == "checkpoint" else (2, 8, 3))
 
 
 @pytest.fixture
@@ -93,24 +76,12 @@ def copy(tmp_path: Path) -> Path:
     return dst
 
 
-def _edit_config(path: Path, **changes) -> None:
-    cfg = json.loads((path / "config.json").read_text())
-    cfg.update(changes)
-    (path / "config.json").write_text(json.dumps(cfg))
-
-
 def _one_line_error(path: Path, *must_contain: str) -> str:
-    with pytest.raises(CheckpointError) as err:
-        load_smolvla(path)
-    msg = str(err.value)
-    assert "\n" not in msg
-    for s in must_contain:
-        assert s in msg, msg
-    return msg
+    return one_line_error(load_smolvla, path, *must_contain)
 
 
 def test_checkpoint_of_another_architecture(copy):
-    _edit_config(copy, type="pi0")
+    edit_config(copy, type="pi0")
     _one_line_error(copy, "'pi0'", "not 'smolvla'")
 
 
@@ -122,17 +93,9 @@ def test_missing_processor_file(copy):
 
 
 def test_dims_that_do_not_fit_the_padding(copy):
-    cfg = json.loads((copy / "config.json").read_text())
-    cfg["output_features"]["action"]["shape"] = [33]
-    (copy / "config.json").write_text(json.dumps(cfg))
+    set_feature_shape(copy, "output_features", "action", [33])
     _one_line_error(copy, "action dim 33", "max_action_dim=32")
 
 
 def test_unused_and_missing_keys_are_named(copy):
-    weights = load_file(str(copy / "model.safetensors"))
-    weights["model.extra_head.weight"] = torch.zeros(2)
-    del weights["model.state_proj.bias"]
-    save_file(weights, str(copy / "model.safetensors"))
-    _one_line_error(copy, "1 missing keys ['state_proj.bias']", "1 unused keys ['extra_head.weight']")
-    report = load_smolvla(copy, strict=False).report
-    assert (report.missing, report.unused) == (["state_proj.bias"], ["extra_head.weight"])
+    assert_missing_and_unused_named(load_smolvla, copy)

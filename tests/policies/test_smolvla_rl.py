@@ -13,7 +13,7 @@ import torch
 
 from policies.flow_vla.interface import FlowInputs
 from policies.flow_vla.smolvla import SmolVLA, published_config, tiny_config
-from policies.vlm.action_expert import gaussian_logprob
+from policies.heads.gaussian import gaussian_logprob
 from vlarl.algorithms.losses import ppo_policy_loss
 
 STD = 0.1
@@ -143,5 +143,8 @@ def test_env_observations_drive_a_tiny_smolvla_and_a_loaded_checkpoint():
     assert loaded.cameras == ["front"] and loaded.empty_cameras == 1  # the checkpoint's empty camera
     with pytest.raises(ValueError, match="action dims 6 / 33 exceed the checkpoint's padding"):
         build_smolvla(None, _spec(6, 33, ["top", "wrist"]), pretrained_path=fixtures / "checkpoint")
-    with pytest.raises(ValueError, match="exceed max_state_dim"):
-        build_smolvla(tiny_config(), _spec(9, 4, ["base_camera"]))
+    from policies.flow_vla.exact import SmolVLAPolicyConfig
+    from policies.registry import make_policy
+
+    with pytest.raises(ValueError, match="state dim 9 exceeds the network's padding max_state_dim=8"):
+        make_policy(SmolVLAPolicyConfig(), _spec(9, 4, ["base_camera"]))  # the processor's pad_vector check

@@ -4,6 +4,11 @@
     vlarl-eval checkpoint=<dir> suite=libero_spatial [tasks=[0,3]] [num_envs=..] [num_workers=..] [video_episodes=..]
     vlarl-eval checkpoint=ws://<host>:<port> env.task=PushCube-v1 output=<dir>   (a running policy server)
     vlarl-eval --compare a/eval.json b/eval.json [metric=success_at_end]
+    vlarl-eval checkpoint=<dir> plugins=[my_module] hydra.searchpath=[file://<configs>] env=<plugin env>
+
+``plugins=[...]`` and ``hydra.searchpath=[...]`` work as for ``vlarl-train``: each module is imported before the
+config is composed (it registers its env or policy family), and the folder's YAMLs become choices, so a checkpoint
+of a plugin-registered policy or env evaluates without editing vlarl.
 
 Every user error is one line on stderr (exit code 2) naming the problem and the fix.
 """
@@ -74,15 +79,19 @@ def main(args: list[str]) -> int:
     from vlarl.checkpoint import load_env_config
     from vlarl.checkpoint_files import check_checkpoint
     from vlarl.config import ConfigError, load_eval_config
+    from vlarl.config.loader import import_plugins, plugin_modules
     from vlarl.evaluation.protocol import check_policy_fits_env, evaluate
     from vlarl.evaluation.remote import RemotePolicy, is_server_address
     from vlarl.evaluation.suites import SuiteError, build_env_config, evaluate_suite, get_suite, suite_tasks
 
+    plugins = plugin_modules(args)
+    args = [a for a in args if a.lstrip("+").split("=", 1)[0] != "plugins"]  # not a key of the eval config
     given = {a.split("=", 1)[0] for a in args if "=" in a}
     user_env_keys = [k.split(".", 1)[1] for k in given if k.startswith("env.")]
     try:
         if "checkpoint" not in given:
             raise ConfigError("missing checkpoint=<policy directory> (e.g. <run_dir>/checkpoints/latest)")
+        import_plugins(plugins)  # before composing: a plugin's env/policy schema must be in Hydra's store
         cfg = load_eval_config(args)
         if cfg.episodes < 1 or cfg.num_envs < 1 or cfg.video_episodes < 0:
             raise ConfigError("episodes and num_envs must be >= 1 and video_episodes >= 0")

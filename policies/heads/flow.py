@@ -1,4 +1,5 @@
-"""The flow-matching chain and its two RL likelihoods (pi_RL), shared by every flow family.
+"""The flow-matching chain and its two RL likelihoods (pi_RL): the RL head of every flow family (the look-alike
+``flow_vla`` and the exact ``pi0`` / ``pi05`` / ``smolvla``), mixed into the policy over four hooks it implements.
 
 Convention (pi0): ``x_t = t * noise + (1 - t) * action``, velocity ``v = noise - action``; sampling
 integrates from ``t = 1`` (noise) to ``t = 0`` in ``K = num_steps`` Euler steps ``x <- x + v * dt``,
@@ -16,28 +17,28 @@ RL likelihoods (``likelihood``):
 Std is floored at ``min_std`` in both, so a log-density can never blow up from a collapsed std.
 ``act`` integrates the deterministic ODE from the prior's mode (zeros), or from a given initial noise.
 
-``FlowChainConfig`` holds the keys of the chain, the value head and training switches that every flow
-family has (the look-alike ``flow_vla`` and the exact ``pi0`` / ``pi05`` / ``smolvla`` add their own).
+``FlowChainConfig`` holds the keys of the chain over every VLA's (``VLAPolicyConfig``: value head, freezing,
+LoRA, dtype); the look-alike and the exact families add their own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 from policies.base import ActionSample
+from policies.heads.gaussian import gaussian_entropy, gaussian_logprob
 from policies.value_head import value_expectation
-from policies.vlm.action_expert import gaussian_entropy, gaussian_logprob
-from policies.vlm.policy_base import LoRAConfig, coerce_nested
+from policies.vlm.policy_base import VLAPolicyConfig
 
 LIKELIHOODS = ("flow_sde", "flow_noise")
 
 
 @dataclass
-class FlowChainConfig:
+class FlowChainConfig(VLAPolicyConfig):
     name: str = ""
     chunk_size: int = 4  # actions per chunk (T)
     num_steps: int = 4  # K Euler steps
@@ -50,26 +51,6 @@ class FlowChainConfig:
     # start act() uses): with "zero" all sampling randomness is in the scored SDE/noise steps, so what
     # RL improves is the deterministic policy that is evaluated and deployed
     sample_start: str = "noise"
-    # value head input: "hidden" (the VLM state before the actions) or "state" (an MLP critic on the
-    # normalized state vector: asymmetric actor-critic in simulation, decoupled from the trunk)
-    value_from: str = "hidden"
-    # value_bins K >= 2: the value head outputs K logits over equal bins on [value_min, value_max] and its value
-    # is their expectation (PPO with algorithm.value_loss=hl_gauss, which requires it); 0 = a scalar value head.
-    # The defaults cover returns of rewards in [0, 1] at gamma 0.8 (at most 5) with a margin; the target
-    # Gaussian of a return has sigma = value_sigma_ratio * bin width.
-    value_bins: int = 0
-    value_min: float = -1.0
-    value_max: float = 6.0
-    value_sigma_ratio: float = 0.75
-    # keep the state normalization the policy was (SF)trained with: RL rollouts do not move it
-    freeze_state_norm: bool = False
-    freeze_vlm: bool = False
-    freeze_vision: bool = False
-    lora: LoRAConfig = field(default_factory=LoRAConfig)
-    dtype: str = "float32"
-
-    def __post_init__(self) -> None:
-        coerce_nested(self)
 
 
 class FlowChain:
