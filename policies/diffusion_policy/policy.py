@@ -52,9 +52,9 @@ from policies.diffusion_policy.config import (
 from policies.diffusion_policy.network import DiffusionPolicyNet
 from policies.diffusion_policy.scheduler import DenoisingSchedule
 from policies.flow_vla.smolvla_checkpoint import Normalizer
-from policies.mlp import RunningNorm
+from policies.heads.gaussian import gaussian_entropy, gaussian_logprob
+from policies.processors.normalize import RunningNormalize
 from policies.registry import register_policy
-from policies.vlm.action_expert import gaussian_entropy, gaussian_logprob
 from policies.vlm.policy_base import value_mlp
 
 NET_FILE = "network_config.json"  # the resolved network config beside vlarl's weights
@@ -119,7 +119,7 @@ class DiffusionPolicyRL(Policy):
         self.norm_map = norm_map
         # a network built here: running state statistics over the whole env state (SFT fits them from the
         # demonstrations, RL keeps folding rollouts in unless freeze_state_norm); LeRobot's MEAN_STD of each part
-        self.state_norm = None if fixed else RunningNorm(spec.state_dim, 10.0)
+        self.state_norm = None if fixed else RunningNormalize("state", spec.state_dim, 10.0)
         low_dim = net_cfg.state_dim + net_cfg.env_state_dim
         self.value_head = value_mlp(low_dim, config.value_hidden, layers=2)
         self.cameras = [k[len(IMAGE_PREFIX):] for k in net_cfg.camera_keys] if probing else self._camera_map(net_cfg, spec)

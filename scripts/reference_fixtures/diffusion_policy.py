@@ -6,7 +6,7 @@
         it with its own from_pretrained and writes its actions for the saved observations and noise)
 
 Runs in ``.reference-envs/smolvla`` (stock lerobot 0.4.4; the environment and the torchvision shim come from
-``smolvla.py``). Under ``tests/fixtures/reference/diffusion_policy/<variant>/`` it writes a tiny random-weight
+``_lerobot_common.py`` and ``smolvla.py``). Under ``tests/fixtures/reference/diffusion_policy/<variant>/`` it writes a tiny random-weight
 Diffusion Policy saved by LeRobot (``config.json``, ``model.safetensors``, ``policy_preprocessor*`` /
 ``policy_postprocessor*`` with their statistics) and ``io.safetensors``: raw observations (``n_obs_steps`` of
 history), the initial noise, the DDPM per-step noise LeRobot's scheduler drew (recorded as it drew it), and
@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from smolvla import ensure_env, redraw, shim_torchvision_ops  # noqa: E402  (shared LeRobot environment helpers)
+import _lerobot_common as common  # noqa: E402  (the LeRobot fixtures' shared helpers)
+from smolvla import ensure_env  # noqa: E402  (the same venv: stock lerobot 0.4.4)
+
+redraw, shim_torchvision_ops = common.redraw, common.shim_torchvision_ops
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "fixtures" / "reference" / "diffusion_policy"
@@ -262,7 +264,7 @@ def main() -> int:
     if "--roundtrip" in sys.argv and "--inside" not in sys.argv:
         out = export_from_vlarl()
         python = ensure_env()
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": ""}
+        env = common.offline_env()
         return subprocess.call([str(python), str(Path(__file__).resolve()), "--inside", "--roundtrip", str(out),
                                 str(out / "reference_actions.safetensors")], env=env)
     if "--inside" in sys.argv:
@@ -278,8 +280,8 @@ def main() -> int:
             build(name, **spec)
         return 0
     python = ensure_env()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": ""}
-    return subprocess.call([str(python), str(Path(__file__).resolve()), "--inside", *sys.argv[1:]], env=env)
+    return subprocess.call([str(python), str(Path(__file__).resolve()), "--inside", *sys.argv[1:]],
+                           env=common.offline_env())
 
 
 if __name__ == "__main__":

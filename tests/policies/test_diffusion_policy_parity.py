@@ -30,10 +30,12 @@ VARIANTS = ("camera", "state")
 
 
 def _fixture_redraw():
-    spec = importlib.util.spec_from_file_location("_smolvla_fixture", ROOT / "scripts" / "reference_fixtures" / "smolvla.py")
+    """The fixture scripts' seeded redraw (``_lerobot_common.redraw``) and the Diffusion Policy fixture's seed."""
+    here = ROOT / "scripts" / "reference_fixtures"
+    spec = importlib.util.spec_from_file_location("_lerobot_common_fixture", here / "_lerobot_common.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.redraw, mod.SEED
+    return mod.redraw, 0  # SEED of scripts/reference_fixtures/diffusion_policy.py
 
 
 def lerobot_dir(variant: str, tmp: Path) -> Path:
