@@ -9,6 +9,14 @@ Two steps, each ManiSkill's code run as it ships:
    elsewhere).
 2. ``mani_skill.trajectory.replay_trajectory`` (in vlarl's environment, the one the policy trains in) replays
    them into the control mode and observation mode the policy trains on; only replays that succeed are kept.
+3. Each kept episode is cut at its first success (``end_at_first_success``): the planner moves on after the task
+   is solved, and an env that ends episodes at success (``ignore_terminations=false``, what RLPD trains with)
+   never sees those steps, so a demonstration labelled "success at its last step" must end there.
+
+``speed`` scales the planner's joint velocity and acceleration limits. At ManiSkill's own pace (1) the planner's
+episodes outrun the tasks' time limits (PushCube: first success at step 58-62 of a 50-step limit), so the policy
+learns from demonstrations that succeed only after the time an online episode is cut off; at 3 they succeed at
+step 37-40.
 
 Seeds start at ``seed`` (default 0), far below the held-out evaluation seeds (1,000,000 and up).
 """
@@ -33,6 +41,11 @@ PLANNER_TASKS = ("PushCube-v1", "PullCube-v1", "PickCube-v1", "StackCube-v1", "P
 CONVERTIBLE_CONTROL = ("pd_joint_pos", "pd_joint_delta_pos", "pd_joint_target_delta_pos", "pd_joint_vel",
                        "pd_ee_delta_pos", "pd_ee_delta_pose", "pd_ee_target_delta_pos", "pd_ee_target_delta_pose")
 OBS_MODES = ("state", "rgb")
+#: the planner's pace (x ManiSkill's joint velocity and acceleration limits) per task, where ManiSkill's own pace
+#: (1) outruns the task's time limit (docs/tasks.md: measured for PushCube, PullCube and PickCube at 3, where
+#: PickCube's slowest episodes still reached the 50-step limit; the others scaled from their lengths at pace 1)
+PLANNER_SPEED = {"PushCube-v1": 3.0, "PullCube-v1": 3.0, "PickCube-v1": 4.0, "StackCube-v1": 5.0,
+                 "PlaceSphere-v1": 4.0, "PegInsertionSide-v1": 2.0, "LiftPegUpright-v1": 3.0}
 JOB = Path(__file__).with_name("maniskill_planner_job.py")
 SETUP_HINT = "bash scripts/setup_planner.sh"
 
@@ -82,14 +95,18 @@ def _run(cmd: list[str], what: str, log) -> str:
 
 
 def plan_and_convert(task: str, episodes: int, control_mode: str, obs_mode: str, work_dir: str | os.PathLike,
-                     seed: int = 0, max_attempts: int = 0, log=print) -> PlannedDemos:
-    """Plan ``episodes`` successful episodes of ``task`` from seed ``seed`` on, replay them into
-    ``control_mode``/``obs_mode``; returns the converted file (in ``work_dir``) and the counts."""
+                     seed: int = 0, max_attempts: int = 0, speed: float = 1.0, log=print) -> PlannedDemos:
+    """Plan ``episodes`` successful episodes of ``task`` from seed ``seed`` on (``speed`` x ManiSkill's joint
+    velocity and acceleration limits), replay them into ``control_mode``/``obs_mode`` and cut each at its first
+    success; returns the converted file (in ``work_dir``) and the counts."""
     check_request(task, control_mode, obs_mode)
+    if not speed > 0:
+        raise EnvError(f"speed={speed} must be > 0 (1 = ManiSkill's own planner pace)")
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     out = _run([str(planner_python()), str(JOB), "--task", task, "--episodes", str(episodes), "--seed", str(seed),
-                "--max-attempts", str(max_attempts), "--out-dir", str(work), "--name", "planned"],
+                "--max-attempts", str(max_attempts), "--out-dir", str(work), "--name", "planned",
+                "--speed", str(speed)],
                f"ManiSkill's motion planner on {task}", log)
     summary = json.loads(out.strip().splitlines()[-1])
     if not summary["successes"]:
@@ -109,7 +126,58 @@ def plan_and_convert(task: str, episodes: int, control_mode: str, obs_mode: str,
         raise EnvError(f"ManiSkill's replay kept none of the {summary['successes']} planned {task} episodes in "
                        f"{control_mode} (the converted actions no longer solve the task); try "
                        f"env.control_mode=pd_joint_delta_pos or pd_joint_pos")
+    end_at_first_success(made[0])
     return PlannedDemos(made[0], summary["successes"], summary["attempts"], converted, summary["seeds"])
+
+
+def end_at_first_success(h5: Path) -> list[int]:
+    """Cut every episode of a ManiSkill trajectory file with per-step ``success`` at its first success, in place:
+    per-step arrays (``[L, ...]``) keep ``i + 1`` rows, per-observation arrays (``[L + 1, ...]``: obs,
+    env_states) ``i + 2``; the ``.json`` beside it gets the new ``elapsed_steps``. Returns the new lengths."""
+    import h5py
+    import numpy as np
+
+    lengths: dict[str, int] = {}
+    with h5py.File(h5, "r+") as f:
+        for name in [k for k in f if k.startswith("traj_")]:
+            g = f[name]
+            if "success" not in g:
+                continue
+            flags = np.asarray(g["success"], bool)
+            L = len(flags)
+            if not flags.any() or flags.argmax() == L - 1:
+                lengths[name] = L
+                continue
+            n = int(flags.argmax()) + 1
+            _truncate(g, L, n)
+            lengths[name] = n
+    meta_path = h5.with_suffix(".json")
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        for ep in meta.get("episodes", []):
+            if f"traj_{ep['episode_id']}" in lengths:
+                ep["elapsed_steps"] = lengths[f"traj_{ep['episode_id']}"]
+        meta_path.write_text(json.dumps(meta, indent=2))
+    return [lengths[k] for k in sorted(lengths, key=lambda k: int(k.split("_")[1]))]
+
+
+def _truncate(group, L: int, n: int) -> None:
+    """Rows of every array under ``group``: ``[L, ...]`` -> ``n``, ``[L + 1, ...]`` -> ``n + 1``."""
+    import h5py
+    import numpy as np
+
+    for key in list(group):
+        item = group[key]
+        if isinstance(item, h5py.Group):
+            _truncate(item, L, n)
+            continue
+        rows = item.shape[0] if item.shape else None
+        keep = {L: n, L + 1: n + 1}.get(rows)
+        if keep is None:
+            continue
+        data = np.asarray(item[:keep])
+        del group[key]
+        group.create_dataset(key, data=data)
 
 
 def _count_episodes(h5: Path) -> int:
@@ -125,10 +193,14 @@ class ManiSkillPlanner:
     def check(self, env_cfg) -> None:
         check_request(env_cfg.task, env_cfg.control_mode, env_cfg.obs_mode)
 
+    def speed(self, env_cfg) -> float:
+        """The planner pace whose episodes succeed within ``env_cfg.task``'s time limit (1 = ManiSkill's own)."""
+        return PLANNER_SPEED.get(env_cfg.task, 1.0)
+
     def make(self, env_cfg, episodes: int, work_dir: str | os.PathLike, seed: int = 0, max_attempts: int = 0,
-             log=print) -> PlannedDemos:
+             speed: float = 1.0, log=print) -> PlannedDemos:
         return plan_and_convert(env_cfg.task, episodes, env_cfg.control_mode, env_cfg.obs_mode, work_dir, seed=seed,
-                                max_attempts=max_attempts, log=log)
+                                max_attempts=max_attempts, speed=speed, log=log)
 
 
 register_demonstrator("maniskill", ManiSkillPlanner())

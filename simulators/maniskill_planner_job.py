@@ -30,6 +30,24 @@ def _solutions() -> dict:
     }
 
 
+def _scale_planner_limits(speed: float) -> None:
+    """Make every solution's planner move ``speed`` x faster: its joint velocity and acceleration limits (ManiSkill
+    sets them to 0.9 of the robot's own in ``BaseMotionPlanningSolver.setup_planner``) scaled by ``speed``. The
+    solutions build their planner themselves, so the scaling wraps the one method that sets the limits."""
+    import numpy as np
+    from mani_skill.examples.motionplanning.base_motionplanner.motionplanner import BaseMotionPlanningSolver
+
+    own = BaseMotionPlanningSolver.setup_planner
+
+    def setup_planner(self):
+        planner = own(self)
+        planner.joint_vel_limits = np.asarray(planner.joint_vel_limits) * speed
+        planner.joint_acc_limits = np.asarray(planner.joint_acc_limits) * speed
+        return planner
+
+    BaseMotionPlanningSolver.setup_planner = setup_planner
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", required=True)
@@ -38,7 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-attempts", type=int, default=0, help="give up after this many seeds (0 = 3x episodes)")
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--name", default="planner")
+    ap.add_argument("--speed", type=float, default=1.0,
+                    help="scale the planner's joint velocity and acceleration limits (1 = ManiSkill's own)")
     args = ap.parse_args(argv)
+    if args.speed != 1.0:
+        _scale_planner_limits(args.speed)
 
     import gymnasium as gym
     import mani_skill.envs  # noqa: F401 - registers the tasks

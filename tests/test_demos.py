@@ -5,8 +5,10 @@ every refusal is one line, exit 2, nothing written."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 
@@ -35,6 +37,7 @@ def test_refusals_are_one_line_exit_2_and_write_nothing(world, capsys, monkeypat
     _refusal(capsys, world, ["env=maniskill_pushcube"], "missing output=")
     _refusal(capsys, world, ["output=out", "episodez=3"], "Did you mean 'episodes'")
     _refusal(capsys, world, ["output=out", "episodes=0"], "episodes and fps must be >= 1")
+    _refusal(capsys, world, ["output=out", "speed=-1"], "max_attempts and speed >= 0")
     monkeypatch.setenv("VLARL_PLANNER_PYTHON", str(world / "no-such-env" / "python"))
     _refusal(capsys, world, ["output=out", "env=maniskill_pushcube"], "scripts/setup_planner.sh")
 
@@ -49,8 +52,16 @@ def test_planner_demos_replay_to_success_in_vlarl_env(world, capsys):
 
     args = ["output=out", "env=maniskill_pushcube", "env.control_mode=pd_ee_delta_pos", "episodes=2", "seed=3"]
     assert main(args) == 0, capsys.readouterr().err
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     episodes = read_maniskill_h5(world / "out" / "trajectories.h5")
     assert len(episodes) == 2 and all(e.success for e in episodes)
+    # at PushCube's planner pace (3x ManiSkill's) each episode ends at its first success, inside the 50-step limit
+    assert summary["speed"] == 3.0 and summary["time_limit"] == 50
+    assert summary["lengths"] == [len(e.actions) for e in episodes] and max(summary["lengths"]) <= 50
+    with h5py.File(world / "out" / "trajectories.h5", "r") as f:
+        for name in ("traj_0", "traj_1"):
+            flags = np.asarray(f[name]["success"], bool)
+            assert flags[-1] and not flags[:-1].any(), name
     lerobot = read_lerobot_dataset(world / "out" / "lerobot")
     assert len(lerobot) == 2
     np.testing.assert_allclose(lerobot[0].state, episodes[0].state, atol=1e-6)

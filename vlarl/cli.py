@@ -92,6 +92,10 @@ def train_main(argv: list[str] | None = None) -> int:
                 raise ConfigError(f"run_dir '{run_dir}' already holds a run; continue it with resume={run_dir} "
                                   f"or choose another run_dir")
         _validate_env(cfg.env)
+        if not resume:  # algorithm.demos=auto: the cached planner demonstrations, made here on first use
+            from vlarl.demos import resolve_auto_demos
+
+            resolve_auto_demos(cfg, log=lambda m: print(m, file=sys.stderr))
         if getattr(cfg, "init_from", None) and not resume:  # a bad path fails before a run directory exists
             from vlarl.init_from import resolve_checkpoint
 

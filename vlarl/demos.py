@@ -2,7 +2,7 @@
 policy trains on, written as a ManiSkill trajectory file and a LeRobot v3.0 dataset.
 
     vlarl-demos env=<env config> output=<new folder> [env.task=...] [env.control_mode=...] episodes=20 seed=0
-                [max_attempts=0] [lerobot=true] [fps=20] [overwrite=false]
+                [max_attempts=0] [speed=0] [lerobot=true] [fps=20] [overwrite=false]
 
 The task, control mode and observation mode come from the env config (``env=maniskill_pickcube
 env.control_mode=pd_ee_delta_pos``), so the demonstrations fit the env a recipe trains on. ManiSkill's planner
@@ -10,6 +10,10 @@ records ``pd_joint_pos`` episodes from seed ``seed`` on (below the evaluation se
 succeed; ManiSkill's ``replay_trajectory`` converts them, keeping the replays that still succeed. ``output`` gets
 ``trajectories.h5`` (+ ``.json``; what ``algorithm.demos=`` and SFT read) and, with ``lerobot=true``, ``lerobot/``
 (a LeRobot v3.0 dataset). Every user error is one line on stderr, exit code 2, nothing written.
+
+``speed`` scales the planner's pace; 0 takes the demonstrator's pace for the task (one whose episodes succeed
+within the task's time limit). ``vlarl-train algorithm.demos=auto`` makes demonstrations here on first use and
+caches them (``resolve_auto_demos``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class DemosConfig:
     episodes: int = 20  # successful, converted episodes wanted
     seed: int = 0  # the planner's first reset seed (keep below the evaluation seeds, 1,000,000+)
     max_attempts: int = 0  # planner seeds to try at most; 0 = 3 x episodes
+    speed: float = 0.0  # the planner's pace (x ManiSkill's joint limits); 0 = the task's own (fits its time limit)
     lerobot: bool = True  # also write a LeRobot v3.0 dataset (state observations)
     fps: int = 20  # ManiSkill's control frequency, recorded in the dataset's info.json
     overwrite: bool = False
@@ -52,15 +57,16 @@ def load_config(args: list[str]) -> DemosConfig:
     return load_cli_config("demos", DemosConfig, args)
 
 
-def check_env(env_cfg: Any) -> tuple[int, str, tuple[int, ...]]:
-    """Build the env the demonstrations are for (one instance) and return its state dim, instruction and the
-    state's proprioceptive dims (``EnvSpec.proprio_dims``)."""
+def check_env(env_cfg: Any) -> tuple[int, str, tuple[int, ...], int]:
+    """Build the env the demonstrations are for (one instance) and return its state dim, instruction, the
+    state's proprioceptive dims (``EnvSpec.proprio_dims``) and its time limit (steps)."""
     from simulators.registry import make_env
 
     env = make_env(env_cfg, num_envs=1)
     try:
         obs = env.reset(seed=0)
-        return int(np.asarray(obs["state"]).shape[-1]), str(obs["instruction"][0]), tuple(env.spec.proprio_dims)
+        return (int(np.asarray(obs["state"]).shape[-1]), str(obs["instruction"][0]), tuple(env.spec.proprio_dims),
+                int(env.spec.max_episode_steps))
     finally:
         env.close()
 
@@ -102,13 +108,20 @@ def make_demos(cfg: DemosConfig, log=print) -> dict[str, Any]:
     env = cfg.env
     out = Path(cfg.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    state_dim, instruction, proprio = check_env(env)
+    state_dim, instruction, proprio, time_limit = check_env(env)
     with tempfile.TemporaryDirectory(prefix=".vlarl-demos-", dir=out.parent) as tmp:
-        made = demonstrator(env.name).make(env, cfg.episodes, tmp, seed=cfg.seed, max_attempts=cfg.max_attempts,
-                                           log=log)
+        source = demonstrator(env.name)
+        speed = cfg.speed or source.speed(env)
+        made = source.make(env, cfg.episodes, tmp, seed=cfg.seed, max_attempts=cfg.max_attempts, speed=speed,
+                           log=log)
         staged = Path(tmp) / "out"
         move_trajectory(made.h5, staged / TRAJECTORY_FILE)
         dims = _obs_dim(staged / TRAJECTORY_FILE)
+        lengths = _lengths(staged / TRAJECTORY_FILE)
+        late = sum(n > time_limit for n in lengths) if time_limit > 0 else 0
+        if late:  # their success comes after an online episode of this env is cut off
+            log(f"[{PROG}] warning: {late} of {len(lengths)} episodes are longer than {env.task}'s {time_limit}-step "
+                f"limit; raise speed= (the planner's pace) or env.max_episode_steps")
         if env.obs_mode == "state" and dims != state_dim:
             raise RuntimeError(f"the replayed observations have {dims} dims but env {env.task} gives {state_dim}; "
                                f"ManiSkill's replay and vlarl's env disagree (report this)")
@@ -122,7 +135,8 @@ def make_demos(cfg: DemosConfig, log=print) -> dict[str, Any]:
             shutil.rmtree(out)
         os.replace(staged, out)
     return {"task": env.task, "control_mode": env.control_mode, "obs_mode": env.obs_mode,
-            "planned": made.planned, "planner_attempts": made.attempts, "converted": made.converted,
+            "speed": speed, "lengths": lengths, "time_limit": time_limit, "planned": made.planned,
+            "planner_attempts": made.attempts, "converted": made.converted,
             "seeds": made.seeds, "trajectories": str(out / TRAJECTORY_FILE),
             "lerobot": str(out / LEROBOT_DIR) if lerobot_eps else None}
 
@@ -137,6 +151,15 @@ def move_trajectory(src: Path, dst: Path) -> None:
         shutil.move(str(src.with_suffix(".json")), str(dst.with_suffix(".json")))
 
 
+def _lengths(h5: Path) -> list[int]:
+    """Steps per episode of a trajectory file, in ``traj_<i>`` order."""
+    import h5py
+
+    with h5py.File(h5, "r") as f:
+        names = sorted((k for k in f if k.startswith("traj_")), key=lambda k: int(k.split("_")[1]))
+        return [int(f[k]["actions"].shape[0]) for k in names]
+
+
 def _obs_dim(h5: Path) -> int:
     import h5py
 
@@ -144,6 +167,46 @@ def _obs_dim(h5: Path) -> int:
         first = next(k for k in f if k.startswith("traj_"))
         obs = f[first]["obs"]
         return int(obs.shape[-1]) if isinstance(obs, h5py.Dataset) else -1
+
+
+#: ``algorithm.demos=auto``: demonstrations made by the env's demonstrator on first use, cached under the outputs root
+AUTO = "auto"
+CACHE_DIR = "demos"
+
+
+def cache_folder(env_cfg: Any, episodes: int, root: str | os.PathLike = "outputs") -> Path:
+    """Where ``algorithm.demos=auto`` keeps ``episodes`` demonstrations of ``env_cfg``'s task: one folder per
+    task / control mode / observation mode / count under ``<root>/demos`` (the outputs root of default run
+    directories), so every run of the same recipe reads the same file."""
+    key = f"{env_cfg.task}_{env_cfg.control_mode}_{env_cfg.obs_mode}_n{episodes}"
+    return Path(root) / CACHE_DIR / key
+
+
+def resolve_auto_demos(cfg: Any, root: str | os.PathLike = "outputs", log=print) -> Path | None:
+    """``algorithm.demos=auto`` -> the path of a cached trajectory file, made by ``vlarl-demos`` on a cache miss
+    (``algorithm.num_demos`` episodes, seeds from 0, the task's planner pace) and reused on a hit. Writes the
+    path into ``cfg.algorithm.demos`` so the run's ``config.yaml`` names the file it read; returns it, or None
+    when the algorithm reads no ``auto`` demonstrations. Refusals (no demonstrator for the env, a task without a
+    planner solution, a control mode the replay cannot make, no planner environment) are ``EnvError`` before
+    anything is written; a cache hit needs no planner."""
+    from simulators.registry import demonstrator
+
+    alg = cfg.algorithm
+    if getattr(alg, "demos", "") != AUTO:
+        return None
+    folder = cache_folder(cfg.env, alg.num_demos, root)
+    h5 = folder / TRAJECTORY_FILE
+    if h5.is_file():  # a hit needs no planner
+        log(f"[{PROG}] algorithm.demos=auto: reusing {h5}")
+    else:
+        demonstrator(cfg.env.name).check(cfg.env)
+        log(f"[{PROG}] algorithm.demos=auto: making {alg.num_demos} demonstrations of {cfg.env.task} "
+            f"({cfg.env.control_mode}/{cfg.env.obs_mode}) with the motion planner into {folder} (cached)")
+        made = make_demos(DemosConfig(output=str(folder), env=cfg.env, episodes=alg.num_demos, lerobot=False,
+                                      overwrite=True), log=log)
+        log(f"[{PROG}] {made['converted']} of {made['planned']} planned episodes converted")
+    alg.demos = str(h5)
+    return h5
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,8 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         if "output" not in given:
             raise ConfigError("missing output=<new folder>")
         cfg = load_config(args)
-        if cfg.episodes < 1 or cfg.fps < 1 or cfg.max_attempts < 0:
-            raise ConfigError("episodes and fps must be >= 1, max_attempts >= 0")
+        if cfg.episodes < 1 or cfg.fps < 1 or cfg.max_attempts < 0 or cfg.speed < 0:
+            raise ConfigError("episodes and fps must be >= 1, max_attempts and speed >= 0")
         check_output(cfg)
         demonstrator(cfg.env.name).check(cfg.env)
     except (ConfigError, EnvError) as e:

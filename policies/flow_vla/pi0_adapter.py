@@ -12,6 +12,7 @@ tiny config without a checkpoint gets the project's byte-level tokenizer. pi0.5'
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -24,6 +25,7 @@ from policies.flow_vla.sizes import check_padding
 from policies.processors import CameraMap
 
 
+@dataclass
 class PI0Adapter(FlowAdapter):
     """pi0 / pi0.5: ``tokens`` puts pi0.5's normalized state into the prompt."""
 

@@ -498,8 +498,9 @@ def validate_sac(alg: SACConfig, num_envs: int) -> str | None:
         (0 <= alg.demo_ratio <= 1, f"algorithm.demo_ratio={alg.demo_ratio} must lie in [0, 1]"),
         (alg.demo_ratio == 0 or alg.demos, f"algorithm.demo_ratio={alg.demo_ratio} needs algorithm.demos=<path> "
                                            f"(write them with scripts/pushcube_expert.py), or set demo_ratio=0"),
-        (not alg.demos or Path(alg.demos).exists(),
-         f"algorithm.demos='{alg.demos}' does not exist; write demonstrations with scripts/pushcube_expert.py"),
+        (not alg.demos or alg.demos == "auto" or Path(alg.demos).exists(),
+         f"algorithm.demos='{alg.demos}' does not exist; pass algorithm.demos=auto (the motion planner's, made "
+         f"and cached on first use) or write demonstrations with vlarl-demos"),
         (alg.num_demos >= 1, f"algorithm.num_demos={alg.num_demos} must be >= 1"),
         (alg.bc_weight >= 0, f"algorithm.bc_weight={alg.bc_weight} must be >= 0 (0 = no imitation term)"),
         (alg.actor_warmup_steps >= 0, f"algorithm.actor_warmup_steps={alg.actor_warmup_steps} must be >= 0"),

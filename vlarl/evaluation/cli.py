@@ -86,8 +86,9 @@ def main(args: list[str]) -> int:
 
     plugins = plugin_modules(args)
     args = [a for a in args if a.lstrip("+").split("=", 1)[0] != "plugins"]  # not a key of the eval config
-    given = {a.split("=", 1)[0] for a in args if "=" in a}
-    user_env_keys = [k.split(".", 1)[1] for k in given if k.startswith("env.")]
+    given = {a.split("=", 1)[0].lstrip("+~") for a in args if "=" in a}  # +key adds a key (a dict's), ~key drops
+    # the env fields the user set (``env.task_kwargs.instruction=...`` sets the field ``task_kwargs``)
+    user_env_keys = sorted({k.split(".")[1] for k in given if k.startswith("env.")})
     try:
         if "checkpoint" not in given:
             raise ConfigError("missing checkpoint=<policy directory> (e.g. <run_dir>/checkpoints/latest)")
