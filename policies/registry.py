@@ -2,7 +2,7 @@
 
 One family per network: ``mlp``, ``cnn``, ``diffusion``, ``noise_steering``, the look-alike compositions
 ``flow_vla`` / ``ar_vla`` on any HF VLM, and the exact networks ``pi0``, ``pi05``, ``smolvla``, ``openvla``,
-``openvla_oft``. Construction is explicit: ``make_policy(config, spec)`` builds the class registered under
+``openvla_oft``, ``diffusion_policy``. Construction is explicit: ``make_policy(config, spec)`` builds the class registered under
 ``config.name``; ``Policy.from_pretrained`` builds the class a checkpoint names. This module is the only
 place in ``policies`` that imports by string (a family's module is imported when its name is first asked for).
 """
@@ -29,6 +29,7 @@ BUILTIN_FAMILIES: dict[str, str] = {
     "smolvla": "policies.flow_vla",
     "diffusion": "policies.diffusion",
     "noise_steering": "policies.diffusion",
+    "diffusion_policy": "policies.diffusion_policy",
 }
 BUILTIN_MODULES = sorted(set(BUILTIN_FAMILIES.values()))
 

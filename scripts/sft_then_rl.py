@@ -27,7 +27,8 @@ from pathlib import Path
 from vlarl import experiments
 from vlarl.experiments import Stages, command, prepare, read_metrics, split_overrides, training_policy
 
-EXPERIMENTS = {"flow_vla": "pushcube_flow_sft_rl", "ar_vla": "pushcube_ar_sft_rl", "openvla_oft": "pushcube_oft_sft_rl"}
+EXPERIMENTS = {"flow_vla": "pushcube_flow_sft_rl", "ar_vla": "pushcube_ar_sft_rl", "openvla_oft": "pushcube_oft_sft_rl",
+               "diffusion_policy": "pushcube_diffusion_policy_sft_rl"}
 STAGES = Stages("sft_then_rl")
 log = STAGES.log
 

@@ -25,7 +25,7 @@ EXPECTED = {
     "mlp": "MLPPolicy", "cnn": "CNNPolicy", "diffusion": "DiffusionPolicy", "noise_steering": "NoiseSteeringPolicy",
     "ar_vla": "ARVLAPolicy", "openvla": "OpenVLAPolicy", "openvla_oft": "OpenVLAOFTPolicy",
     "flow_vla": "FlowVLAPolicy", "pi0": "PI0Policy", "pi05": "PI05Policy", "smolvla": "SmolVLAPolicy",
-    "pi0fast": "PI0FastPolicy",
+    "diffusion_policy": "DiffusionPolicyRL", "pi0fast": "PI0FastPolicy",
 }
 
 

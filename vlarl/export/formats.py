@@ -1,5 +1,5 @@
 """Export formats, registered by name: ``onnx``, ``torch_export``, ``hf`` (Hugging Face layout) and the layouts
-exact models came from: ``lerobot`` (pi0, pi0.5, SmolVLA), ``openpi`` (pi0, pi0.5) and ``oft`` (OpenVLA-OFT).
+exact models came from: ``lerobot`` (pi0, pi0.5, SmolVLA, Diffusion Policy), ``openpi`` (pi0, pi0.5) and ``oft`` (OpenVLA-OFT).
 
 Each exporter writes into a temporary path, checks the result numerically against eager
 ``policy.act`` on random inputs at batch 1 and 8 (max |difference| <= ``atol``), and only then moves
@@ -266,6 +266,17 @@ LAYOUT_WRITERS: dict[str, Callable[[], Any]] = {"lerobot": _lerobot_writer, "ope
                                                 "oft": _oft_writer}
 
 
+def _diffusion_policy_lerobot_writer() -> Any:
+    from policies.diffusion_policy import lerobot_layout
+
+    return lerobot_layout
+
+
+#: a family whose layout writer lives in its own package: (layout, policy family) -> the writer module, on use
+FAMILY_LAYOUT_WRITERS: dict[tuple[str, str], Callable[[], Any]] = {
+    ("lerobot", "diffusion_policy"): _diffusion_policy_lerobot_writer}
+
+
 def export_layout(layout: str, policy: Any, out_dir: Path, instruction: str, atol: float, vlm_path: str = "",
                   **_: Any) -> dict[str, Any]:
     """``<layout>/``: the policy in its reference layout (LoRA merged first), loaded back through vlarl's loader
@@ -274,7 +285,7 @@ def export_layout(layout: str, policy: Any, out_dir: Path, instruction: str, ato
 
     from policies.base import CheckpointError
 
-    writer = LAYOUT_WRITERS[layout]()
+    writer = FAMILY_LAYOUT_WRITERS.get((layout, policy.name), LAYOUT_WRITERS[layout])()
     t0 = time.time()
     final, tmp = out_dir / layout, out_dir / f".{layout}.tmp"
     if tmp.exists():
