@@ -25,6 +25,7 @@ from mani_skill.utils.registration import REGISTERED_ENVS, register_env
 from mani_skill.utils.structs import Pose
 
 from simulators.base import InstructedTask
+from simulators.pushing import push_target
 
 COLOURS = ("red", "blue")
 RGBA = {"red": np.array([200, 30, 30, 255]) / 255, "blue": np.array([30, 60, 220, 255]) / 255}
@@ -144,23 +145,7 @@ def scripted_push_to_colour_action(u: Any, phase: int, rng: np.random.Generator,
     goal = (u.target_goal() if to_named else u.other_goal())[0].clone()
     d = goal - cube
     d[2] = 0
-    d = d / d.norm().clamp_min(1e-6)
-    behind = cube - d * 0.06
-    behind[2] = 0.025
-    if phase == 0:
-        tgt = behind.clone()
-        tgt[2] = 0.1
-        if (tcp[:2] - behind[:2]).norm() < 0.012:
-            phase = 1
-    if phase == 1:
-        tgt = behind.clone()
-        if abs(float(tcp[2] - behind[2])) < 0.01:
-            phase = 2
-    if phase == 2:
-        lateral = (tcp[:2] - cube[:2]) - d[:2] * torch.dot(tcp[:2] - cube[:2], d[:2])
-        tgt = tcp.clone()
-        tgt[:2] += d[:2] * 0.05 - lateral  # along the push line through the cube's centre
-        tgt[2] = 0.025
+    tgt, phase = push_target(tcp, cube, d / d.norm().clamp_min(1e-6), phase)
     step = (tgt - tcp) / 0.1 * 1.5 + torch.from_numpy(rng.normal(0, 0.05, 3)).float()
     return torch.cat([step.clamp(-speed, speed), torch.tensor([-1.0])]), phase
 

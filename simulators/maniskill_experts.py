@@ -15,6 +15,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from simulators.pushing import push_target
+
 
 def scripted_pushcube_action(u, phase: int, fail_dir: float, rng: np.random.Generator, speed: float):
     """A privileged PushCube controller for pd_ee_delta_pos: hover behind the cube, descend, push +x.
@@ -24,19 +26,8 @@ def scripted_pushcube_action(u, phase: int, fail_dir: float, rng: np.random.Gene
     """
     tcp = u.agent.tcp.pose.p[0].clone()
     cube = u.obj.pose.p[0].clone()
-    behind = cube.clone()
-    behind[0] -= 0.06
-    behind[2] = 0.025
-    if phase == 0:
-        tgt = behind.clone()
-        tgt[2] = 0.1
-        if (tcp[:2] - behind[:2]).norm() < 0.012:
-            phase = 1
-    if phase == 1:
-        tgt = behind.clone()
-        if abs(float(tcp[2] - behind[2])) < 0.01:
-            phase = 2
-    if phase == 2:
+    tgt, phase = push_target(tcp, cube, torch.tensor([1.0, 0.0, 0.0]), phase)
+    if phase == 2:  # along +x, written out so the recorded demonstrations stay bit-identical; or sideways
         tgt = tcp.clone()
         if fail_dir == 0.0:
             tgt[0] += 0.05
