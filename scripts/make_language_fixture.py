@@ -1,6 +1,7 @@
 """SFT a tiny exact VLA on the language task and measure whether it follows the words.
 
     python scripts/make_language_fixture.py --family smolvla --out tests/fixtures/language/smolvla
+    (defaults: 100 demonstrations, --sft-epochs 120, --batch-size 32, --sft-lr 1e-3, 100 held-out episodes)
 
 1. record the scripted expert on ``PushCubeToColor-v1`` (``simulators/language_tasks.py``; seeds 0..; each
    episode's instruction names the red or the blue goal),
@@ -22,7 +23,15 @@ import shutil
 import time
 from pathlib import Path
 
-from vlarl.experiments import Stages, prepare, split_overrides, training_policy
+from vlarl.experiments import (
+    Stages,
+    add_held_out_arguments,
+    add_sft_arguments,
+    check_held_out_seed,
+    prepare,
+    split_overrides,
+    training_policy,
+)
 
 STAGES = Stages("language_fixture")
 log = STAGES.log
@@ -34,15 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--family", default="smolvla", help="a VLA family that reads instructions (smolvla, pi0, pi05)")
     ap.add_argument("--out", default="tests/fixtures/language/smolvla")
     ap.add_argument("--work", default="outputs/language_fixture", help="demonstrations and evaluations")
-    ap.add_argument("--demos", type=int, default=60)
-    ap.add_argument("--epochs", type=int, default=120)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--demos", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--eval-episodes", type=int, default=100)
-    ap.add_argument("--eval-seed", type=int, default=1_000_000)
-    ap.add_argument("--eval-envs", type=int, default=4)
+    add_sft_arguments(ap, epochs=120)
+    add_held_out_arguments(ap, episodes=100)
     args = ap.parse_args(own)
+    check_held_out_seed(ap, args.eval_seed)
     work = prepare(args.work)
     out = Path(args.out).resolve()
     t0 = time.time()
@@ -60,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         [f"policy={args.family}", "env=maniskill_pushcube_color",
          "policy.freeze_vlm=false", "+policy.arch.tokenizer_max_length=48", *overrides], args.seed)
     episodes = read_maniskill_h5(demos, args.demos, successful_only=True)
-    bar = tqdm(total=args.epochs, desc="sft", unit="epoch")
+    bar = tqdm(total=args.sft_epochs, desc="sft", unit="epoch")
 
     def progress(epoch: int, loss: float) -> None:
         bar.update(1)
@@ -68,10 +74,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if out.exists():
         shutil.rmtree(out)
-    sft = sft_and_save(policy, episodes, cfg.env, out, args.epochs, args.batch_size, args.lr, spec.instruction,
+    sft = sft_and_save(policy, episodes, cfg.env, out, args.sft_epochs, args.batch_size, args.sft_lr, spec.instruction,
                        args.seed, progress)
     bar.close()
-    log(f"SFT: {sft['episodes']} demos ({sft['demo_steps']} steps) x {args.epochs} epochs, loss "
+    log(f"SFT: {sft['episodes']} demos ({sft['demo_steps']} steps) x {args.sft_epochs} epochs, loss "
         f"{sft['loss_first']:.4f} -> {sft['loss_last']:.4f}, {sft['wall_s']:.0f}s -> {out}")
     named = STAGES.evaluate(out, work / "eval_named", args.eval_episodes, args.eval_seed, args.eval_envs,
                             "evaluate (named goal)")

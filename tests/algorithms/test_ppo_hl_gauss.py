@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +16,7 @@ import torch
 from policies.base import Policy, PolicySpec
 from policies.mlp import MLPPolicy, MLPPolicyConfig
 from policies.value_head import BinnedValueHead, HLGaussSupport
+from tests.helpers.train_cli import vlarl_train
 from vlarl.algorithms.hl_gauss import bins_to_value, hl_gauss_loss
 from vlarl.algorithms.losses import value_loss_elementwise
 from vlarl.algorithms.update import UpdateBatch, clipped_update
@@ -158,14 +157,9 @@ def test_train_refuses_a_value_head_that_does_not_match_the_loss(args, needle, t
 @pytest.mark.sim
 def test_vlarl_train_with_hl_gauss_value_head(tmp_path):
     run_dir = tmp_path / "run"
-    cmd = [str(BIN / "vlarl-train"), f"run_dir={run_dir}", "algorithm.value_loss=hl_gauss", "policy.value_bins=21",
+    rows = vlarl_train(run_dir, ["algorithm.value_loss=hl_gauss", "policy.value_bins=21",
            "env.num_envs=2", "env.num_workers=1", "algorithm.num_steps=10", "algorithm.num_minibatches=2",
-           "policy.hidden_sizes=[32,32]", "total_env_steps=40", "eval.episodes=2", "eval.num_envs=2",
-           "eval.video_episodes=0", "time_limit_minutes=0", "logger.progress_bar=false"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-                       env={**os.environ, "RAY_DEDUP_LOGS": "0"})
-    assert p.returncode == 0, f"{cmd} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+           "policy.hidden_sizes=[32,32]", "total_env_steps=40", "eval.episodes=2", "eval.num_envs=2"], timeout=600)
     train = [r for r in rows if "train/value_loss" in r]
     assert [r["iteration"] for r in train] == [1, 2]
     # a cross-entropy over 21 near-uniform bins starts at about ln 21 = 3.04 (an MSE of these returns would not)

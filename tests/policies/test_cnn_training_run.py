@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests.helpers.train_cli import vlarl_train
 
 BIN = Path(sys.executable).parent
 
@@ -20,14 +20,9 @@ BIN = Path(sys.executable).parent
 @pytest.mark.sim
 def test_cnn_policy_short_rgb_run(tmp_path):
     run_dir = tmp_path / "run"
-    cmd = [str(BIN / "vlarl-train"), "policy=cnn", "env=maniskill_pushcube_rgb", f"run_dir={run_dir}",
+    rows = vlarl_train(run_dir, ["policy=cnn", "env=maniskill_pushcube_rgb",
            "policy.chunk_size=2", "env.num_envs=4", "algorithm.num_steps=8", "algorithm.num_minibatches=2",
-           "total_env_steps=64", "eval.episodes=2", "eval.num_envs=2", "eval.video_episodes=0",
-           "time_limit_minutes=0", "logger.progress_bar=false"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
-                       env={**os.environ, "RAY_DEDUP_LOGS": "0"})
-    assert p.returncode == 0, f"{cmd} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+           "total_env_steps=64", "eval.episodes=2", "eval.num_envs=2"], timeout=900)
     train = [r for r in rows if "train/policy_loss" in r]
     assert train and all(math.isfinite(r["train/policy_loss"]) and math.isfinite(r["train/value_loss"]) for r in train)
     assert json.loads((run_dir / "eval" / "eval.json").read_text())["episodes"] == 2

@@ -3,10 +3,7 @@ its own checkpoints, and a few PPO iterations through ``vlarl-train`` on ManiSki
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +14,7 @@ from policies.base import Policy, PolicySpec
 from policies.diffusion_policy.config import DiffusionPolicyConfig
 from policies.registry import make_policy
 from tests.helpers.chunk_bandit import one_step_trajectory
+from tests.helpers.train_cli import vlarl_train
 from vlarl.algorithms.ppo import ppo_update
 from vlarl.config.schema import PPOConfig
 from vlarl.data.trajectory import Trajectory
@@ -188,15 +186,10 @@ def test_dsrl_steers_the_frozen_diffusion_policy(tmp_path):
 @pytest.mark.sim
 def test_ppo_trains_diffusion_policy_on_pushcube_through_vlarl_train(tmp_path):
     run_dir = tmp_path / "run"
-    cmd = [str(BIN / "vlarl-train"), "policy=diffusion_policy", "env=maniskill_pushcube", f"run_dir={run_dir}",
+    rows = vlarl_train(run_dir, ["policy=diffusion_policy", "env=maniskill_pushcube",
            "policy.chunk_size=4", "policy.num_inference_steps=4", "policy.rl_steps=2", "+policy.arch.down_dims=[16,32]",
            "+policy.arch.n_groups=4", "env.num_envs=4", "algorithm.num_steps=4", "algorithm.num_minibatches=2",
-           "algorithm.update_epochs=1", "total_env_steps=128", "eval.episodes=2", "eval.num_envs=2",
-           "eval.video_episodes=0", "time_limit_minutes=0", "logger.progress_bar=false"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
-                       env={**os.environ, "RAY_DEDUP_LOGS": "0"})
-    assert p.returncode == 0, f"{cmd} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+           "algorithm.update_epochs=1", "total_env_steps=128", "eval.episodes=2", "eval.num_envs=2"], timeout=900)
     train = [r for r in rows if "train/policy_loss" in r]
     assert len(train) >= 2 and all(math.isfinite(r["train/policy_loss"]) for r in train)
     assert all(r["train/approx_kl"] != 0.0 for r in train), "PPO never moved the policy"
