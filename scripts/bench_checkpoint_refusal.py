@@ -7,7 +7,7 @@ parameters) whose ``model.safetensors`` is a real safetensors file with a *spars
 header names every tensor with its published shape, and the file is extended to its full length
 (bf16: ~7 GB) with ``truncate``, which allocates no disk blocks. One tensor (layer 7's VLM
 ``mlp.down_proj``) is given half its columns. Then it times ``load_pi0`` on that directory and reports the
-process's peak resident memory (``resource.getrusage``; ``psutil`` for the RSS before the call); the
+process's peak resident memory (``VmHWM``; ``psutil`` for the RSS before the call); the
 checkpoint is written by a child process, so the peak is what importing vlarl and loading cost.
 
 Before the size check ran on the meta device, this built the whole network in fp32 first (14.5 GiB, 82 s)
@@ -84,7 +84,14 @@ def write_published_checkpoint(folder: Path, kind: str = "pi0", wrong: str | Non
 
 
 def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far (Linux reports kB)."""
+    """Peak resident memory of this process so far, in MB: ``VmHWM`` of ``/proc/self/status`` on Linux, the high-water
+    mark of this program's own memory. ``getrusage``'s ``ru_maxrss`` is not that: Linux carries it over ``exec``
+    from the parent, so a child of a large process (pytest late in a run: 1.95 GB) reports the parent's peak."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
