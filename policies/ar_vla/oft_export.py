@@ -32,6 +32,7 @@ import torch
 from safetensors.torch import save_file
 
 from policies.ar_vla.openvla_checkpoint import ARCHITECTURE, COMPONENTS
+from policies.ar_vla.openvla_policy import OpenVLAOFTPolicy
 from policies.base import CheckpointError
 
 OWN_FILES = ("config.json", "dataset_statistics.json", "model.safetensors", "model.safetensors.index.json")
@@ -76,7 +77,7 @@ def write(policy: Any, out: str | Path, vlm_path: str | Path | None = None) -> d
     """Write ``policy`` (an ``OpenVLAOFTPolicy`` with the L1 head) as an OFT folder ``out``; returns a report.
 
     ``vlm_path``: a folder whose tokenizer / processor files to ship when the source folder is gone."""
-    if getattr(policy, "architecture", None) != "openvla_oft":
+    if not isinstance(policy, OpenVLAOFTPolicy):
         raise _fail(f"covers openvla_oft policies, not '{policy.name}'")
     cfg = policy.cfg
     if cfg.use_film:
