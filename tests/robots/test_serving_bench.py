@@ -26,7 +26,7 @@ def _row(out: str, name: str) -> str:
     return m.group(1)
 
 
-# slow: a server process and three client threads (~30 s on a quiet 2-core machine, mostly the server's start-up);
+# slow: a server process and three client threads (33 s inside CI's full default run, 8 s alone on a loaded machine);
 # the default tier checks the server with several clients at once in tests/robots/test_serving_limits.py (the
 # client bound; bad connections beside a good client that still gets every right action) and its live fuzz test
 @pytest.mark.slow
