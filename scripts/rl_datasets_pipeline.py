@@ -17,6 +17,10 @@ For each seed and each data source (``--sources``: ``gaussian_rl``, ``diffusion_
    input) on the dataset with the same budget (``--sft-samples`` training samples: epochs = samples / frames);
 4. evaluate the SFT'd VLA with ``vlarl-eval`` on the held-out seeds 1,000,000+.
 
+``--source-checkpoint diffusion_rl=<run>/checkpoints/latest`` skips step 1 for that source and collects from a
+finished RL checkpoint (e.g. a DPPO-tuned Diffusion Policy); its held-out success is read from its run's
+evaluation on the held-out seeds or measured.
+
 Every stage writes its outputs under ``<out>/seed<k>/`` and a record ``<out>/seed<k>/<source>.json``;
 ``--reuse`` keeps the stages already finished there (an interrupted RL run is resumed from its last checkpoint).
 ``<out>/result.json`` and the printed table aggregate every record under ``<out>``, so two invocations with
