@@ -54,10 +54,10 @@ from policies.base import ActionSample, Policy, PolicySpec, as_float_tensor
 from policies.cnn.modeling import CNNCriticEncoder, CNNPolicyConfig
 from policies.heads.categorical import TokenCategoricalHead
 from policies.heads.gaussian import tanh_squash
+from policies.inputs import check_images, check_instructions
 from policies.processors.libero import LiberoGripper, OFTImages
 from policies.processors.normalize import RunningNormalize
 from policies.registry import register_policy
-from policies.inputs import check_images, check_instructions
 from policies.value_head import config_value_support, value_expectation, value_output, with_value_bins
 from policies.vlm.backbone import BACKBONE_CONFIG_NAME
 from policies.vlm.policy_base import DTYPES, PROCESSOR_NAME, VLAPolicy, value_mlp

@@ -53,9 +53,8 @@ def check_policy(policy_cfg: Any, env_cfg: Any, alg: Any = None) -> str | None:
     """Build ``policy_cfg`` on the meta device; the family's own refusal (ValueError/KeyError), then the first
     capability the algorithm needs (``AlgorithmSpec.requires``) that the policy lacks, then the algorithm's own
     check (``AlgorithmSpec.check_policy``), or None."""
-    from policies.registry import make_policy
-
     from policies.inputs import ReadsInstructions
+    from policies.registry import make_policy
 
     try:
         with torch.device("meta"):
