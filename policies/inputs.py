@@ -52,7 +52,7 @@ def check_images(images: Any, spec: PolicySpec, cameras: Iterable[str], who: str
                              "or resize the frames before act")
 
 
-def check_instructions(instructions: Iterable[str], who: str, count: Callable[[str], int] | None = None,
+def check_instructions(instructions: Iterable[str], who: str, count: Callable[[str], int | None] | None = None,
                        max_tokens: int = 0, key: str = "", checked: set[str] | None = None) -> None:
     """No instruction is empty (the model is conditioned on words); with ``count`` (tokens of one instruction as
     the model's prompt holds it) none is longer than ``max_tokens``, the prompt the model keeps (``key``: the
@@ -64,8 +64,8 @@ def check_instructions(instructions: Iterable[str], who: str, count: Callable[[s
             raise ValueError(f"{who} got an empty instruction ({text!r}) but is conditioned on words: pass the task's "
                              "instruction in obs['instruction'] (one string per row)")
         if count is not None and max_tokens > 0:
-            n = count(text)
-            if n > max_tokens:
+            n = count(text)  # None: not countable from the words alone (pi0.5's prompt also holds the state)
+            if n is not None and n > max_tokens:
                 raise ValueError(f"the instruction {text!r} is {n} tokens but {who} keeps {max_tokens}: the rest "
                                  f"would be cut off; raise {key or 'the prompt length'} to at least {n} (or shorten "
                                  "the instruction)")
