@@ -248,14 +248,14 @@ def pixel_rows(env_name: str, sizes: list[int], families: list[str], num_envs: i
 def print_pixel_table(rows: list[dict], num_envs: int) -> None:
     """The rows as a table (ms per env step) with each family's shares, and the ratio 128 px / 64 px."""
     print(f"\nms per env step, {num_envs} envs in one process, tiny exact VLAs (chunk 4: one act per 4 steps)")
-    head = f"{'px':>4} {'':<44} {'env':>7} {'render':>7} {'physics':>7} {'preproc':>7} {'infer':>7} {'total':>7} " \
+    head = f"{'px':>4} {'':<50} {'env':>7} {'render':>7} {'physics':>7} {'preproc':>7} {'infer':>7} {'total':>7} " \
            f"{'steps/s':>7}  cameras"
     print(head)
     for r in rows:
         total = r["env"] + r.get("preprocess", 0.0) + r.get("inference", 0.0)
         cells = [f"{r[k] * 1e3:7.2f}" if k in r else f"{'':>7}" for k in ("env", "render", "physics", "preprocess",
                                                                             "inference")]
-        print(f"{r['size']:>4} {r['what']:<44} {' '.join(cells)} {total * 1e3:7.2f} {1 / total:7.1f}  "
+        print(f"{r['size']:>4} {r['what']:<50} {' '.join(cells)} {total * 1e3:7.2f} {1 / total:7.1f}  "
               f"{r.get('cameras', '')}")
     fams = [r for r in rows if "preprocess" in r]
     if fams:
@@ -274,7 +274,7 @@ def print_pixel_table(rows: list[dict], num_envs: int) -> None:
             if a and b:
                 ta = a[0]["env"] + a[0].get("preprocess", 0.0) + a[0].get("inference", 0.0)
                 tb = b[0]["env"] + b[0].get("preprocess", 0.0) + b[0].get("inference", 0.0)
-                print(f"  {what:<44} {tb / ta:5.2f}x")
+                print(f"  {what:<50} {tb / ta:5.2f}x")
 
 
 def main(argv: list[str] | None = None) -> int:
