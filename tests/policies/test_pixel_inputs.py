@@ -121,11 +121,12 @@ def test_the_tiny_smolvla_keeps_the_whole_pushcube_instruction():
 
 
 def _pixel_checkpoint(directory, size: int):
-    """A tiny SmolVLA saved for env=maniskill_pushcube_rgb at ``size`` px (its env.json as training writes it)."""
+    """A tiny SmolVLA saved for env=maniskill_pushcube_rgb at ``size`` px (its env.json as training writes it; the
+    default experiment's end-effector controller: state 25, action 4)."""
     from vlarl.data.sft import save_policy_dir
 
     cfg = load_train_config(["policy=smolvla", "env=maniskill_pushcube_rgb", f"env.image_size={size}"])
-    spec = PolicySpec(state_dim=25, action_dim=8, action_low=[-1.0] * 8, action_high=[1.0] * 8,
+    spec = PolicySpec(state_dim=25, action_dim=4, action_low=[-1.0] * 4, action_high=[1.0] * 4,  # pd_ee_delta_pos
                       image_keys=["base_camera"], image_size=[size, size], task="PushCube-v1",
                       instruction="push the cube to the red and white goal region")
     torch.manual_seed(0)
@@ -133,13 +134,14 @@ def _pixel_checkpoint(directory, size: int):
 
 
 def _eval_refuses(args: list[str], match: str, capsys, root) -> None:
-    """vlarl-eval's one-line refusal (exit 2, nothing written); ManiSkill's own log records on stderr (its
-    render-device warning) are the library's, not the command's answer."""
+    """vlarl-eval's one-line refusal (exit 2, nothing written). ManiSkill's logger also writes to stderr (its
+    render-device warning, and in a second test of one process a "Logging error" block: its handler still holds
+    the first test's closed capture), so the command's own lines are those it prefixes with its name."""
     from vlarl.cli import eval_main
 
     before = tree_hash(root)
     assert eval_main(args) == 2
-    err = [ln for ln in capsys.readouterr().err.strip().splitlines() if " - mani_skill " not in ln]
+    err = [ln for ln in capsys.readouterr().err.strip().splitlines() if ln.startswith("vlarl-eval")]
     assert len(err) == 1 and err[0].startswith("vlarl-eval: error:") and match in err[0], err
     assert tree_hash(root) == before
 
