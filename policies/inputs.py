@@ -4,8 +4,9 @@ A VLA quietly does the wrong thing with input it was not built for: a float imag
 were in [0, 1], an image of another size is resized into a picture the policy never saw, an empty instruction
 or one its prompt cuts short ("push the cube to the red goal" in 16 byte tokens is "push the cube to") drops
 the words that say what success is. These checks refuse such input in one line that names the fix (a
-``ValueError``; the CLIs turn it into exit 2). The same checks run at config time on the env's spec, so a run
-that cannot work stops before anything is written.
+``ValueError``; the CLIs turn it into exit 2). A batch is checked for cameras, dtype and layout, and empty words;
+the image size and the prompt length are checked where the env is known (config load, ``vlarl-eval``), since the
+exact models reproduce reference runs that resize other sizes and cut long prompts themselves.
 
 ``images``: ``name -> uint8 [B, H, W, 3]`` (the env schema); ``instructions``: ``list[str]`` of length B.
 """
@@ -27,9 +28,11 @@ class ReadsInstructions(Protocol):
     def check_instructions(self, instructions: list[str]) -> None: ...
 
 
-def check_images(images: Any, spec: PolicySpec, cameras: Iterable[str], who: str) -> None:
-    """Every camera in ``cameras`` is in ``images`` as ``uint8 [B, H, W, 3]`` of the spec's ``image_size`` (the
-    size the policy was built and trained for; not checked when the spec has none)."""
+def check_images(images: Any, spec: PolicySpec, cameras: Iterable[str], who: str, check_size: bool = True) -> None:
+    """Every camera in ``cameras`` is in ``images`` as ``uint8 [B, H, W, 3]``, with ``check_size`` of the spec's
+    ``image_size`` (the size the policy was built and trained for; not checked when the spec has none). The
+    policies' own per-batch check leaves the size out: the reference parity runs feed other sizes through the
+    network's own resize, so the size is checked against the env where the env is known (``vlarl-eval``)."""
     cameras = list(cameras)
     if not cameras:
         return
@@ -46,7 +49,7 @@ def check_images(images: Any, spec: PolicySpec, cameras: Iterable[str], who: str
             raise ValueError(f"camera '{name}' gives {dtype} {list(shape)}; {who} needs uint8 [B, H, W, 3] images "
                              "(0-255, channels last): convert with (x * 255).round().clamp(0, 255).to(torch.uint8) "
                              "and put channels last")
-        if want is not None and shape[1:3] != want:
+        if check_size and want is not None and shape[1:3] != want:
             raise ValueError(f"camera '{name}' gives {shape[1]}x{shape[2]} images but {who} was built for "
                              f"{want[0]}x{want[1]} (its env's image_size): render at env.image_size={want[0]} "
                              "or resize the frames before act")

@@ -228,7 +228,7 @@ class OpenVLAPolicy(VLAPolicy):
             ims = [torch.zeros(batch, size, size, 3, dtype=torch.uint8, device=self.device)] * self.cfg.num_images
         else:
             keys = list(self.spec.image_keys)[: self.cfg.num_images]
-            check_images(obs.get("images") or {}, self.spec, keys, f"policy={self.architecture}")
+            check_images(obs.get("images") or {}, self.spec, keys, f"policy={self.architecture}", check_size=False)
             ims = [torch.as_tensor(obs["images"][k], device=self.device) for k in keys]
             if self.conventions is not None:  # the checkpoint's own LIBERO image path (TF-exact resize, crop)
                 ims = [self.conventions[0].apply(im) for im in ims]

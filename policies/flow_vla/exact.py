@@ -179,8 +179,6 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
                                     PadVector("action", A, self.model_action_dim, "policy.arch.max_action_dim")])
         self.processor.check(spec)
         self._fitting_instructions: set[str] = set()  # instructions found to fit the prompt (check_instructions)
-        if spec.instruction:  # config time: the env's own words must fit the prompt the network keeps
-            self.check_instructions([spec.instruction])
         self._register_load_state_dict_pre_hook(self._upgrade_old_stats)
         self.value_support = config_value_support(config)
         self.value_head = self._make_value_head(int(submodule(self.net, entry.prefix_width)))
@@ -307,7 +305,9 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
 
     def check_instructions(self, instructions: list[str]) -> None:
         """Refuse (``ValueError``, one line) an empty instruction or one longer than the prompt the network keeps
-        (``tokenizer_max_length``): its tail would be cut off silently."""
+        (``tokenizer_max_length``): its tail would be cut off silently. Asked where the env's words are known
+        (config load, ``vlarl-eval``); a batch is only checked for empty words, since the reference's own runs
+        cut a long prompt and the exact models reproduce them."""
         check_instructions(instructions, f"policy={self.entry.name}", self.adapter.prompt_tokens,
                            int(self.net.cfg.tokenizer_max_length), "policy.arch.tokenizer_max_length",
                            self._fitting_instructions)
@@ -317,12 +317,13 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
         if len(instructions) != batch:
             instructions = [instructions[i % len(instructions)] if instructions else self.spec.instruction
                             for i in range(batch)]
-        self.check_instructions(instructions)
+        check_instructions(instructions, f"policy={self.entry.name}")  # empty words; the length: check_instructions
         return self.adapter.tokens(instructions)
 
     def flow_inputs(self, obs: dict[str, Any]) -> tuple[FlowInputs, torch.Tensor]:
         """Env observation -> (the architecture's inputs, normalized state [B, S]) through the processor."""
-        check_images(obs.get("images") or {}, self.spec, self.adapter.camera_map.fed, f"policy={self.entry.name}")
+        check_images(obs.get("images") or {}, self.spec, self.adapter.camera_map.fed, f"policy={self.entry.name}",
+                     check_size=False)
         images = {k: torch.as_tensor(v).to(self.device) for k, v in (obs.get("images") or {}).items()}
         batch = self.processor({"images": images, "state": self._state(obs)})
         state = batch["state"][..., : self.spec.state_dim]  # the value head reads the unpadded state

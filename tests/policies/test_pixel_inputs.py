@@ -1,11 +1,11 @@
 """Bad pixels and words for the exact VLAs (SmolVLA, pi0, OpenVLA-OFT), refused in one line that names the fix.
 
 Through ``Policy.act``: a camera the policy reads but the observation lacks, a float or channels-first image, an
-image of another size than the policy was built for, an empty instruction, and an instruction longer than the
-prompt the network keeps (SmolVLA / pi0 cut at ``tokenizer_max_length``; OFT's prompt is never cut). Through
-``vlarl-train``: an env whose instructions do not fit the prompt is refused before a run directory exists (every
-instruction the env can give, so the language task's longer "blue" words count). Through ``vlarl-eval``: a pixel
-checkpoint on an env that renders no camera, or renders another size (slow: an RGB ManiSkill env is built).
+empty instruction. Where the env is known: an instruction longer than the prompt the network keeps (SmolVLA / pi0
+cut at ``tokenizer_max_length``; OFT's prompt is never cut) through ``check_instructions`` and ``vlarl-train``, which
+refuses before a run directory exists and asks about every instruction the env can give (so the language task's
+longer "blue" words count); a pixel checkpoint on an env that renders no camera, or another size, through
+``vlarl-eval`` (the size case is slow: an RGB ManiSkill env is built).
 """
 
 from __future__ import annotations
@@ -50,11 +50,8 @@ CASES = {
                                                        "['hand_camera']: render them (env.obs_mode=rgb, env.cameras)"),
     "float-image": (dict(dtype=torch.float32), "gives torch.float32 [2, 48, 48, 3]; policy={f} needs uint8 [B, H, W, 3]"),
     "channels-first": (dict(channels_first=True), "gives torch.uint8 [2, 3, 48, 48]; policy={f} needs uint8 [B, H, W, 3]"),
-    "wrong-size": (dict(size=64), "gives 64x64 images but policy={f} was built for 48x48 (its env's image_size): "
-                                  "render at env.image_size=48"),
     "empty-instruction": (dict(words=[WORDS, "  "]), "policy={f} got an empty instruction ('  ') but is conditioned "
                                                      "on words"),
-    "instruction-past-prompt": (dict(words=[LONG, LONG]), "tokens but policy={f} keeps"),
 }
 
 
@@ -65,25 +62,27 @@ def test_act_refuses_bad_pixels_and_words_in_one_line(policy, case):
     with torch.no_grad():
         good = policy.act(_obs())  # the same policy acts on good input
     assert good.shape == (2, policy.chunk_size, 3) and torch.isfinite(good).all()
-    if case == "instruction-past-prompt" and family == "openvla_oft":  # OFT's prompt is never cut: it acts
-        with torch.no_grad():
-            assert torch.isfinite(policy.act(_obs(**kwargs))).all()
-        return
     with pytest.raises(ValueError) as e, torch.no_grad():
         policy.act(_obs(**kwargs))
     msg = str(e.value)
     assert needle.format(f=family) in msg and "\n" not in msg, msg
 
 
-def test_a_prompt_cut_is_refused_with_the_length_that_fits():
-    """pi0's tiny prompt keeps 48 tokens: the message names the tokens the instruction needs and the key."""
-    torch.manual_seed(0)
-    pol = make_policy(load_train_config(["policy=pi0", "env=maniskill_pushcube_color_rgb"]).policy, SPEC).eval()
-    words = "x" * 60  # 60 byte tokens + the newline the prompt adds
-    with pytest.raises(ValueError, match=r"is 61 tokens but policy=pi0 keeps 48: the rest would be cut off; raise "
-                                         r"policy.arch.tokenizer_max_length to at least 61"):
-        pol.act(_obs(words=[words, words]))
-    pol.check_instructions(["y" * 47])  # 47 + newline = 48: fits exactly
+def test_an_instruction_past_the_prompt_is_refused_where_the_env_is_known(policy):
+    """``check_instructions`` (asked at config load and by vlarl-eval with the env's words) refuses words the
+    prompt would cut; a batch itself is cut as the reference's own code cuts it (parity), and an image of another
+    size is resized by the network: both are refused against the env (vlarl-train / vlarl-eval below)."""
+    if policy.name == "openvla_oft":  # OFT's prompt is never cut: any length fits
+        policy.check_instructions([LONG])
+    else:
+        keep = int(policy.net.cfg.tokenizer_max_length)
+        with pytest.raises(ValueError, match=rf"is {len(LONG) + 1} tokens but policy={policy.name} keeps {keep}: the "
+                                             r"rest would be cut off; raise policy.arch.tokenizer_max_length to at "
+                                             rf"least {len(LONG) + 1}"):
+            policy.check_instructions([LONG])
+        policy.check_instructions(["y" * (keep - 1)])  # + its newline: fits exactly
+    with torch.no_grad():
+        assert torch.isfinite(policy.act(_obs(size=64, words=[LONG, LONG]))).all()
 
 
 def test_the_language_fixture_reads_the_words_of_both_goals():
