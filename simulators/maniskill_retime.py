@@ -176,11 +176,12 @@ def follow(env: Any, u: Any, seed: int, wps: list[Waypoint], cfg: RetimeConfig, 
 
 
 def retime_file(src: Path, dst: Path, env_cfg: Any, time_limit: int, cfg: RetimeConfig = RetimeConfig(),
-                log=print) -> list[RetimedEpisode]:
+                keep: int = 0, log=print) -> list[RetimedEpisode]:
     """Re-time every episode of the converted trajectory file ``src`` (``pd_ee_delta_pos``, state, its seeds in
-    the ``.json`` beside it) in vlarl's env for ``env_cfg``; write the ones that succeed, each ending at its first
-    success, to ``dst`` (ManiSkill's layout: ``obs`` [L + 1, D], ``actions``, ``rewards``, ``success``,
-    ``terminated``, ``truncated``; ``.json`` with the seeds). Returns all re-timed episodes (kept or not)."""
+    the ``.json`` beside it) in vlarl's env for ``env_cfg``; write the first ``keep`` (0 = all) that succeed,
+    each ending at its first success, to ``dst`` (ManiSkill's layout: ``obs`` [L + 1, D], ``actions``,
+    ``rewards``, ``success``, ``terminated``, ``truncated``; ``.json`` with the seeds). Returns all re-timed
+    episodes (kept or not)."""
     from vlarl.data.demonstrations import read_maniskill_h5
 
     meta = json.loads(src.with_suffix(".json").read_text())
@@ -198,7 +199,7 @@ def retime_file(src: Path, dst: Path, env_cfg: Any, time_limit: int, cfg: Retime
     finally:
         env.close()
     kept = [e for e in done if e.solved]
-    _write(dst, kept, meta)
+    _write(dst, kept[:keep] if keep else kept, meta)
     for e in done:
         log(f"[retime] seed {e.seed}: {e.raw_length} planner steps -> {len(e.actions)} "
             f"({'success' if e.solved else 'failed, dropped'})")
