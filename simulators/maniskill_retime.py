@@ -182,20 +182,18 @@ def retime_file(src: Path, dst: Path, env_cfg: Any, time_limit: int, cfg: Retime
     each ending at its first success, to ``dst`` (ManiSkill's layout: ``obs`` [L + 1, D], ``actions``,
     ``rewards``, ``success``, ``terminated``, ``truncated``; ``.json`` with the seeds). Returns all re-timed
     episodes (kept or not)."""
-    from vlarl.data.demonstrations import read_maniskill_h5
-
     meta = json.loads(src.with_suffix(".json").read_text())
     if meta["env_info"]["env_kwargs"].get("control_mode") != RETIME_CONTROL:
         raise EnvError(f"re-timing follows the end effector: the demonstrations must be in {RETIME_CONTROL}; "
                        f"set env.control_mode={RETIME_CONTROL} or retime=false")
     seeds = [int(e["episode_seed"]) for e in meta["episodes"]]
-    raw = read_maniskill_h5(src)
-    env, u = retime_env(env_cfg, max(len(e.actions) for e in raw) + time_limit + 1)
+    raw = _actions(src)
+    env, u = retime_env(env_cfg, max(len(a) for a in raw) + time_limit + 1)
     done: list[RetimedEpisode] = []
     try:
-        for seed, ep in zip(seeds, raw, strict=True):
-            tcp, grip = tcp_path(env, u, seed, ep.actions)
-            done.append(follow(env, u, seed, waypoints(tcp, grip, cfg), cfg, time_limit, len(ep.actions)))
+        for seed, actions in zip(seeds, raw, strict=True):
+            tcp, grip = tcp_path(env, u, seed, actions)
+            done.append(follow(env, u, seed, waypoints(tcp, grip, cfg), cfg, time_limit, len(actions)))
     finally:
         env.close()
     kept = [e for e in done if e.solved]
@@ -204,6 +202,15 @@ def retime_file(src: Path, dst: Path, env_cfg: Any, time_limit: int, cfg: Retime
         log(f"[retime] seed {e.seed}: {e.raw_length} planner steps -> {len(e.actions)} "
             f"({'success' if e.solved else 'failed, dropped'})")
     return done
+
+
+def _actions(h5: Path) -> list[np.ndarray]:
+    """``traj_<i>/actions`` [L, A] of a ManiSkill trajectory file, in episode order."""
+    import h5py
+
+    with h5py.File(h5, "r") as f:
+        names = sorted((k for k in f if k.startswith("traj_")), key=lambda k: int(k.split("_")[1]))
+        return [np.asarray(f[k]["actions"], np.float32) for k in names]
 
 
 def _write(dst: Path, episodes: list[RetimedEpisode], meta: dict) -> None:
