@@ -154,6 +154,10 @@ def test_train_refuses_a_value_head_that_does_not_match_the_loss(args, needle, t
     assert not run_dir.exists()
 
 
+# slow: a Ray run through the console script (~20 s on a quiet 2-core machine); the default tier covers its parts:
+# the loss by hand, the clipped update fitting the returns, the refusals through train_main, and the binned head
+# through a checkpoint and export (all above)
+@pytest.mark.slow
 @pytest.mark.sim
 def test_vlarl_train_with_hl_gauss_value_head(tmp_path):
     run_dir = tmp_path / "run"

@@ -21,11 +21,18 @@ from tests.helpers.checkpoints import pushcube_checkpoint, tree_hash, truncate, 
 from tests.helpers.net import free_port
 
 
-@pytest.fixture
-def world(tmp_path, monkeypatch):
-    """tmp_path holds: good/ (PushCube checkpoint), trunc/ (truncated weights), badjson/ (invalid config.json),
-    run/ (a run dir whose only checkpoint is corrupt), noconf/ (a dir without config.yaml)."""
-    monkeypatch.chdir(tmp_path)
+@pytest.fixture(scope="module")
+def shared_world(tmp_path_factory) -> Path:
+    """Built once for the module (every case leaves it as it was, and each test checks that with a hash of the
+    whole tree before and after): good/ (PushCube checkpoint), trunc/ (truncated weights), badjson/ (invalid
+    config.json), run/ (a run dir whose only checkpoint is corrupt), noconf/ (a dir without config.yaml)."""
+    tmp_path = tmp_path_factory.mktemp("world")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)  # built from inside, as the commands run
+        return _build_world(tmp_path)
+
+
+def _build_world(tmp_path: Path) -> Path:
     good = pushcube_checkpoint(tmp_path / "good")
     trunc = Path(shutil.copytree(good, tmp_path / "trunc"))
     truncate(trunc / "model.safetensors")
@@ -47,6 +54,13 @@ def world(tmp_path, monkeypatch):
     q = QEnsemble(8, [16], 1, 2, True)  # critics of another shape than algorithm=sac's [256, 256]
     save_critics(tmp_path / "critics.pt", q, q)
     return tmp_path
+
+
+@pytest.fixture
+def world(shared_world, monkeypatch) -> Path:
+    """The shared world as the working directory, so a default ``outputs/`` would show in its hash."""
+    monkeypatch.chdir(shared_world)
+    return shared_world
 
 
 def _train(*args):

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from tests.helpers.plugins import one_line_refusal, train, write_plugin
+from tests.helpers.plugins import one_line_refusal, train, train_refusals, write_plugin
 
 # Vanilla REINFORCE over chunk steps: loss = -mean(log pi(chunk) * (G - mean G)), G the discounted return-to-go
 # inside the batch. It reads only its own keys (gamma, normalize) and the base's (name, lr, num_steps, anneal_lr).
@@ -92,10 +92,11 @@ def test_a_plugin_algorithm_refuses_keys_and_policies_it_does_not_take(plugin, t
         ([], "algorithm=reinforce_plugin needs reparameterized sampling"),  # policy=mlp unsquashed
         (["policy.squash=true", "algorithm.gamma=2"], "algorithm.gamma=2.0 must lie in [0, 1]"),
     ]
-    for extra, needle in cases:
-        p = train([*common, *extra, f"run_dir={tmp_path / 'never'}"], plugin["env"], tmp_path)
-        assert one_line_refusal(p, needle), (extra, p.stderr[-2000:])
-    p = train(["plugins=[no_such_module]", f"run_dir={tmp_path / 'never'}"], plugin["env"], tmp_path)
+    runs = [[*common, *extra, f"run_dir={tmp_path / 'never'}"] for extra, _ in cases]
+    *answers, p = train_refusals([*runs, ["plugins=[no_such_module]", f"run_dir={tmp_path / 'never'}"]],
+                                 plugin["env"], tmp_path)
+    for (extra, needle), answer in zip(cases, answers, strict=True):
+        assert one_line_refusal(answer, needle), (extra, answer.stderr[-2000:])
     assert p.returncode == 2 and "plugins: cannot import module 'no_such_module'" in p.stderr
     assert not (tmp_path / "never").exists() and not (tmp_path / "outputs").exists()
 

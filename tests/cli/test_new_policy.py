@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.helpers.plugins import one_line_refusal, train, write_plugin
+from tests.helpers.plugins import one_line_refusal, train, train_refusals, write_plugin
 
 # The smallest composed family PPO can train: a linear network, a processor of saved steps (the env's cameras
 # and state in, env action units out) and the Gaussian RL head from policies/heads.
@@ -126,8 +126,9 @@ def test_a_plugin_policy_refuses_what_it_cannot_do(plugin, tmp_path):
              (["policy.max_state_dim=4"], "exceeds the network's padding max_state_dim=4; raise policy.max_state_dim"),
              (["env.obs_mode=rgb", "policy.cameras=[base_camera]", "policy.image_size=32"],
               "the network needs 32x32 images but the env renders 128x128; set env.image_size=32")]
-    for extra, needle in cases:
-        p = train([*plugin["common"], *extra, f"run_dir={tmp_path / 'never'}"], plugin["env"], tmp_path)
+    answers = train_refusals([[*plugin["common"], *extra, f"run_dir={tmp_path / 'never'}"] for extra, _ in cases],
+                             plugin["env"], tmp_path)
+    for (extra, needle), p in zip(cases, answers, strict=True):
         assert one_line_refusal(p, needle), (extra, p.stderr[-2000:])
     assert not (tmp_path / "never").exists() and not (tmp_path / "outputs").exists()
 

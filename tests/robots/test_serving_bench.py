@@ -26,6 +26,10 @@ def _row(out: str, name: str) -> str:
     return m.group(1)
 
 
+# slow: a server process and three client threads (33 s inside CI's full default run, 8 s alone on a loaded machine);
+# the default tier checks the server with several clients at once in tests/robots/test_serving_limits.py (the
+# client bound; bad connections beside a good client that still gets every right action) and its live fuzz test
+@pytest.mark.slow
 def test_load_mode_serves_every_client_and_reports_the_table(capsys):
     bench = _bench()
     rc = bench.main(["--clients", "3", "--seconds", "1", "--warmup", "0.5"])
