@@ -15,6 +15,17 @@ maps it zero-copy): two env-worker actors each return half of a ChunkStepResult 
 rollout-like actor concatenates the halves into one batch and the driver fetches them, as in ``collect``.
 
     python scripts/bench_rollout.py --transfer --num-envs 16 --cameras 2 --size 128
+
+``--pixels`` measures what one env step costs a VLA acting from camera images, per family, side by side in one
+process: the tiny exact SmolVLA, pi0 and OpenVLA-OFT on ``--env`` (default ``maniskill_pushcube_rgb``) at each
+``--sizes`` px. Per size, the env alone with zero actions three ways: rendering every control step (obs_mode=rgb,
+what a pixel policy runs on), physics only (obs_mode=state), and state plus one render of the same camera per
+chunk (``env.critic_camera``: the one frame per chunk the policy reads); render = rgb - physics. Per family, the
+RGB env stepped with the policy's own actions, preprocessing (env images, state and words -> network inputs) and
+inference (the rest of ``act``); one ``act`` serves ``chunk`` steps of every env, so it is divided by
+``num_envs x chunk``.
+
+    python scripts/bench_rollout.py --pixels --sizes 64 128 --num-envs 2 --steps 6
 """
 
 from __future__ import annotations
@@ -142,7 +153,131 @@ def transfer(num_envs: int, cameras: int, size: int, steps: int, rounds: int) ->
     return 0
 
 
-def main() -> int:
+PIXEL_FAMILIES = ("smolvla", "pi0", "openvla_oft")
+
+
+def _preprocess(policy, obs: dict) -> object:
+    """Env observation -> the network's inputs (camera mapping, image scaling, state normalization, tokens)."""
+    from policies.flow_vla.exact import ExactFlowPolicy
+
+    if isinstance(policy, ExactFlowPolicy):  # SmolVLA, pi0
+        return policy.flow_inputs(obs)
+    return policy._inputs(obs)  # OpenVLA / OFT: pixel values, prompt ids, proprio
+
+
+def _env_per_step(env, steps: int, chunk: int) -> float:
+    """Seconds per env step of ``env`` stepped with zero actions for ``steps`` chunks (after one warm-up)."""
+    actions = torch.zeros(env.num_envs, chunk, env.spec.action_dim)
+    env.reset(seed=0)
+    env.chunk_step(actions)
+    t, n = time.perf_counter(), 0
+    for _ in range(steps):
+        n += int(env.chunk_step(actions).step_mask.sum())
+    return (time.perf_counter() - t) / max(n, 1)
+
+
+def _sensors(env) -> list[str]:
+    """The cameras the simulator renders for observations (ManiSkill: its scene's sensors, every one of them
+    rendered each control step under obs_mode=rgb)."""
+    scenes = getattr(env, "envs", None)
+    if not scenes:
+        return list(env.spec.image_keys)
+    return list(scenes[0].unwrapped.scene.sensors)
+
+
+def pixel_rows(env_name: str, sizes: list[int], families: list[str], num_envs: int, steps: int) -> list[dict]:
+    """One row per (size, what): the env alone three ways, then each family (see the module doc). Times are
+    seconds per env step; ``cameras`` lists what the env renders and what the policy reads."""
+    from policies import make_policy
+    from simulators.registry import make_env
+    from vlarl.config import load_train_config
+    from vlarl.runner import policy_spec_from_env
+
+    rows: list[dict] = []
+    for size in sizes:
+        base = load_train_config([f"env={env_name}", f"env.image_size={size}"]).env
+        chunk = 4  # the tiny VLA configs' chunk
+        state_cfg = dataclasses.replace(base, obs_mode="state")
+        boundary_cfg = dataclasses.replace(state_cfg, critic_camera="base_camera")
+        physics = {}
+        for what, cfg in (("physics only (obs_mode=state)", state_cfg),
+                          ("state + 1 render per chunk (critic_camera)", boundary_cfg)):
+            env = make_env(cfg, num_envs=num_envs)
+            try:
+                physics[what] = _env_per_step(env, steps, chunk)
+            finally:
+                env.close()
+        env = make_env(base, num_envs=num_envs)
+        try:
+            rgb = _env_per_step(env, steps, chunk)
+            phys = physics["physics only (obs_mode=state)"]
+            rows.append(dict(size=size, what="env: render every step (obs_mode=rgb)", env=rgb, render=rgb - phys,
+                             physics=phys, cameras=f"renders {_sensors(env)}"))
+            for what, t in physics.items():
+                rows.append(dict(size=size, what=f"env: {what}", env=t, physics=phys))
+            spec = policy_spec_from_env(env.spec)
+            for family in families:
+                cfg = load_train_config([f"policy={family}", f"env={env_name}", f"env.image_size={size}"])
+                torch.manual_seed(0)
+                policy = make_policy(cfg.policy, spec).eval()
+                obs = env.reset(seed=0)
+                pre = act = stepped = 0.0
+                n = 0
+                with torch.no_grad():
+                    policy.act(obs)  # warm-up
+                    for _ in range(steps):
+                        t0 = time.perf_counter()
+                        _preprocess(policy, obs)
+                        t1 = time.perf_counter()
+                        actions = policy.act(obs)
+                        t2 = time.perf_counter()
+                        res = env.chunk_step(actions)
+                        t3 = time.perf_counter()
+                        pre, act, stepped = pre + t1 - t0, act + t2 - t1, stepped + t3 - t2
+                        n += int(res.step_mask.sum())
+                        obs = res.obs
+                per = max(n, 1)
+                rows.append(dict(size=size, what=family, env=stepped / per, render=stepped / per - phys, physics=phys,
+                                 preprocess=pre / per, inference=max(act - pre, 0.0) / per,
+                                 cameras=f"reads {list(spec.image_keys)}", chunk=policy.chunk_size))
+        finally:
+            env.close()
+    return rows
+
+
+def print_pixel_table(rows: list[dict], num_envs: int) -> None:
+    """The rows as a table (ms per env step) with each family's shares, and the ratio 128 px / 64 px."""
+    print(f"\nms per env step, {num_envs} envs in one process, tiny exact VLAs (chunk 4: one act per 4 steps)")
+    head = f"{'px':>4} {'':<50} {'env':>7} {'render':>7} {'physics':>7} {'preproc':>7} {'infer':>7} {'total':>7} " \
+           f"{'steps/s':>7}  cameras"
+    print(head)
+    for r in rows:
+        total = r["env"] + r.get("preprocess", 0.0) + r.get("inference", 0.0)
+        cells = [f"{r[k] * 1e3:7.2f}" if k in r else f"{'':>7}" for k in ("env", "render", "physics", "preprocess",
+                                                                            "inference")]
+        print(f"{r['size']:>4} {r['what']:<50} {' '.join(cells)} {total * 1e3:7.2f} {1 / total:7.1f}  "
+              f"{r.get('cameras', '')}")
+    fams = [r for r in rows if "preprocess" in r]
+    if fams:
+        print("\nshares of a family's step (render / physics / preprocessing / inference):")
+        for r in fams:
+            total = r["env"] + r["preprocess"] + r["inference"]
+            parts = [max(r["render"], 0.0), r["physics"], r["preprocess"], r["inference"]]
+            print(f"  {r['size']:>4} px {r['what']:<12} " + " / ".join(f"{p / total:4.0%}" for p in parts))
+    sizes = sorted({r["size"] for r in rows})
+    if len(sizes) > 1:
+        lo, hi = sizes[0], sizes[-1]
+        print(f"\ncost at {hi} px / at {lo} px:")
+        for what in dict.fromkeys(r["what"] for r in rows):
+            a = [r for r in rows if r["what"] == what and r["size"] == lo]
+            b = [r for r in rows if r["what"] == what and r["size"] == hi]
+            if a and b:
+                ta = a[0]["env"] + a[0].get("preprocess", 0.0) + a[0].get("inference", 0.0)
+                tb = b[0]["env"] + b[0].get("preprocess", 0.0) + b[0].get("inference", 0.0)
+                print(f"  {what:<50} {tb / ta:5.2f}x")
+
+
+def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     from vlarl import system_env
 
@@ -152,13 +287,22 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--steps", type=int, default=30, help="chunk steps measured per configuration")
     ap.add_argument("--transfer", action="store_true", help="measure observation transfer cost (see above)")
-    ap.add_argument("--num-envs", type=int, default=16, help="--transfer: envs")
+    ap.add_argument("--num-envs", type=int, default=None, help="--transfer: envs (16); --pixels: envs in one process (2)")
     ap.add_argument("--cameras", type=int, default=2, help="--transfer: RGB cameras per env")
     ap.add_argument("--size", type=int, default=128, help="--transfer: image side in pixels")
     ap.add_argument("--rounds", type=int, default=5, help="--transfer: interleaved rounds")
-    args = ap.parse_args()
+    ap.add_argument("--pixels", action="store_true", help="per-family cost of a step from pixels (see above)")
+    ap.add_argument("--env", default="maniskill_pushcube_rgb", help="--pixels: an RGB env config")
+    ap.add_argument("--sizes", type=int, nargs="*", default=[64, 128], help="--pixels: image sides in pixels")
+    ap.add_argument("--families", nargs="*", default=list(PIXEL_FAMILIES), help="--pixels: policy families")
+    args = ap.parse_args(argv)
+    if args.pixels:
+        envs = args.num_envs or 2
+        rows = pixel_rows(args.env, args.sizes, args.families, envs, args.steps)
+        print_pixel_table(rows, envs)
+        return 0
     if args.transfer:
-        return transfer(args.num_envs, args.cameras, args.size, args.steps, args.rounds)
+        return transfer(args.num_envs or 16, args.cameras, args.size, args.steps, args.rounds)
     from vlarl.config import load_train_config
 
     base = load_train_config([])

@@ -30,6 +30,7 @@ from simulators.maniskill_tasks import (  # noqa: F401  (INSTRUCTIONS, check_tas
     instruction_for,
     missing_asset_message,
     missing_assets,
+    task_instructions,
 )
 from simulators.registry import EnvConfig, register_env, register_suites
 from simulators.serial import SceneObs, SceneStep, SerialBatchedEnv
@@ -119,6 +120,11 @@ class ManiSkillEnv(SerialBatchedEnv):
                 "env.sim_backend=cpu, or env=maniskill_gpu for physx_cuda on a CUDA machine"
             )
         check_task_config(cfg)  # task id, reward mode, assets
+
+    @staticmethod
+    def instructions(cfg: ManiSkillConfig) -> list[str]:
+        """Every instruction the task reports (checked against a policy's prompt before a run starts)."""
+        return task_instructions(cfg.task)
 
     def __init__(self, cfg: ManiSkillConfig, num_envs: int, worker_index: int = 0, render: bool = False):
         gym = _import_maniskill()

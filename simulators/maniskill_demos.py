@@ -18,6 +18,11 @@ episodes outrun the tasks' time limits (PushCube: first success at step 58-62 of
 learns from demonstrations that succeed only after the time an online episode is cut off; at 3 they succeed at
 step 37-40.
 
+4. With ``retime`` (the default for ``RETIME_TASKS``), ``simulators.maniskill_retime`` follows each converted
+   episode's TCP path again, closed loop in vlarl's env with a few large end-effector steps, and keeps the
+   re-timed episodes that succeed: the planner's path at the pace of the scripted expert (PushCube: 8-12 steps
+   instead of 36-43), which is what RLPD learns from (docs/tasks.md).
+
 Seeds start at ``seed`` (default 0), far below the held-out evaluation seeds (1,000,000 and up).
 """
 
@@ -31,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simulators.base import EnvError
+from simulators.maniskill_retime import RETIME_CONTROL, retime_file
 from simulators.registry import register_demonstrator
 
 #: tasks whose motion-planning solution ships with ManiSkill 3.0.1 (``maniskill_planner_job._solutions``)
@@ -46,6 +52,8 @@ OBS_MODES = ("state", "rgb")
 #: PickCube's slowest episodes still reached the 50-step limit; the others scaled from their lengths at pace 1)
 PLANNER_SPEED = {"PushCube-v1": 3.0, "PullCube-v1": 3.0, "PickCube-v1": 4.0, "StackCube-v1": 5.0,
                  "PlaceSphere-v1": 4.0, "PegInsertionSide-v1": 2.0, "LiftPegUpright-v1": 3.0}
+#: tasks whose demonstrations are re-timed by default (``retime``): measured to help RLPD (docs/tasks.md)
+RETIME_TASKS = ("PushCube-v1",)
 JOB = Path(__file__).with_name("maniskill_planner_job.py")
 SETUP_HINT = "bash scripts/setup_planner.sh"
 
@@ -57,8 +65,9 @@ class PlannedDemos:
     h5: Path
     planned: int  # successful planner episodes
     attempts: int  # seeds tried by the planner
-    converted: int  # episodes whose replay in the target control mode succeeded (those in ``h5``)
+    converted: int  # episodes whose replay in the target control mode succeeded
     seeds: list[int]
+    retimed: int = -1  # re-timed episodes that succeeded (those in ``h5``); -1 = not re-timed
 
 
 def planner_python() -> Path:
@@ -67,8 +76,9 @@ def planner_python() -> Path:
     return Path(given) if given else Path(__file__).resolve().parent.parent / ".venv-planner" / "bin" / "python"
 
 
-def check_request(task: str, control_mode: str, obs_mode: str) -> None:
-    """One-line refusals (``EnvError``) for what the planner or the replay cannot do; runs nothing."""
+def check_request(task: str, control_mode: str, obs_mode: str, retime: bool = False) -> None:
+    """One-line refusals (``EnvError``) for what the planner, the replay or the re-timing cannot do; runs
+    nothing."""
     if task not in PLANNER_TASKS:
         raise EnvError(f"env.task='{task}' has no ManiSkill motion-planning solution; choose one of "
                        f"{list(PLANNER_TASKS)} (or record a scripted expert, scripts/pushcube_expert.py)")
@@ -77,6 +87,10 @@ def check_request(task: str, control_mode: str, obs_mode: str) -> None:
                        f"ManiSkill's replay; choose one of {list(CONVERTIBLE_CONTROL)}")
     if obs_mode not in OBS_MODES:
         raise EnvError(f"env.obs_mode='{obs_mode}' is not recorded; choose one of {list(OBS_MODES)}")
+    if retime and (control_mode != RETIME_CONTROL or obs_mode != "state"):
+        raise EnvError(f"retime=true follows the end effector with state observations, not "
+                       f"{control_mode}/{obs_mode}; set env.control_mode={RETIME_CONTROL} env.obs_mode=state "
+                       f"or retime=false")
     py = planner_python()
     if not py.exists():
         raise EnvError(f"the motion planner's environment '{py}' does not exist; make it with `{SETUP_HINT}` "
@@ -190,17 +204,39 @@ def _count_episodes(h5: Path) -> int:
 class ManiSkillPlanner:
     """The ManiSkill demonstrator ``vlarl-demos`` finds through ``simulators.registry.demonstrator``."""
 
-    def check(self, env_cfg) -> None:
-        check_request(env_cfg.task, env_cfg.control_mode, env_cfg.obs_mode)
+    def check(self, env_cfg, retime: bool = False) -> None:
+        check_request(env_cfg.task, env_cfg.control_mode, env_cfg.obs_mode, retime)
 
     def speed(self, env_cfg) -> float:
         """The planner pace whose episodes succeed within ``env_cfg.task``'s time limit (1 = ManiSkill's own)."""
         return PLANNER_SPEED.get(env_cfg.task, 1.0)
 
+    def retime(self, env_cfg) -> bool:
+        """Whether ``env_cfg``'s demonstrations are re-timed by default: for ``RETIME_TASKS`` in
+        ``pd_ee_delta_pos`` with state observations (the only modes re-timing makes)."""
+        return (env_cfg.task in RETIME_TASKS and env_cfg.control_mode == RETIME_CONTROL
+                and env_cfg.obs_mode == "state")
+
     def make(self, env_cfg, episodes: int, work_dir: str | os.PathLike, seed: int = 0, max_attempts: int = 0,
-             speed: float = 1.0, log=print) -> PlannedDemos:
-        return plan_and_convert(env_cfg.task, episodes, env_cfg.control_mode, env_cfg.obs_mode, work_dir, seed=seed,
-                                max_attempts=max_attempts, speed=speed, log=log)
+             speed: float = 1.0, retime: bool = False, time_limit: int = 0, log=print) -> PlannedDemos:
+        """Plan and convert ``episodes`` episodes; with ``retime``, plan a fifth more (at least one: a re-timed
+        episode can fail where the planner's succeeded, 1 of 20 on PushCube), re-time them in vlarl's env within
+        ``time_limit`` steps and return the file of the first ``episodes`` that succeed."""
+        self.check(env_cfg, retime)
+        planned = episodes + max(1, episodes // 5) if retime else episodes
+        made = plan_and_convert(env_cfg.task, planned, env_cfg.control_mode, env_cfg.obs_mode, work_dir,
+                                seed=seed, max_attempts=max_attempts, speed=speed, log=log)
+        if not retime:
+            return made
+        out = Path(work_dir) / "retimed.h5"
+        done = retime_file(made.h5, out, env_cfg, time_limit or 50, keep=episodes, log=log)
+        kept = [e.seed for e in done if e.solved][:episodes]
+        if not kept:
+            raise EnvError(f"none of the {len(done)} re-timed {env_cfg.task} episodes succeeded in vlarl's env; "
+                           f"use retime=false")
+        if len(kept) < episodes:
+            log(f"[retime] warning: {len(kept)} of the {episodes} wanted episodes succeeded after re-timing")
+        return PlannedDemos(out, made.planned, made.attempts, made.converted, kept, len(kept))
 
 
 register_demonstrator("maniskill", ManiSkillPlanner())

@@ -116,6 +116,18 @@ BROKEN_REWARD_MODES: dict[str, dict[str, str]] = {
 TASK_PACKAGES: dict[str, str] = {"DrawSVG-v1": "svgpathtools"}
 
 
+# Tasks whose instruction changes per episode (``InstructedTask``): every instruction they give, for config-time
+# checks (does each fit a policy's prompt?) without building the scene; the task module's own list must match.
+EPISODE_INSTRUCTIONS: dict[str, tuple[str, ...]] = {
+    "PushCubeToColor-v1": ("push the cube to the red goal", "push the cube to the blue goal"),
+}
+
+
+def task_instructions(task: str) -> list[str]:
+    """Every instruction ``task`` can report in ``obs["instruction"]``."""
+    return list(EPISODE_INSTRUCTIONS.get(task, (instruction_for(task),)))
+
+
 def instruction_for(task: str) -> str:
     """The task's instruction; an unlisted task gets a phrase made from its id ("PushCube-v1" -> "push cube")."""
     if task in INSTRUCTIONS:

@@ -38,6 +38,8 @@ def test_refusals_are_one_line_exit_2_and_write_nothing(world, capsys, monkeypat
     _refusal(capsys, world, ["output=out", "episodez=3"], "Did you mean 'episodes'")
     _refusal(capsys, world, ["output=out", "episodes=0"], "episodes and fps must be >= 1")
     _refusal(capsys, world, ["output=out", "speed=-1"], "max_attempts and speed >= 0")
+    _refusal(capsys, world, ["output=out", "env=maniskill_pullcube", "retime=true"],
+             "retime=true follows the end effector")
     monkeypatch.setenv("VLARL_PLANNER_PYTHON", str(world / "no-such-env" / "python"))
     _refusal(capsys, world, ["output=out", "env=maniskill_pushcube"], "scripts/setup_planner.sh")
 
@@ -50,9 +52,11 @@ def test_planner_demos_replay_to_success_in_vlarl_env(world, capsys):
     from vlarl.data.demonstrations import read_maniskill_h5
     from vlarl.data.lerobot_v3 import read_lerobot_dataset
 
-    args = ["output=out", "env=maniskill_pushcube", "env.control_mode=pd_ee_delta_pos", "episodes=2", "seed=3"]
+    args = ["output=out", "env=maniskill_pushcube", "env.control_mode=pd_ee_delta_pos", "episodes=2", "seed=3",
+            "retime=false"]
     assert main(args) == 0, capsys.readouterr().err
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["retime"] is False and summary["retimed"] is None
     episodes = read_maniskill_h5(world / "out" / "trajectories.h5")
     assert len(episodes) == 2 and all(e.success for e in episodes)
     # at PushCube's planner pace (3x ManiSkill's) each episode ends at its first success, inside the 50-step limit
@@ -83,3 +87,55 @@ def test_planner_demos_replay_to_success_in_vlarl_env(world, capsys):
             assert solved, f"seed {seed}: the planner's converted actions did not solve PushCube in vlarl's env"
     finally:
         env.close()
+
+
+def _replay_in_vlarl_env(seeds: list[int], episodes) -> list[bool]:
+    """Each episode's actions, open loop, from its seed in vlarl's own PushCube env (its 50-step limit, ending
+    at success): whether the task was solved."""
+    from simulators.maniskill import ManiSkillConfig
+    from simulators.registry import make_env
+
+    cfg = ManiSkillConfig(task="PushCube-v1", control_mode="pd_ee_delta_pos", obs_mode="state",
+                          reward_mode="sparse")
+    env = make_env(cfg, num_envs=1)
+    solved = []
+    try:
+        for seed, ep in zip(seeds, episodes, strict=True):
+            obs = env.reset(seed=[seed])
+            np.testing.assert_allclose(np.asarray(obs["state"])[0], ep.state[0], atol=1e-4)
+            ok = False
+            for a in ep.actions:
+                res = env.chunk_step(a[None, None, :])
+                if res.done[0]:
+                    ok = bool(res.episode["success_once"][0] > 0.5)
+                    break
+            solved.append(ok)
+    finally:
+        env.close()
+    return solved
+
+
+def test_retimed_planner_demos_are_short_large_steps_that_solve_the_task(world, capsys):
+    """PushCube's default (``retime`` unset): the planner's path followed with a few large end-effector steps.
+    Against the same seeds' raw conversion (``retime=false``), every re-timed episode is shorter, its mean
+    action larger, and its actions solve the task when replayed in vlarl's env."""
+    if not planner_python().exists():
+        pytest.skip("the motion planner's environment is not installed: bash scripts/setup_planner.sh")
+    from vlarl.data.demonstrations import read_maniskill_h5
+
+    base = ["env=maniskill_pushcube", "env.control_mode=pd_ee_delta_pos", "seed=3", "lerobot=false"]
+    # re-timing plans a fifth more (here 3) and keeps the first 2 that succeed: the raw side covers all 3 seeds
+    assert main(["output=raw", "retime=false", "episodes=3", *base]) == 0, capsys.readouterr().err
+    raw_summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(["output=out", "episodes=2", *base]) == 0, capsys.readouterr().err
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["retime"] is True and summary["retimed"] == len(summary["seeds"]) == 2
+    raw = dict(zip(raw_summary["seeds"], read_maniskill_h5(world / "raw" / "trajectories.h5"), strict=True))
+    retimed = read_maniskill_h5(world / "out" / "trajectories.h5")
+    assert summary["lengths"] == [len(e.actions) for e in retimed]
+    for seed, ep in zip(summary["seeds"], retimed, strict=True):
+        before = raw[seed]
+        assert len(ep.actions) < len(before.actions) / 2, (seed, len(ep.actions), len(before.actions))
+        step, step_raw = np.abs(ep.actions[:, :3]).mean(), np.abs(before.actions[:, :3]).mean()
+        assert step > 2 * step_raw, (seed, step, step_raw)
+    assert _replay_in_vlarl_env(summary["seeds"], retimed) == [True] * len(retimed)

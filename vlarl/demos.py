@@ -2,7 +2,7 @@
 policy trains on, written as a ManiSkill trajectory file and a LeRobot v3.0 dataset.
 
     vlarl-demos env=<env config> output=<new folder> [env.task=...] [env.control_mode=...] episodes=20 seed=0
-                [max_attempts=0] [speed=0] [lerobot=true] [fps=20] [overwrite=false]
+                [max_attempts=0] [speed=0] [retime=<task default>] [lerobot=true] [fps=20] [overwrite=false]
 
 The task, control mode and observation mode come from the env config (``env=maniskill_pickcube
 env.control_mode=pd_ee_delta_pos``), so the demonstrations fit the env a recipe trains on. ManiSkill's planner
@@ -12,7 +12,9 @@ succeed; ManiSkill's ``replay_trajectory`` converts them, keeping the replays th
 (a LeRobot v3.0 dataset). Every user error is one line on stderr, exit code 2, nothing written.
 
 ``speed`` scales the planner's pace; 0 takes the demonstrator's pace for the task (one whose episodes succeed
-within the task's time limit). ``vlarl-train algorithm.demos=auto`` makes demonstrations here on first use and
+within the task's time limit). ``retime=true`` follows each converted episode's end-effector path again with a
+few large steps in vlarl's env (``simulators.maniskill_retime``) and keeps those that succeed: unset, it is the
+demonstrator's default for the task (PushCube in ``pd_ee_delta_pos``/state: on; elsewhere off). ``vlarl-train algorithm.demos=auto`` makes demonstrations here on first use and
 caches them (``resolve_auto_demos``).
 """
 
@@ -45,6 +47,7 @@ class DemosConfig:
     seed: int = 0  # the planner's first reset seed (keep below the evaluation seeds, 1,000,000+)
     max_attempts: int = 0  # planner seeds to try at most; 0 = 3 x episodes
     speed: float = 0.0  # the planner's pace (x ManiSkill's joint limits); 0 = the task's own (fits its time limit)
+    retime: bool | None = None  # re-time the planner's path (simulators/maniskill_retime.py); None = the task's default
     lerobot: bool = True  # also write a LeRobot v3.0 dataset (state observations)
     fps: int = 20  # ManiSkill's control frequency, recorded in the dataset's info.json
     overwrite: bool = False
@@ -112,8 +115,9 @@ def make_demos(cfg: DemosConfig, log=print) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=".vlarl-demos-", dir=out.parent) as tmp:
         source = demonstrator(env.name)
         speed = cfg.speed or source.speed(env)
+        retime = retime_choice(cfg.retime, env)
         made = source.make(env, cfg.episodes, tmp, seed=cfg.seed, max_attempts=cfg.max_attempts, speed=speed,
-                           log=log)
+                           retime=retime, time_limit=time_limit, log=log)
         staged = Path(tmp) / "out"
         move_trajectory(made.h5, staged / TRAJECTORY_FILE)
         dims = _obs_dim(staged / TRAJECTORY_FILE)
@@ -135,10 +139,18 @@ def make_demos(cfg: DemosConfig, log=print) -> dict[str, Any]:
             shutil.rmtree(out)
         os.replace(staged, out)
     return {"task": env.task, "control_mode": env.control_mode, "obs_mode": env.obs_mode,
-            "speed": speed, "lengths": lengths, "time_limit": time_limit, "planned": made.planned,
-            "planner_attempts": made.attempts, "converted": made.converted,
+            "speed": speed, "retime": retime, "lengths": lengths, "time_limit": time_limit,
+            "planned": made.planned, "planner_attempts": made.attempts, "converted": made.converted,
+            "retimed": made.retimed if retime else None,
             "seeds": made.seeds, "trajectories": str(out / TRAJECTORY_FILE),
             "lerobot": str(out / LEROBOT_DIR) if lerobot_eps else None}
+
+
+def retime_choice(given: bool | None, env_cfg: Any) -> bool:
+    """``retime=`` as given, or (unset) the env's demonstrator's default for its task and modes."""
+    from simulators.registry import demonstrator
+
+    return bool(given) if given is not None else bool(demonstrator(env_cfg.name).retime(env_cfg))
 
 
 def move_trajectory(src: Path, dst: Path) -> None:
@@ -174,17 +186,18 @@ AUTO = "auto"
 CACHE_DIR = "demos"
 
 
-def cache_folder(env_cfg: Any, episodes: int, root: str | os.PathLike = "outputs") -> Path:
+def cache_folder(env_cfg: Any, episodes: int, root: str | os.PathLike = "outputs", retime: bool = False) -> Path:
     """Where ``algorithm.demos=auto`` keeps ``episodes`` demonstrations of ``env_cfg``'s task: one folder per
-    task / control mode / observation mode / count under ``<root>/demos`` (the outputs root of default run
-    directories), so every run of the same recipe reads the same file."""
-    key = f"{env_cfg.task}_{env_cfg.control_mode}_{env_cfg.obs_mode}_n{episodes}"
+    task / control mode / observation mode / count (/ re-timed) under ``<root>/demos`` (the outputs root of
+    default run directories), so every run of the same recipe reads the same file."""
+    key = f"{env_cfg.task}_{env_cfg.control_mode}_{env_cfg.obs_mode}_n{episodes}" + ("_retimed" if retime else "")
     return Path(root) / CACHE_DIR / key
 
 
 def resolve_auto_demos(cfg: Any, root: str | os.PathLike = "outputs", log=print) -> Path | None:
     """``algorithm.demos=auto`` -> the path of a cached trajectory file, made by ``vlarl-demos`` on a cache miss
-    (``algorithm.num_demos`` episodes, seeds from 0, the task's planner pace) and reused on a hit. Writes the
+    (``algorithm.num_demos`` episodes, seeds from 0, the task's planner pace, re-timed where that is the task's
+    default) and reused on a hit. Writes the
     path into ``cfg.algorithm.demos`` so the run's ``config.yaml`` names the file it read; returns it, or None
     when the algorithm reads no ``auto`` demonstrations. Refusals (no demonstrator for the env, a task without a
     planner solution, a control mode the replay cannot make, no planner environment) are ``EnvError`` before
@@ -194,17 +207,20 @@ def resolve_auto_demos(cfg: Any, root: str | os.PathLike = "outputs", log=print)
     alg = cfg.algorithm
     if getattr(alg, "demos", "") != AUTO:
         return None
-    folder = cache_folder(cfg.env, alg.num_demos, root)
+    retime = retime_choice(None, cfg.env)
+    folder = cache_folder(cfg.env, alg.num_demos, root, retime)
     h5 = folder / TRAJECTORY_FILE
     if h5.is_file():  # a hit needs no planner
         log(f"[{PROG}] algorithm.demos=auto: reusing {h5}")
     else:
-        demonstrator(cfg.env.name).check(cfg.env)
+        demonstrator(cfg.env.name).check(cfg.env, retime)
         log(f"[{PROG}] algorithm.demos=auto: making {alg.num_demos} demonstrations of {cfg.env.task} "
-            f"({cfg.env.control_mode}/{cfg.env.obs_mode}) with the motion planner into {folder} (cached)")
+            f"({cfg.env.control_mode}/{cfg.env.obs_mode}{', re-timed' if retime else ''}) with the motion "
+            f"planner into {folder} (cached)")
         made = make_demos(DemosConfig(output=str(folder), env=cfg.env, episodes=alg.num_demos, lerobot=False,
-                                      overwrite=True), log=log)
-        log(f"[{PROG}] {made['converted']} of {made['planned']} planned episodes converted")
+                                      overwrite=True, retime=retime), log=log)
+        log(f"[{PROG}] {made['converted']} of {made['planned']} planned episodes converted"
+            + (f", {made['retimed']} re-timed" if retime else ""))
     alg.demos = str(h5)
     return h5
 
@@ -228,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.episodes < 1 or cfg.fps < 1 or cfg.max_attempts < 0 or cfg.speed < 0:
             raise ConfigError("episodes and fps must be >= 1, max_attempts and speed >= 0")
         check_output(cfg)
-        demonstrator(cfg.env.name).check(cfg.env)
+        demonstrator(cfg.env.name).check(cfg.env, retime_choice(cfg.retime, cfg.env))
     except (ConfigError, EnvError) as e:
         print(f"{PROG}: error: {str(e).strip().splitlines()[0]}", file=sys.stderr)
         return 2
@@ -239,7 +255,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(json.dumps(summary))
     print(f"[{PROG}] {summary['converted']} of {summary['planned']} planned episodes of {summary['task']} replayed "
-          f"successfully in {summary['control_mode']}/{summary['obs_mode']}; wrote {cfg.output}", file=sys.stderr)
+          f"successfully in {summary['control_mode']}/{summary['obs_mode']}"
+          + (f", {summary['retimed']} re-timed" if summary["retime"] else "") + f"; wrote {cfg.output}",
+          file=sys.stderr)
     return 0
 
 

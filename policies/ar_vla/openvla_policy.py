@@ -54,6 +54,7 @@ from policies.base import ActionSample, Policy, PolicySpec, as_float_tensor
 from policies.cnn.modeling import CNNCriticEncoder, CNNPolicyConfig
 from policies.heads.categorical import TokenCategoricalHead
 from policies.heads.gaussian import tanh_squash
+from policies.inputs import check_images, check_instructions
 from policies.processors.libero import LiberoGripper, OFTImages
 from policies.processors.normalize import RunningNormalize
 from policies.registry import register_policy
@@ -194,12 +195,17 @@ class OpenVLAPolicy(VLAPolicy):
         return ActionStatistics(self.stat_low.double(), self.stat_high.double(), self.stat_mask, self.stat_eps)
 
     # -- observation -> model inputs ------------------------------------------------------------------
+    def check_instructions(self, instructions: list[str]) -> None:
+        """Refuse an empty instruction (one line); OpenVLA's prompt is never cut, so any length fits."""
+        check_instructions(instructions, f"policy={self.architecture}")
+
     def _text(self, instructions: list[str], batch: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Prompt ids [B, L] (<s> ... "Out:" 29871) and mask [B, L]; shorter prompts are padded right after <s>
         (the image stays after <s>, the action positions stay aligned at the end)."""
         if len(instructions) != batch:
             base = instructions or [self.spec.instruction]
             instructions = [base[i % len(base)] for i in range(batch)]
+        self.check_instructions(instructions)
         rows = []
         for s in instructions:
             text = prompt(s)
@@ -222,9 +228,7 @@ class OpenVLAPolicy(VLAPolicy):
             ims = [torch.zeros(batch, size, size, 3, dtype=torch.uint8, device=self.device)] * self.cfg.num_images
         else:
             keys = list(self.spec.image_keys)[: self.cfg.num_images]
-            missing = [k for k in keys if k not in obs.get("images", {})]
-            if missing:
-                raise KeyError(f"obs['images'] lacks cameras {missing}; the policy was built for image_keys={keys}")
+            check_images(obs.get("images") or {}, self.spec, keys, f"policy={self.architecture}", check_size=False)
             ims = [torch.as_tensor(obs["images"][k], device=self.device) for k in keys]
             if self.conventions is not None:  # the checkpoint's own LIBERO image path (TF-exact resize, crop)
                 ims = [self.conventions[0].apply(im) for im in ims]

@@ -48,6 +48,12 @@ class FlowAdapter:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def prompt_tokens(self, task: str) -> int | None:
+        """Tokens of ``task`` as the network's prompt holds it before the cut at ``tokenizer_max_length`` (the task
+        and its newline, as SmolVLA's and pi0's pre-processors tokenize it); None where it cannot be counted
+        from the words alone."""
+        return len(self.tokenizer(task if task.endswith("\n") else task + "\n")["input_ids"])
+
     def image_steps(self) -> list[ProcessorStep]:
         return [self.camera_map, ImagesToFloat()]
 

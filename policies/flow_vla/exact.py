@@ -39,6 +39,7 @@ from torch import nn
 from policies.base import Policy, PolicySpec, as_float_tensor
 from policies.flow_vla.interface import FlowInputs, FlowPrefix
 from policies.heads.flow import FlowChain, FlowChainConfig
+from policies.inputs import check_images, check_instructions
 from policies.processors import CameraMap, Normalize, PadVector, Processor, RunningNormalize
 from policies.value_head import config_value_support, value_output, with_value_bins
 from policies.vlm.policy_base import DTYPES, PROCESSOR_NAME, VALUE_SOURCES, VLAPolicy, value_mlp
@@ -177,6 +178,7 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
                                     action_step,
                                     PadVector("action", A, self.model_action_dim, "policy.arch.max_action_dim")])
         self.processor.check(spec)
+        self._fitting_instructions: set[str] = set()  # instructions found to fit the prompt (check_instructions)
         self._register_load_state_dict_pre_hook(self._upgrade_old_stats)
         self.value_support = config_value_support(config)
         self.value_head = self._make_value_head(int(submodule(self.net, entry.prefix_width)))
@@ -301,15 +303,27 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
             raise ValueError(f"obs['state'] must be [B, {self.spec.state_dim}], got {tuple(state.shape)}")
         return state
 
+    def check_instructions(self, instructions: list[str]) -> None:
+        """Refuse (``ValueError``, one line) an empty instruction or one longer than the prompt the network keeps
+        (``tokenizer_max_length``): its tail would be cut off silently. Asked where the env's words are known
+        (config load, ``vlarl-eval``); a batch is only checked for empty words, since the reference's own runs
+        cut a long prompt and the exact models reproduce them."""
+        check_instructions(instructions, f"policy={self.entry.name}", self.adapter.prompt_tokens,
+                           int(self.net.cfg.tokenizer_max_length), "policy.arch.tokenizer_max_length",
+                           self._fitting_instructions)
+
     def _text(self, instructions: list[str], batch: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Token ids and mask [B, L] of the instructions (an export bakes them in through this hook)."""
         if len(instructions) != batch:
             instructions = [instructions[i % len(instructions)] if instructions else self.spec.instruction
                             for i in range(batch)]
+        check_instructions(instructions, f"policy={self.entry.name}")  # empty words; the length: check_instructions
         return self.adapter.tokens(instructions)
 
     def flow_inputs(self, obs: dict[str, Any]) -> tuple[FlowInputs, torch.Tensor]:
         """Env observation -> (the architecture's inputs, normalized state [B, S]) through the processor."""
+        check_images(obs.get("images") or {}, self.spec, self.adapter.camera_map.fed, f"policy={self.entry.name}",
+                     check_size=False)
         images = {k: torch.as_tensor(v).to(self.device) for k, v in (obs.get("images") or {}).items()}
         batch = self.processor({"images": images, "state": self._state(obs)})
         state = batch["state"][..., : self.spec.state_dim]  # the value head reads the unpadded state

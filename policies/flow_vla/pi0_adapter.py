@@ -35,6 +35,11 @@ class PI0Adapter(FlowAdapter):
         if self.model.pi05:  # the state-prompt token table, made on real tensors now (a fake trace cannot)
             state_prompt_tokens(self.tokenizer, self.model.cfg.tokenizer_max_length)
 
+    def prompt_tokens(self, task: str) -> int | None:
+        """pi0: the task and its newline; pi0.5: None (its prompt also holds the state's bins, so whether it fits
+        depends on the state, not on the words alone)."""
+        return None if self.model.pi05 else super().prompt_tokens(task)
+
     def tokens(
         self, tasks: list[str], state: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor] | None:

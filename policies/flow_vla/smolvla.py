@@ -97,10 +97,11 @@ class SmolVLAConfig:
 
 
 def tiny_config(**overrides: Any) -> SmolVLAConfig:
-    """Tiny SmolVLA for CPU tests: 4-layer VLM cut to 4, expert width 48, chunk 4, 4 steps, 32 px images."""
+    """Tiny SmolVLA for CPU tests: 4-layer VLM cut to 4, expert width 48, chunk 4, 4 steps, 32 px images, prompts
+    of up to 96 byte tokens (padded to the longest in the batch, so a short one costs no more)."""
     base = dict(
         vlm=tiny_smolvlm(), num_vlm_layers=4, chunk_size=4, num_steps=4, max_state_dim=8, max_action_dim=8,
-        image_size=32, tokenizer_max_length=16,
+        image_size=32, tokenizer_max_length=96,  # byte tokens: 95 characters + newline (16 cut instructions short)
     )
     return SmolVLAConfig(**{**base, **overrides})
 

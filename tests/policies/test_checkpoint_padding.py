@@ -24,6 +24,21 @@ PI0 = FIXTURES / "pi0" / "checkpoint"
 SMOLVLA = FIXTURES / "smolvla" / "checkpoint"
 
 
+# the reference fixtures keep 16 (SmolVLA) and 24 (pi0) prompt tokens; longer words are refused (policies/inputs.py)
+SHORT_WORDS = ["push the cube", "pick the cube", "open a drawer"]
+
+
+@pytest.fixture
+def vla_spec(vla_spec: PolicySpec) -> PolicySpec:
+    vla_spec.instruction = SHORT_WORDS[0]
+    return vla_spec
+
+
+@pytest.fixture
+def obs(obs: dict) -> dict:
+    return {**obs, "instruction": SHORT_WORDS[: len(obs["instruction"])]}
+
+
 def _policy(path: Path, spec: PolicySpec, likelihood: str = "flow_sde") -> ExactFlowPolicy:
     torch.manual_seed(0)
     config = PI0PolicyConfig if path == PI0 else SmolVLAPolicyConfig
@@ -32,7 +47,7 @@ def _policy(path: Path, spec: PolicySpec, likelihood: str = "flow_sde") -> Exact
 
 def _spec(state: int, action: int) -> PolicySpec:
     return PolicySpec(state_dim=state, action_dim=action, action_low=[-1.0] * action, action_high=[1.0] * action,
-                      image_keys=["base", "wrist"], image_size=[40, 40], instruction="push the cube to the goal")
+                      image_keys=["base", "wrist"], image_size=[40, 40], instruction=SHORT_WORDS[0])
 
 
 @pytest.mark.parametrize("path", [PI0, SMOLVLA], ids=["pi0", "smolvla"])
@@ -49,7 +64,7 @@ def test_smaller_env_trains_a_ppo_iteration(vla_spec, obs, path):
     lp, _, _ = pol.evaluate(obs, s.replay)
     assert (lp - s.logprob).abs().max().item() <= 1e-5
     before = {n: p.detach().clone() for n, p in pol.named_parameters() if p.requires_grad}
-    stats = ppo_step(pol)
+    stats = ppo_step(pol, words=SHORT_WORDS)
     assert all(torch.isfinite(torch.tensor(v)) for k, v in stats.items() if k != "explained_variance"), stats
     changed = {n for n, p in pol.named_parameters() if p.requires_grad and not torch.equal(p.detach(), before[n])}
     assert {"net.action_out_proj.weight", "net.action_in_proj.weight"} <= changed
@@ -60,7 +75,7 @@ def test_likelihood_does_not_depend_on_the_padded_dims(vla_spec, likelihood):
     """Rows of ``action_out_proj`` that make only the padded velocity dims, and the padded dims of the chain's
     last state (a target, never an input), change nothing in log-prob and entropy; a real dim's row does.
     (The padded dims of earlier states are inputs of the velocity: they follow the ODE, noise-free.)"""
-    obs = make_obs(2, seed=4)
+    obs = {**make_obs(2, seed=4), "instruction": SHORT_WORDS[:2]}
     pol = _policy(PI0, vla_spec, likelihood)
     s = pol.sample(obs)
     A = vla_spec.action_dim
@@ -80,7 +95,7 @@ def test_likelihood_does_not_depend_on_the_padded_dims(vla_spec, likelihood):
 
 
 def test_sft_loss_ignores_the_padded_dims(vla_spec):
-    obs = make_obs(2, seed=5)
+    obs = {**make_obs(2, seed=5), "instruction": SHORT_WORDS[:2]}
     pol = _policy(PI0, vla_spec)
     actions = torch.rand(2, pol.config.chunk_size, vla_spec.action_dim) * 2 - 1
     with torch.no_grad():

@@ -162,7 +162,7 @@ def test_pi0_and_pi05_through_the_same_policy(vla_spec, obs, tmp_path, arch, lik
 
 def _fixture_spec(state: int = 6, action: int = 5) -> PolicySpec:
     return PolicySpec(state_dim=state, action_dim=action, action_low=[-10.0] * action, action_high=[10.0] * action,
-                      image_keys=["top", "wrist"], image_size=[32, 32], instruction="pick up the red cube")
+                      image_keys=["top", "wrist"], image_size=[32, 32], instruction="pick the cube")
 
 
 def test_lerobot_checkpoint_through_pretrained_path_acts_as_the_loader(tmp_path):
@@ -171,7 +171,7 @@ def test_lerobot_checkpoint_through_pretrained_path_acts_as_the_loader(tmp_path)
     g = torch.Generator().manual_seed(0)
     images = {k: torch.randint(0, 256, (2, 32, 32, 3), dtype=torch.uint8, generator=g) for k in ("top", "wrist")}
     state = torch.randn(2, 6, generator=g)
-    tasks = ["pick up the red cube", "open the top drawer slowly"]
+    tasks = ["pick the cube", "open a drawer"]  # the fixture keeps 16 prompt tokens; longer words are refused
     actions = pol.act({"images": images, "state": state, "instruction": tasks})
 
     ckpt = load_smolvla(FIXTURE)

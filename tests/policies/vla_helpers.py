@@ -35,8 +35,10 @@ def trainable(policy: Policy) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in policy.named_parameters() if p.requires_grad}
 
 
-def ppo_step(policy: Policy, N: int = 2, B: int = 2, logprob_level: str = "token") -> dict[str, float]:
-    """Roll a fake N x B trajectory with ``policy.sample`` and run one ``ppo_update``; returns its stats."""
+def ppo_step(policy: Policy, N: int = 2, B: int = 2, logprob_level: str = "token",
+             words: list[str] | None = None) -> dict[str, float]:
+    """Roll a fake N x B trajectory with ``policy.sample`` and run one ``ppo_update``; returns its stats.
+    ``words``: instructions instead of ``INSTRUCTIONS`` (a checkpoint whose prompt keeps fewer tokens)."""
     from vlarl.algorithms.ppo import ppo_update
     from vlarl.config.schema import PPOConfig
     from vlarl.data.trajectory import Trajectory, stack_obs
@@ -45,6 +47,8 @@ def ppo_step(policy: Policy, N: int = 2, B: int = 2, logprob_level: str = "token
     obs_list, samples = [], []
     for i in range(N):
         o = make_obs(B, seed=10 + i)
+        if words:
+            o["instruction"] = [words[j % len(words)] for j in range(B)]
         obs_list.append(o)
         samples.append(policy.sample(o))
     stacked = stack_obs(obs_list)

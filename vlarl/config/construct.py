@@ -8,7 +8,7 @@ through the reward module's own check. Each refusal becomes one ``ConfigError`` 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -28,15 +28,39 @@ def probe_spec(env_cfg: Any) -> PolicySpec:
                       task=str(getattr(env_cfg, "task", "")), instruction="probe")
 
 
+@runtime_checkable
+class DeclaresInstructions(Protocol):
+    """An env class that can list the instructions a config's task gives without building a scene."""
+
+    @staticmethod
+    def instructions(cfg: Any) -> list[str]: ...
+
+
+def env_instructions(env_cfg: Any) -> list[str]:
+    """Every instruction the env of ``env_cfg`` can report; [] when its class does not declare them (then only
+    what reaches the policy at run time is checked)."""
+    from simulators.base import EnvError
+    from simulators.registry import env_class
+
+    try:
+        klass = env_class(env_cfg.name)
+    except (EnvError, ImportError):  # an unknown env is refused by its own check
+        return []
+    return list(klass.instructions(env_cfg)) if isinstance(klass, DeclaresInstructions) else []
+
+
 def check_policy(policy_cfg: Any, env_cfg: Any, alg: Any = None) -> str | None:
     """Build ``policy_cfg`` on the meta device; the family's own refusal (ValueError/KeyError), then the first
     capability the algorithm needs (``AlgorithmSpec.requires``) that the policy lacks, then the algorithm's own
     check (``AlgorithmSpec.check_policy``), or None."""
+    from policies.inputs import ReadsInstructions
     from policies.registry import make_policy
 
     try:
         with torch.device("meta"):
             policy = make_policy(policy_cfg, probe_spec(env_cfg))
+        if isinstance(policy, ReadsInstructions):  # every instruction the env gives fits the policy's prompt
+            policy.check_instructions(env_instructions(env_cfg))
     except (ValueError, KeyError) as e:
         msg = str(e.args[0] if isinstance(e, KeyError) and e.args else e).strip().splitlines()
         return f"policy={policy_cfg.name} refused its config: {msg[0] if msg else type(e).__name__}"

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from policies.inputs import ReadsInstructions
 from simulators.base import EPISODE_METRICS, SUCCESS_THRESHOLD
 from simulators.registry import make_env
 from vlarl.data.metrics import wilson_interval
@@ -57,18 +58,29 @@ def _pad(xs: list[int], n: int) -> list[int]:
 
 
 def check_policy_fits_env(policy: Any, spec: Any, where: str) -> None:
-    """Raise a one-line error when the checkpoint cannot act in the env (dims, cameras)."""
+    """Raise a one-line error when the checkpoint cannot act in the env (cameras, dims, image size, the env's
+    instruction against the prompt it keeps)."""
     from simulators.base import EnvError
 
     ps = policy.spec
-    if spec.state_dim != ps.state_dim or spec.action_dim != ps.action_dim:
-        raise EnvError(f"checkpoint expects state_dim={ps.state_dim}, action_dim={ps.action_dim} but {where} gives "
-                       f"state_dim={spec.state_dim}, action_dim={spec.action_dim}; pass the env settings it was "
-                       f"trained on (env.obs_mode, env.control_mode, ...) or choose tasks with the same spaces")
+    # cameras first: an RGB checkpoint on a state env also differs in state dims, but the cameras are the cause
     missing = [k for k in ps.image_keys if k not in spec.image_keys]
     if missing:
         raise EnvError(f"checkpoint needs cameras {missing} that {where} does not render (it has "
                        f"{list(spec.image_keys)}); set env.obs_mode=rgb / env.cameras")
+    if spec.state_dim != ps.state_dim or spec.action_dim != ps.action_dim:
+        raise EnvError(f"checkpoint expects state_dim={ps.state_dim}, action_dim={ps.action_dim} but {where} gives "
+                       f"state_dim={spec.state_dim}, action_dim={spec.action_dim}; pass the env settings it was "
+                       f"trained on (env.obs_mode, env.control_mode, ...) or choose tasks with the same spaces")
+    if ps.image_keys and ps.image_size is not None and spec.image_size is not None and \
+            tuple(ps.image_size) != tuple(spec.image_size):
+        raise EnvError(f"checkpoint was trained on {ps.image_size[0]}x{ps.image_size[1]} images but {where} renders "
+                       f"{spec.image_size[0]}x{spec.image_size[1]}; set env.image_size={ps.image_size[0]}")
+    if isinstance(policy, ReadsInstructions) and spec.instruction:
+        try:  # the env's words fit the prompt the checkpoint keeps (an override may change the task)
+            policy.check_instructions([spec.instruction])
+        except ValueError as e:
+            raise EnvError(f"{where}: {e}") from None
 
 
 def run_plan(policy: Any, plan: TaskPlan, num_envs: int, deterministic: bool = True, bar: Any = None,

@@ -1,0 +1,55 @@
+"""``scripts/bench_rollout.py --pixels`` at tiny sizes: the per-family rows from pixels (the env alone three ways,
+then each family stepping the RGB env with its own actions), their table, and the cameras the env renders
+against those the policy reads. No timing is asserted; the rows must be complete, positive and consistent."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("mani_skill")
+ROOT = Path(__file__).parents[2]
+torch.set_num_threads(1)
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_rollout", ROOT / "scripts" / "bench_rollout.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_rollout"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_pixel_rows_per_family_at_a_tiny_size(capsys):
+    from vlarl import system_env
+
+    system_env.apply()
+    bench = _bench()
+    rows = bench.pixel_rows("maniskill_pushcube_rgb", [16], ["smolvla", "openvla_oft"], num_envs=1, steps=1)
+    whats = [r["what"] for r in rows]
+    assert whats == ["env: render every step (obs_mode=rgb)", "env: physics only (obs_mode=state)",
+                     "env: state + 1 render per chunk (critic_camera)", "smolvla", "openvla_oft"]
+    assert all(r["size"] == 16 and r["env"] > 0 and r["physics"] > 0 for r in rows)
+    families = rows[3:]
+    for r in families:
+        assert r["preprocess"] > 0 and r["inference"] >= 0 and r["chunk"] == 4
+        assert r["cameras"] == "reads ['base_camera']"
+    # PushCube has one sensor camera: the RGB env renders exactly the camera the policies read, nothing more
+    assert rows[0]["cameras"] == "renders ['base_camera']"
+    bench.print_pixel_table(rows, 1)
+    out = capsys.readouterr().out
+    assert "ms per env step, 1 envs" in out and out.count("  16 px ") == 2  # one share line per family
+    assert "cost at" not in out  # one size: no ratio between sizes
+
+
+def test_pixel_table_gives_the_ratio_between_sizes(capsys):
+    """Two sizes: the table ends with each row's total at the larger size over the smaller."""
+    bench = _bench()
+    row = dict(what="smolvla", env=0.01, render=0.006, physics=0.004, preprocess=0.001, inference=0.002)
+    bench.print_pixel_table([dict(row, size=64), dict(row, size=128, env=0.03, render=0.026)], 2)
+    out = capsys.readouterr().out
+    assert "cost at 128 px / at 64 px:" in out and "2.54x" in out  # (0.03 + 0.003) / (0.01 + 0.003)
