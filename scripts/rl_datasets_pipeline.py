@@ -17,6 +17,10 @@ For each seed and each data source (``--sources``: ``gaussian_rl``, ``diffusion_
    input) on the dataset with the same budget (``--sft-samples`` training samples: epochs = samples / frames);
 4. evaluate the SFT'd VLA with ``vlarl-eval`` on the held-out seeds 1,000,000+.
 
+``--source-checkpoint diffusion_rl=<run>/checkpoints/latest`` skips step 1 for that source and collects from a
+finished RL checkpoint (e.g. a DPPO-tuned Diffusion Policy); its held-out success is read from its run's
+evaluation on the held-out seeds or measured.
+
 Every stage writes its outputs under ``<out>/seed<k>/`` and a record ``<out>/seed<k>/<source>.json``;
 ``--reuse`` keeps the stages already finished there (an interrupted RL run is resumed from its last checkpoint).
 ``<out>/result.json`` and the printed table aggregate every record under ``<out>``, so two invocations with
@@ -86,6 +90,40 @@ def rl_train(source: str, seed: int, args, d: Path) -> dict:
     ev = json.loads(final.read_text())
     return {"checkpoint": str(run_dir / "checkpoints" / "latest"), "env_steps": ev.get("env_steps"),
             "train_wall_s": ev.get("train_wall_s"), "success_once": ev["success_once"],
+            "success_once_ci95": ev["success_once_ci95"], "episodes": ev["episodes"]}
+
+
+def _heldout_eval(run_dir: Path, ckpt: Path) -> Path | None:
+    """An ``eval.json`` of ``run_dir`` measured on the held-out seeds with ``act()`` on this very checkpoint."""
+    for f in sorted(run_dir.glob("*/eval.json")):
+        ev = json.loads(f.read_text())
+        same = "checkpoint" not in ev or Path(ev["checkpoint"]).resolve() == ckpt.resolve()
+        if ev.get("seed_start") == EVAL_SEED and ev.get("deterministic", True) and same:
+            return f
+    return None
+
+
+def given_checkpoint(source: str, args, d: Path) -> dict:
+    """A finished RL checkpoint as the source (``--source-checkpoint``): no training; its held-out success is read
+    from an evaluation of its run on the held-out seeds (``<run>/*/eval.json``) or measured with ``vlarl-eval``."""
+    ckpt = Path(args.source_checkpoints[source])
+    run_dir = ckpt.resolve().parent.parent  # <run>/checkpoints/<name>
+    found = _heldout_eval(run_dir, ckpt)
+    if found is None:
+        out = d / f"heldout_{source}"
+        if not (args.reuse and (out / "eval.json").is_file()):
+            rc = STAGES.run([command("vlarl-eval"), f"checkpoint={ckpt}", f"episodes={args.rl_eval_episodes}",
+                             f"seed={EVAL_SEED}", "num_envs=8", "video_episodes=0", f"output={out}"],
+                            f"vlarl-eval {source} checkpoint", check=False).returncode
+            if rc != 0:
+                raise PipelineError(f"evaluating the given checkpoint {ckpt} failed (exit {rc}); see its output above")
+        found = out / "eval.json"
+    ev = json.loads(found.read_text())
+    train = run_dir / "eval" / "eval.json"  # the run's own final eval carries its training budget
+    tr = json.loads(train.read_text()) if train.is_file() else {}
+    return {"checkpoint": str(ckpt), "checkpoint_resolved": str(ckpt.resolve()), "given": True,
+            "heldout_eval": str(found), "env_steps": tr.get("env_steps"), "train_wall_s": tr.get("train_wall_s"),
+            "policy": ev.get("policy"), "success_once": ev["success_once"],
             "success_once_ci95": ev["success_once_ci95"], "episodes": ev["episodes"]}
 
 
@@ -170,7 +208,9 @@ def run_source(source: str, seed: int, args, d: Path) -> dict:
     """All stages of one source and seed -> its record (also written to ``<d>/<source>.json``)."""
     t0 = time.time()
     res: dict = {"source": source, "seed": seed}
-    if source in RL_SOURCES:
+    if source in args.source_checkpoints:
+        res["rl"] = given_checkpoint(source, args, d)
+    elif source in RL_SOURCES:
         res["rl"] = rl_train(source, seed, args, d)
     res["collect"] = collect(source, seed, args, d, res.get("rl", {}).get("checkpoint"))
     if res["collect"]["episodes"]:
@@ -268,6 +308,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--eval-episodes", type=int, default=100)
     p.add_argument("--sources", nargs="+", default=list(SOURCES), choices=SOURCES)
+    p.add_argument("--source-checkpoint", action="append", default=[], metavar="SOURCE=DIR",
+                   help="use a finished RL checkpoint (a run's checkpoints/<name> folder) as SOURCE's policy "
+                        "instead of training one, e.g. diffusion_rl=outputs/dp40/rl_s2/checkpoints/latest")
     p.add_argument("--reuse", action="store_true", help="keep the stages already finished under --out")
     p.add_argument("--report", action="store_true", help="only aggregate the records under --out")
     args = p.parse_args(own)
@@ -275,6 +318,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for name in ("rl_env_steps", "episodes", "sft_samples", "batch_size", "eval_episodes", "rl_eval_episodes"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
+    args.source_checkpoints = {}
+    for item in args.source_checkpoint:
+        source, _, path = item.partition("=")
+        if source not in RL_SOURCES or not path:
+            p.error(f"--source-checkpoint {item!r}: give SOURCE=DIR with SOURCE one of {', '.join(RL_SOURCES)}")
+        if not (Path(path) / "config.json").is_file():
+            p.error(f"--source-checkpoint {source}: '{path}' is not a checkpoint folder (no config.json); give a "
+                    f"run's checkpoints/<name> folder")
+        if source not in args.sources:
+            p.error(f"--source-checkpoint {source}: {source} is not in --sources; add it or drop the checkpoint")
+        args.source_checkpoints[source] = str(Path(path).absolute())
     if min(args.seeds) < 0 or 100_000 * (max(args.seeds) + 1) + 4 * args.episodes >= EVAL_SEED:
         p.error(f"--seeds must be in 0..8 so that collection seeds (100000 x (seed + 1) and up) stay below the "
                 f"evaluation seeds ({EVAL_SEED}+)")
@@ -289,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         print(report(out, args, t_all))
         return 0
     if not args.reuse:
-        old = [d / f"rl_{s}" if s in RL_SOURCES else d / f"data_{s}" for s in args.sources
+        old = [d / f"rl_{s}" if s in RL_SOURCES and s not in args.source_checkpoints else d / f"data_{s}"
+               for s in args.sources
                for d in (out / f"seed{k}" for k in args.seeds)]
         old = [p for p in old if p.exists()] + [out / f"seed{k}" / f"{s}.json" for k in args.seeds
                                                 for s in args.sources if (out / f"seed{k}" / f"{s}.json").exists()]

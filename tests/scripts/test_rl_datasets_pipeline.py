@@ -109,3 +109,44 @@ def test_pipeline_end_to_end_at_a_toy_budget_then_reuse(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "vlarl-train" not in again.stdout and "vlarl-eval" not in again.stdout and "[demos]" not in again.stdout
     assert [tree_hash(p) for p in stages] == before  # every stage reused: no file of any stage changed
+
+
+def _run_with_checkpoint(root: Path) -> Path:
+    """A finished run's layout as vlarl-train and vlarl-eval leave it: checkpoints/<iter> with a ``latest`` link, the
+    run's final eval on other seeds, and a held-out eval of that checkpoint (numbers chosen here, not results)."""
+    ckpt = root / "run" / "checkpoints" / "iter_000003"
+    ckpt.mkdir(parents=True)
+    (ckpt / "config.json").write_text("{}")
+    (root / "run" / "checkpoints" / "latest").symlink_to("iter_000003")
+    for name, seed, succ, extra in [("eval", 2_000_000, 0.9, {"env_steps": 4321, "train_wall_s": 12.0}),
+                                    ("eval_heldout", pipe.EVAL_SEED, 0.4, {"checkpoint": str(ckpt)})]:
+        (root / "run" / name).mkdir()
+        pipe.write_json(root / "run" / name / "eval.json", {
+            "seed_start": seed, "deterministic": True, "success_once": succ, "success_once_ci95": [0.1, 0.7],
+            "episodes": 10, "policy": "diffusion_policy", **extra})
+    return root / "run" / "checkpoints" / "latest"
+
+
+def test_a_given_checkpoint_is_the_source_with_its_held_out_eval(tmp_path):
+    latest = _run_with_checkpoint(tmp_path)
+    args = pipe.parse_args(["--out", str(tmp_path / "o"), "--sources", "diffusion_rl", "expert",
+                            "--source-checkpoint", f"diffusion_rl={latest}"])
+    assert args.source_checkpoints == {"diffusion_rl": str(latest.absolute())}
+    rl = pipe.given_checkpoint("diffusion_rl", args, tmp_path / "o")
+    # the held-out eval (seeds 1,000,000+) of this checkpoint, not the run's final eval on its own seeds
+    assert rl["success_once"] == 0.4 and rl["heldout_eval"].endswith("eval_heldout/eval.json")
+    assert rl["given"] and rl["checkpoint_resolved"].endswith("iter_000003") and rl["env_steps"] == 4321
+    assert not (tmp_path / "o").exists()  # read, not measured: nothing written
+
+
+@pytest.mark.parametrize("bad", [["--source-checkpoint", "diffusion_rl={missing}"],
+                                 ["--source-checkpoint", "expert={ckpt}"],
+                                 ["--sources", "expert", "--source-checkpoint", "diffusion_rl={ckpt}"]])
+def test_a_bad_source_checkpoint_is_refused_in_one_line(tmp_path, capsys, bad):
+    latest = _run_with_checkpoint(tmp_path)
+    bad = [b.format(missing=tmp_path / "nope", ckpt=latest) for b in bad]
+    with pytest.raises(SystemExit) as e:
+        pipe.main(["--out", str(tmp_path / "o"), *bad])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and not (tmp_path / "o").exists()
+    assert err[-1].count("--source-checkpoint") == 1 and "error:" in err[-1]
