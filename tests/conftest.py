@@ -88,16 +88,3 @@ def pytest_make_collect_report(collector):
 def _seed():
     torch.manual_seed(0)
     yield
-
-
-# With ``-n 2`` (pytest-xdist, ``--dist loadgroup``: README's test command) each test file runs whole on one
-# worker, so a module's shared fixtures are built once; the files that start the simulated Franka share one group,
-# because franky-sim listens on libfranka's fixed command ports (1337/1338) and two sims would race for them.
-_FRANKA_FILES = ("tests/robots/", "tests/cli/test_bad_inputs.py")
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        group = "franka" if path.startswith(_FRANKA_FILES) else path
-        item.add_marker(pytest.mark.xdist_group(group))
