@@ -119,7 +119,7 @@ def test_image_transitions_survive_the_state_dict():
 
 
 def test_pixel_refusals_are_one_line():
-    env = SimpleNamespace(obs_mode="rgb", image_size=128, task="PushCube-v1")  # configs/env/maniskill_pushcube_rgb
+    env = SimpleNamespace(name="maniskill", obs_mode="rgb", image_size=128, task="PushCube-v1")  # configs/env/maniskill_pushcube_rgb
     cnn = replace(TINY, squash=True)
     # 200k transitions x 2 x 128 x 128 x 3 bytes = 18.3 GiB
     msg = check_policy(cnn, env, SACConfig())

@@ -36,7 +36,7 @@ BANDIT = replace(SQUASHED, chunk_size=T, critic_cnn={"image_size": S, "cnn_chann
 BANDIT_SAC = SACConfig(num_steps=1, batch_size=64, buffer_size=4096, learning_starts=64, utd_ratio=0.5,
                        critic_hidden_sizes=[32, 32], gamma=0.9, tau=0.05, lr=1e-3, q_lr=3e-3, alpha_lr=3e-3,
                        init_alpha=0.01, max_grad_norm=0.0)
-RGB_ENV = SimpleNamespace(obs_mode="rgb", image_size=64, task="PushCube-v1")
+RGB_ENV = SimpleNamespace(name="maniskill", obs_mode="rgb", image_size=64, task="PushCube-v1")
 
 
 def _oft(spec, **kw) -> OpenVLAPolicy:
