@@ -111,12 +111,7 @@ def given_checkpoint(source: str, args, d: Path) -> dict:
     found = _heldout_eval(run_dir, ckpt)
     if found is None:
         out = d / f"heldout_{source}"
-        if not (args.reuse and (out / "eval.json").is_file()):
-            rc = STAGES.run([command("vlarl-eval"), f"checkpoint={ckpt}", f"episodes={args.rl_eval_episodes}",
-                             f"seed={EVAL_SEED}", "num_envs=8", "video_episodes=0", f"output={out}"],
-                            f"vlarl-eval {source} checkpoint", check=False).returncode
-            if rc != 0:
-                raise PipelineError(f"evaluating the given checkpoint {ckpt} failed (exit {rc}); see its output above")
+        evaluate(ckpt, out, args, episodes=args.rl_eval_episodes)
         found = out / "eval.json"
     ev = json.loads(found.read_text())
     train = run_dir / "eval" / "eval.json"  # the run's own final eval carries its training budget
@@ -192,10 +187,11 @@ def sft(dataset: Path, seed: int, args, out: Path) -> dict:
     return res
 
 
-def evaluate(ckpt: Path, out: Path, args) -> dict:
-    """``vlarl-eval`` on the held-out seeds (deterministic ``act()``)."""
+def evaluate(ckpt: Path, out: Path, args, episodes: int | None = None) -> dict:
+    """``vlarl-eval`` on the held-out seeds (deterministic ``act()``), ``episodes`` (default ``--eval-episodes``)."""
     if not (args.reuse and (out / "eval.json").is_file()):
-        rc = STAGES.run([command("vlarl-eval"), f"checkpoint={ckpt}", f"episodes={args.eval_episodes}",
+        n = args.eval_episodes if episodes is None else episodes
+        rc = STAGES.run([command("vlarl-eval"), f"checkpoint={ckpt}", f"episodes={n}",
                          f"seed={EVAL_SEED}", "num_envs=8", "video_episodes=0", f"output={out}"],
                         f"vlarl-eval {ckpt.name}", check=False).returncode
         if rc != 0:

@@ -29,6 +29,7 @@ from policies.diffusion_policy.config import (
     from_lerobot,
 )
 from policies.diffusion_policy.network import DiffusionPolicyNet
+from policies.flow_vla.sizes import SizeError, differing, header_shapes, meta_shapes
 from policies.flow_vla.smolvla_checkpoint import Normalizer
 from policies.vlm.checkpoint_mapping import LoadReport
 
@@ -134,19 +135,22 @@ def load_diffusion_policy(path: str | Path, strict: bool = True,
         cfg.validate()
     except ValueError as e:
         raise _fail(path, str(e)) from None
-    with torch.device("meta"):  # the size check before any allocation
-        shapes = {k: tuple(v.shape) for k, v in DiffusionPolicyNet(cfg).state_dict().items()}
-    source = load_file(str(path / "model.safetensors"))
-    report = LoadReport(missing=sorted(set(shapes) - set(source)), unused=sorted(set(source) - set(shapes)))
-    wrong = sorted(k for k in set(shapes) & set(source) if shapes[k] != tuple(source[k].shape))
+    try:  # the size check from the file's header and the meta device, before any tensor is read or allocated
+        theirs = header_shapes(path / "model.safetensors")
+    except SizeError as e:
+        raise _fail(path, str(e)) from None
+    shapes = meta_shapes(lambda: DiffusionPolicyNet(cfg))
+    report = LoadReport(missing=sorted(set(shapes) - set(theirs)), unused=sorted(set(theirs) - set(shapes)))
+    wrong = differing(shapes, theirs)
     if wrong:
         k = wrong[0]
         raise _fail(path, f"{len(wrong)} tensors differ in shape from config.json, e.g. {k} "
-                          f"{tuple(source[k].shape)} vs {shapes[k]}")
+                          f"{theirs[k]} vs {shapes[k]}")
     if strict and (report.missing or report.unused):
         raise _fail(path, f"{len(report.missing)} missing keys {report.missing[:3]}, "
                           f"{len(report.unused)} unused keys {report.unused[:3]}")
     net = DiffusionPolicyNet(cfg)
+    source = load_file(str(path / "model.safetensors"))
     net.load_state_dict({k: v for k, v in source.items() if k in shapes}, strict=False)
     norms, norm_map = _normalizers(path, cfg, cfg_json)
     return DiffusionCheckpoint(net=net.eval(), config=cfg, normalizers=norms, norm_map=norm_map, report=report,
