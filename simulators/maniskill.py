@@ -3,7 +3,8 @@
 CPU backend (``sim_backend="cpu"``): ManiSkill simulates one scene per process-local env, so one
 ``ManiSkillEnv`` holds ``num_envs`` single-scene envs and steps them in turn on the shared chunk loop of
 ``simulators.serial``; vectorization across cores comes from running several env workers. Everything
-returned is a CPU torch tensor.
+returned is a CPU torch tensor. Under ``obs_mode=rgb`` the cameras are rendered once per scene and chunk, not in
+every control step (``_step_unrendered``; ``ManiSkillConfig.render_every_step``).
 """
 
 from __future__ import annotations
