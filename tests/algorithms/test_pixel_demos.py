@@ -148,3 +148,30 @@ def test_demonstrations_without_the_actors_camera_are_refused_in_one_line(demos,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "holds state-only demonstrations" in err[0], err
     assert tree_hash(tmp_path) == before and not (tmp_path / "run").exists()
+
+
+def test_the_cache_key_holds_the_frames_size():
+    from vlarl.demos import cache_folder, planning_env, retime_choice
+
+    cfg = rgb_cfg(64)
+    assert cache_folder(cfg, 20, retime=True).name == "PushCube-v1_pd_ee_delta_pos_rgb64_n20_retimed"
+    assert cache_folder(rgb_cfg(32), 20, retime=True) != cache_folder(cfg, 20, retime=True)
+    # planned and re-timed with state observations (PushCube's default there), the RGB config left as it was
+    assert planning_env(cfg).obs_mode == "state" and cfg.obs_mode == "rgb" and retime_choice(None, cfg)
+
+
+@pytest.mark.slow
+def test_vlarl_demos_with_an_rgb_env_writes_frames(tmp_path, capsys):
+    """The whole path: ManiSkill's planner, the replay, re-timing in state, re-rendering in the RGB env."""
+    from simulators.maniskill_demos import planner_python
+    from vlarl.demos import main
+
+    if not planner_python().exists():
+        pytest.skip("the motion planner's environment is not installed: bash scripts/setup_planner.sh")
+    out = tmp_path / "demos"
+    assert main(["env=maniskill_pushcube_rgb", "env.control_mode=pd_ee_delta_pos", f"env.image_size={S}",
+                 "env.reward_mode=sparse", "env.ignore_terminations=false", f"output={out}", "episodes=1",
+                 "lerobot=false"]) == 0
+    assert '"rendered": 1' in capsys.readouterr().out
+    (ep,) = read_maniskill_h5(out / "trajectories.h5", cameras=[CAM])
+    assert ep.success and ep.images[CAM].shape == (len(ep.actions), S, S, 3) and len(ep.actions) < 20
