@@ -186,7 +186,7 @@ def demo_transitions(episodes: list[Any], chunk_size: int, cameras: list[str] | 
         L, A = actions.shape
         if L == 0:
             continue
-        failed = ep.success is False
+        failed = _success(ep) is False
         frames = _episode_frames(ep, cameras, L, failed)
         rewards = torch.zeros(L + T)
         if failed:
@@ -222,6 +222,15 @@ def demo_transitions(episodes: list[Any], chunk_size: int, cameras: list[str] | 
         if cams:
             out.set(key, TensorDict({c: torch.stack(v) for c, v in cams.items()}, batch_size=[n]))
     return out
+
+
+def _success(ep: Any) -> bool | None:
+    """An episode's success flag: ``Episode.success``, or a LeRobot episode's ``meta["success"]`` (None: not
+    recorded)."""
+    if hasattr(ep, "success"):
+        return ep.success
+    flag = getattr(ep, "meta", {}).get("success")
+    return None if flag is None else bool(flag)
 
 
 def _episode_frames(ep: Any, cameras: list[str] | tuple[str, ...], L: int, failed: bool) -> dict[str, torch.Tensor]:
