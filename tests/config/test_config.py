@@ -12,7 +12,7 @@ def test_the_embedded_default_is_rlpd_from_planner_demonstrations_and_ppo_is_one
     assert type(cfg.policy).__name__ == "MLPPolicyConfig" and cfg.policy.squash
     assert type(cfg.algorithm).__name__ == "RLPDConfig" and cfg.experiment_name == "pushcube_rlpd"
     assert cfg.algorithm.demos == "auto" and cfg.algorithm.num_demos == 20  # made by the planner on first use
-    assert cfg.time_limit_minutes == 5 and cfg.eval.episodes == 100
+    assert cfg.total_env_steps == 14336 and cfg.time_limit_minutes == 8 and cfg.eval.episodes == 100
     ppo = load_train_config([PPO])
     assert ppo.algorithm.name == "ppo" and ppo.experiment_name == "pushcube_mlp_ppo"
     assert type(ppo.policy).__name__ == "MLPPolicyConfig" and ppo.env.reward_mode != "sparse"
