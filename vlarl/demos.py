@@ -114,8 +114,8 @@ def make_demos(cfg: DemosConfig, log=print) -> dict[str, Any]:
     state_dim, instruction, proprio, time_limit = check_env(env)
     with tempfile.TemporaryDirectory(prefix=".vlarl-demos-", dir=out.parent) as tmp:
         source = demonstrator(env.name)
-        speed = cfg.speed or source.speed(env)
         retime = retime_choice(cfg.retime, env)
+        speed = cfg.speed or source.speed(env, retime)
         made = source.make(env, cfg.episodes, tmp, seed=cfg.seed, max_attempts=cfg.max_attempts, speed=speed,
                            retime=retime, time_limit=time_limit, log=log)
         staged = Path(tmp) / "out"
