@@ -147,7 +147,7 @@ def test_retimed_planner_demos_are_short_large_steps_that_solve_the_task(world, 
     assert summary["retime"] is True and summary["speed"] == 1.0 and summary["retimed"] == 1
     (ep,) = read_maniskill_h5(world / "pick" / "trajectories.h5")
     meta = json.loads((world / "pick" / "trajectories.json").read_text())["episodes"][0]
-    raw_length = int(meta["source"].split()[3])  # "re-timed from <n> planner steps"
+    raw_length = int(meta["source"].split()[2])  # "re-timed from <n> planner steps"
     assert len(ep.actions) <= 30 and len(ep.actions) < raw_length / 2, (len(ep.actions), raw_length)
     assert np.abs(ep.actions[:, :3]).max(axis=1).mean() > 0.3, ep.actions  # large steps, not the planner's crawl
     assert (ep.actions[:, -1] < 0).any() and ep.actions[0, -1] > 0  # opens, then grasps
