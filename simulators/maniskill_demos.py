@@ -53,7 +53,7 @@ OBS_MODES = ("state", "rgb")
 PLANNER_SPEED = {"PushCube-v1": 3.0, "PullCube-v1": 3.0, "PickCube-v1": 4.0, "StackCube-v1": 5.0,
                  "PlaceSphere-v1": 4.0, "PegInsertionSide-v1": 2.0, "LiftPegUpright-v1": 3.0}
 #: tasks whose demonstrations are re-timed by default (``retime``): re-timing keeps >= 80% of the planner's
-#: episodes there (PushCube 19 of 20, PickCube 59 of 60, PullCube 20 of 23, StackCube 9 of 10; docs/tasks.md)
+#: episodes there (PushCube 19 of 20, PickCube 59 of 60, PullCube 20 of 23, StackCube 20 of 23; docs/tasks.md)
 RETIME_TASKS = ("PushCube-v1", "PullCube-v1", "PickCube-v1", "StackCube-v1")
 #: the planner's pace when its path is re-timed, where it differs from ``PLANNER_SPEED``: re-timing sets the pace,
 #: so a fast planner only loses episodes (PickCube: 24 successes of 53 seeds at pace 4, 20 of 20 at 1)

@@ -15,7 +15,7 @@ Re-timing keeps the planner as the source of the path and changes only how it is
    is within ``reach`` metres. The episode ends where the env ends it (success, or the task's time limit).
 
 Per task (``TASK_CONFIG``): PullCube's last waypoint lies 2 cm past the path's end, where the cube only just
-reached the goal radius. Only the re-timed episodes that succeed are kept, each ending at its first success. With the defaults a PushCube
+reached the goal radius; StackCube opens the gripper there, which its success needs. Only the re-timed episodes that succeed are kept, each ending at its first success. With the defaults a PushCube
 episode takes 8-11 steps with mean actions 0.4-0.6 per axis (the scripted expert: 11-14 steps, 0.4-0.6).
 """
 
