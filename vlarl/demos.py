@@ -122,8 +122,8 @@ def make_demos(cfg: DemosConfig, log=print) -> dict[str, Any]:
     rendered = None
     with tempfile.TemporaryDirectory(prefix=".vlarl-demos-", dir=out.parent) as tmp:
         source = demonstrator(env.name)
-        speed = cfg.speed or source.speed(plan_env)
         retime = retime_choice(cfg.retime, plan_env)
+        speed = cfg.speed or source.speed(plan_env, retime)
         made = source.make(plan_env, cfg.episodes, tmp, seed=cfg.seed, max_attempts=cfg.max_attempts, speed=speed,
                            retime=retime, time_limit=time_limit, log=log)
         h5 = made.h5
