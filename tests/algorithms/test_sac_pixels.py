@@ -20,6 +20,7 @@ import torch
 
 from policies.base import PolicySpec
 from policies.cnn.modeling import CNNPolicy, CNNPolicyConfig
+from tests.helpers.recipes import PPO
 from vlarl.algorithms.sac import SACState, actor_problem, sac_update
 from vlarl.config.construct import check_policy
 from vlarl.config.schema import RLPDConfig, SACConfig
@@ -143,7 +144,7 @@ def test_pixel_sac_trains_on_rgb_pushcube(tmp_path):
     """Two iterations of ``vlarl-train algorithm=sac policy=cnn policy.squash=true`` on RGB PushCube: critic
     steps happen with finite losses and the checkpoint's replay holds the camera images."""
     run_dir = tmp_path / "run"
-    cmd = [str(BIN / "vlarl-train"), "algorithm=sac", "policy=cnn", "policy.squash=true", "env=maniskill_pushcube_rgb",
+    cmd = [str(BIN / "vlarl-train"), PPO, "algorithm=sac", "policy=cnn", "policy.squash=true", "env=maniskill_pushcube_rgb",
            "env.num_envs=4", "env.num_workers=1", "env.image_size=64", "policy.image_size=64",
            "policy.cnn_channels=[8,16]", "policy.vision_dim=32", "policy.hidden_sizes=[64,64]",
            "algorithm.num_steps=2", "algorithm.learning_starts=8", "algorithm.utd_ratio=1", "algorithm.batch_size=16",
