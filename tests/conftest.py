@@ -88,3 +88,16 @@ def pytest_make_collect_report(collector):
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+# README's test command runs ``-n 2 --dist loadgroup`` (pytest-xdist): each test file is one xdist group, so it runs
+# whole on one worker and its module- and session-scoped fixtures (saved checkpoints, built simulators) are made
+# once, not once per worker. Nothing in the suite needs files kept apart beyond that: processes that listen on
+# fixed ports (franky-sim) take a loopback address per worker (tests/robots/conftest.py), and everything else
+# binds port 0 or writes under tmp_path. ``tryfirst``: xdist's worker reads the groups in its own
+# pytest_collection_modifyitems, which must see these marks (it is registered after this conftest, so it would
+# otherwise run first and see none).
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))

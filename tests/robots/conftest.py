@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from robot_policies import build_tiny_policy  # noqa: F401  (re-exported for fixtures)
+
+from robots.franky_sim import free_loopback_host
 
 torch.set_num_threads(1)
 
@@ -15,19 +19,25 @@ def tiny_policy_dir(tmp_path):
     return build_tiny_policy().save_pretrained(tmp_path / "policy")
 
 
-SIM_HOST, SIM_PORTS = "127.0.0.1", (1337, 1338)  # libfranka's robot and gripper command ports
+# franky-sim listens on libfranka's fixed command ports (1337 robot, 1338 gripper) of the address it is given, so
+# every pytest process starts its simulators on 127.0.0.x addresses of its own: two xdist workers (README's
+# ``-n 2``) never race for one address. .10-.99 only: tests/cli/test_bad_inputs.py needs nothing listening on
+# 127.0.0.2 (its unreachable arm) and the soak (vlarl.hil.soak.SOAK_HOSTS) takes .100 and up.
+SIM_HOSTS_FIRST, SIM_HOSTS_END, SIM_HOSTS_PER_WORKER = 10, 100, 10
 
 
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT from an earlier sim is fine
-        try:
-            s.bind((SIM_HOST, port))
-            return True
-        except OSError:
-            return False
+def worker_sim_hosts(worker: str | None = None) -> range:
+    """The last octets (127.0.0.x) this pytest process may start franky-sim on: a block of its own per xdist
+    worker (``gw0`` -> .10-.19, ``gw1`` -> .20-.29, ...; no xdist counts as ``gw0``). ValueError (one line) for a
+    worker past the last block."""
+    worker = worker if worker is not None else os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    first = SIM_HOSTS_FIRST + SIM_HOSTS_PER_WORKER * index
+    if first + SIM_HOSTS_PER_WORKER > SIM_HOSTS_END:
+        workers = (SIM_HOSTS_END - SIM_HOSTS_FIRST) // SIM_HOSTS_PER_WORKER
+        raise ValueError(f"xdist worker {worker} has no block of loopback addresses for franky-sim (127.0.0."
+                         f"{SIM_HOSTS_FIRST}-{SIM_HOSTS_END - 1} hold {workers} workers); run with fewer workers")
+    return range(first, first + SIM_HOSTS_PER_WORKER)
 
 
 def _die_with_parent() -> None:
@@ -42,10 +52,10 @@ def _die_with_parent() -> None:
 
 
 class FrankySim:
-    """One ``franky-sim -s mujoco --hostname 127.0.0.1`` process (MuJoCo FR3 speaking libfranka)."""
+    """One ``franky-sim -s mujoco --hostname <host>`` process (MuJoCo FR3 speaking libfranka); ``host`` is the
+    127.0.0.x it listens on, the address the test's driver must be given."""
 
     def __init__(self, log_path):
-        import os
         import shutil
         import subprocess
         import sys
@@ -54,13 +64,14 @@ class FrankySim:
         exe = shutil.which("franky-sim") or str(Path(sys.executable).with_name("franky-sim"))
         if not Path(exe).exists():
             pytest.skip("franky-sim is not installed (pip install 'vlarl[robot]')")
-        busy = [p for p in SIM_PORTS if not _port_free(p)]
-        if busy:
-            pytest.skip(f"{SIM_HOST} ports {busy} are taken (another franky-sim or a robot bridge is running)")
+        try:  # not one of tests/conftest.py's ALLOWED_SKIPS: under VLARL_REQUIRE_ALL=1 a busy machine fails the run
+            self.host = free_loopback_host(worker_sim_hosts())
+        except ValueError as exc:
+            pytest.skip(str(exc))
         self.log_path = log_path
         self._log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen([exe, "-s", "mujoco", "--hostname", SIM_HOST], stdout=self._log,
+        self.proc = subprocess.Popen([exe, "-s", "mujoco", "--hostname", self.host], stdout=self._log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                      preexec_fn=_die_with_parent)
         from waits import wait_until
