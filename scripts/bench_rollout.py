@@ -18,12 +18,12 @@ rollout-like actor concatenates the halves into one batch and the driver fetches
 
 ``--pixels`` measures what one env step costs a VLA acting from camera images, per family, side by side in one
 process: the tiny exact SmolVLA, pi0 and OpenVLA-OFT on ``--env`` (default ``maniskill_pushcube_rgb``) at each
-``--sizes`` px. Per size, the env alone with zero actions three ways: rendering every control step (obs_mode=rgb,
-what a pixel policy runs on), physics only (obs_mode=state), and state plus one render of the same camera per
-chunk (``env.critic_camera``: the one frame per chunk the policy reads); render = rgb - physics. Per family, the
-RGB env stepped with the policy's own actions, preprocessing (env images, state and words -> network inputs) and
-inference (the rest of ``act``); one ``act`` serves ``chunk`` steps of every env, so it is divided by
-``num_envs x chunk``.
+``--sizes`` px. Per size, the env alone with zero actions three ways: obs_mode=rgb rendering the cameras once per
+chunk (the default: the frames the policy reads), obs_mode=rgb rendering inside every control step as ManiSkill
+does (``env.render_every_step=true``, the old default), and physics only (obs_mode=state); render = rgb - physics,
+and the line under the table gives every-step / once-per-chunk. Per family, the RGB env (the default) stepped
+with the policy's own actions, preprocessing (env images, state and words -> network inputs) and inference (the
+rest of ``act``); one ``act`` serves ``chunk`` steps of every env, so it is divided by ``num_envs x chunk``.
 
     python scripts/bench_rollout.py --pixels --sizes 64 128 --num-envs 2 --steps 6
 """
@@ -165,24 +165,35 @@ def _preprocess(policy, obs: dict) -> object:
     return policy._inputs(obs)  # OpenVLA / OFT: pixel values, prompt ids, proprio
 
 
-def _env_per_step(env, steps: int, chunk: int) -> float:
-    """Seconds per env step of ``env`` stepped with zero actions for ``steps`` chunks (after one warm-up)."""
-    actions = torch.zeros(env.num_envs, chunk, env.spec.action_dim)
-    env.reset(seed=0)
-    env.chunk_step(actions)
-    t, n = time.perf_counter(), 0
+def _env_per_step(envs: list, steps: int, chunk: int) -> list[float]:
+    """Seconds per env step of each of ``envs`` stepped with zero actions for ``steps`` chunks (after one warm-up),
+    interleaved chunk by chunk so that a change in the machine's load hits them alike."""
+    actions = [torch.zeros(env.num_envs, chunk, env.spec.action_dim) for env in envs]
+    for env, a in zip(envs, actions, strict=True):
+        env.reset(seed=0)
+        env.chunk_step(a)
+    spent, n = [0.0] * len(envs), [0] * len(envs)
     for _ in range(steps):
-        n += int(env.chunk_step(actions).step_mask.sum())
-    return (time.perf_counter() - t) / max(n, 1)
+        for k, (env, a) in enumerate(zip(envs, actions, strict=True)):
+            t = time.perf_counter()
+            n[k] += int(env.chunk_step(a).step_mask.sum())
+            spent[k] += time.perf_counter() - t
+    return [dt / max(m, 1) for dt, m in zip(spent, n, strict=True)]
 
 
 def _sensors(env) -> list[str]:
     """The cameras the simulator renders for observations (ManiSkill: its scene's sensors, every one of them
-    rendered each control step under obs_mode=rgb)."""
+    rendered at each chunk boundary under obs_mode=rgb: FlattenRGBD stacks them all)."""
     scenes = getattr(env, "envs", None)
     if not scenes:
         return list(env.spec.image_keys)
     return list(scenes[0].unwrapped.scene.sensors)
+
+
+#: the env-alone rows of ``pixel_rows``, in table order
+RENDER_ONCE = "env: render once per chunk (obs_mode=rgb)"
+RENDER_EVERY_STEP = "env: render every step (render_every_step=true)"
+PHYSICS_ONLY = "env: physics only (obs_mode=state)"
 
 
 def pixel_rows(env_name: str, sizes: list[int], families: list[str], num_envs: int, steps: int) -> list[dict]:
@@ -197,24 +208,20 @@ def pixel_rows(env_name: str, sizes: list[int], families: list[str], num_envs: i
     for size in sizes:
         base = load_train_config([f"env={env_name}", f"env.image_size={size}"]).env
         chunk = 4  # the tiny VLA configs' chunk
-        state_cfg = dataclasses.replace(base, obs_mode="state")
-        boundary_cfg = dataclasses.replace(state_cfg, critic_camera="base_camera")
-        physics = {}
-        for what, cfg in (("physics only (obs_mode=state)", state_cfg),
-                          ("state + 1 render per chunk (critic_camera)", boundary_cfg)):
-            env = make_env(cfg, num_envs=num_envs)
-            try:
-                physics[what] = _env_per_step(env, steps, chunk)
-            finally:
-                env.close()
+        state_env = make_env(dataclasses.replace(base, obs_mode="state"), num_envs=num_envs)
+        every_env = make_env(dataclasses.replace(base, render_every_step=True), num_envs=num_envs)
         env = make_env(base, num_envs=num_envs)
         try:
-            rgb = _env_per_step(env, steps, chunk)
-            phys = physics["physics only (obs_mode=state)"]
-            rows.append(dict(size=size, what="env: render every step (obs_mode=rgb)", env=rgb, render=rgb - phys,
-                             physics=phys, cameras=f"renders {_sensors(env)}"))
-            for what, t in physics.items():
-                rows.append(dict(size=size, what=f"env: {what}", env=t, physics=phys))
+            once, every, phys = _env_per_step([env, every_env, state_env], steps, chunk)
+        finally:
+            every_env.close()
+            state_env.close()
+        try:
+            renders = f"renders {_sensors(env)}"
+            rows.append(dict(size=size, what=RENDER_ONCE, env=once, render=once - phys, physics=phys, cameras=renders))
+            rows.append(dict(size=size, what=RENDER_EVERY_STEP, env=every, render=every - phys, physics=phys,
+                             cameras=renders))
+            rows.append(dict(size=size, what=PHYSICS_ONLY, env=phys, physics=phys))
             spec = policy_spec_from_env(env.spec)
             for family in families:
                 cfg = load_train_config([f"policy={family}", f"env={env_name}", f"env.image_size={size}"])
@@ -246,8 +253,13 @@ def pixel_rows(env_name: str, sizes: list[int], families: list[str], num_envs: i
 
 
 def print_pixel_table(rows: list[dict], num_envs: int) -> None:
-    """The rows as a table (ms per env step) with each family's shares, and the ratio 128 px / 64 px."""
-    print(f"\nms per env step, {num_envs} envs in one process, tiny exact VLAs (chunk 4: one act per 4 steps)")
+    """The rows as a table (ms per env step) with each family's shares, the env time of rendering every step over
+    rendering once per chunk, and the ratio 128 px / 64 px."""
+    import os
+
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\nms per env step, {num_envs} envs in one process, tiny exact VLAs (chunk 4: one act per 4 steps); "
+          f"load average {load} (1 / 5 / 15 min)")
     head = f"{'px':>4} {'':<50} {'env':>7} {'render':>7} {'physics':>7} {'preproc':>7} {'infer':>7} {'total':>7} " \
            f"{'steps/s':>7}  cameras"
     print(head)
@@ -257,6 +269,12 @@ def print_pixel_table(rows: list[dict], num_envs: int) -> None:
                                                                             "inference")]
         print(f"{r['size']:>4} {r['what']:<50} {' '.join(cells)} {total * 1e3:7.2f} {1 / total:7.1f}  "
               f"{r.get('cameras', '')}")
+    for size in sorted({r["size"] for r in rows}):
+        by = {r["what"]: r for r in rows if r["size"] == size}
+        if RENDER_ONCE in by and RENDER_EVERY_STEP in by:
+            once, every = by[RENDER_ONCE]["env"], by[RENDER_EVERY_STEP]["env"]
+            print(f"env alone at {size} px: render every step / render once per chunk = {every * 1e3:.2f} / "
+                  f"{once * 1e3:.2f} ms = {every / once:.2f}x")
     fams = [r for r in rows if "preprocess" in r]
     if fams:
         print("\nshares of a family's step (render / physics / preprocessing / inference):")

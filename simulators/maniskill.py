@@ -3,7 +3,8 @@
 CPU backend (``sim_backend="cpu"``): ManiSkill simulates one scene per process-local env, so one
 ``ManiSkillEnv`` holds ``num_envs`` single-scene envs and steps them in turn on the shared chunk loop of
 ``simulators.serial``; vectorization across cores comes from running several env workers. Everything
-returned is a CPU torch tensor.
+returned is a CPU torch tensor. Under ``obs_mode=rgb`` the cameras are rendered once per scene and chunk, not in
+every control step (``_step_unrendered``; ``ManiSkillConfig.render_every_step``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,12 @@ class ManiSkillConfig(EnvConfig):
     # one render per chunk instead of one per step. Reported in EnvSpec.critic_cameras, not in image_keys
     # (the policy does not read it).
     critic_camera: str = ""
+    # obs_mode=rgb renders the policy cameras once per chunk: after a reset, at each chunk boundary and at the
+    # last step of an episode that ends inside a chunk (its final_obs), the only observations a chunked policy
+    # or an off-policy learner reads; ManiSkill itself renders every sensor inside every control step. The
+    # images are the same (tests/simulators/test_maniskill_render_once.py). True: ManiSkill's every-step
+    # rendering, kept to measure the difference (scripts/bench_rollout.py --pixels). CPU backend only.
+    render_every_step: bool = False
     # Keyword arguments of the ManiSkill task's own constructor, e.g. ``env.task_kwargs.instruction=other`` for
     # the language task (simulators/language_tasks.py: report the instruction that names the other goal).
     task_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -137,6 +144,7 @@ class ManiSkillEnv(SerialBatchedEnv):
         self.ignore_terminations = cfg.ignore_terminations
         kwargs = make_kwargs(cfg, sim_backend="cpu", num_envs=1, render=render)
         self._render = render
+        self._render_at_boundaries = cfg.obs_mode == "rgb" and not cfg.render_every_step
         self.envs = []
         for k in range(num_envs):
             env = _make_quietly(gym, cfg.task, kwargs)
@@ -203,13 +211,25 @@ class ManiSkillEnv(SerialBatchedEnv):
 
     def step_scene(self, i: int, action: np.ndarray) -> SceneStep:
         """One ManiSkill step; its raw observation is converted once per chunk (``scene_obs``): per-step
-        conversion costs more than a PushCube physics step (scripts/bench_envs.py: vlarl / plain)."""
-        raw, r, term, trunc, info = self.envs[i].step(torch.from_numpy(action[None]))
+        conversion costs more than a PushCube physics step (scripts/bench_envs.py: vlarl / plain). Under
+        obs_mode=rgb the step renders nothing (``_step_unrendered``); ``scene_obs`` renders the cameras."""
+        a = torch.from_numpy(action[None])
+        if self._render_at_boundaries:
+            raw, r, term, trunc, info = _step_unrendered(self.envs[i], a)
+            raw = _Unrendered(info)
+        else:
+            raw, r, term, trunc, info = self.envs[i].step(a)
         success = bool(info["success"].reshape(-1)[0]) if "success" in info else False
         return SceneStep(obs=raw, reward=float(r.reshape(-1)[0]), terminated=bool(term.reshape(-1)[0]),
                          success=success, truncated=bool(trunc.reshape(-1)[0]))
 
     def scene_obs(self, i: int, raw: Any) -> SceneObs:
+        """Scene ``i`` as of its last step, once per chunk (and for an episode's ``final_obs``). After an
+        unrendered step the cameras are rendered here, through the same ManiSkill ``get_obs`` (with that step's
+        ``info``) and FlattenRGBD conversion as a rendering step uses: the scene has not moved since."""
+        if isinstance(raw, _Unrendered):
+            env = self.envs[i]
+            raw = env.observation(env.unwrapped.get_obs(raw.info))
         return self._critic_frame(i, self._convert(raw))
 
     def _critic_frame(self, i: int, obs: SceneObs) -> SceneObs:
@@ -250,6 +270,36 @@ class ManiSkillEnv(SerialBatchedEnv):
         for env in self.envs:
             env.close()
         self.envs = []
+
+
+@dataclass
+class _Unrendered:
+    """A step's observation not rendered yet: the ``info`` ManiSkill's ``get_obs`` needs to make it later."""
+
+    info: dict[str, Any]
+
+
+def _step_unrendered(env: Any, action: torch.Tensor) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+    """``env.step(action)`` of an obs_mode=rgb env (``env``: FlattenRGBD over the task's wrappers) without
+    rendering its sensors; returns ManiSkill's (obs, reward, terminated, truncated, info) with ``obs`` holding
+    only the state parts (``agent``, ``extra``).
+
+    ManiSkill's ``step`` calls ``get_obs``, which under obs_mode=rgb updates the render scene and takes a
+    picture with every sensor camera: 85-95% of a step on CPU. For this one call the task's
+    ``_get_obs_with_sensor_data`` is shadowed by an instance attribute that returns the state parts it would
+    have returned (the same ``_get_obs_agent`` / ``_get_obs_extra(info)``), so physics, ``info``, the reward
+    (which ManiSkill computes from ``info`` and that dict) and the time limit run exactly as in ``step``; the
+    wrapper below FlattenRGBD is stepped, since FlattenRGBD expects sensor data to flatten."""
+    task = env.unwrapped
+
+    def state_parts(info: dict, apply_texture_transforms: bool = True) -> dict[str, Any]:
+        return dict(agent=task._get_obs_agent(), extra=task._get_obs_extra(info))
+
+    task._get_obs_with_sensor_data = state_parts
+    try:
+        return env.env.step(action)
+    finally:
+        del task._get_obs_with_sensor_data
 
 
 def _camera_slices(env: Any, cfg: ManiSkillConfig) -> dict[str, slice]:

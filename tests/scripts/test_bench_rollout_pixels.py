@@ -1,6 +1,7 @@
-"""``scripts/bench_rollout.py --pixels`` at tiny sizes: the per-family rows from pixels (the env alone three ways,
-then each family stepping the RGB env with its own actions), their table, and the cameras the env renders
-against those the policy reads. No timing is asserted; the rows must be complete, positive and consistent."""
+"""``scripts/bench_rollout.py --pixels`` at tiny sizes: the per-family rows from pixels (the env alone three ways:
+rendering once per chunk, the default, beside rendering every step and physics only; then each family stepping
+the RGB env with its own actions), their table, and the cameras the env renders against those the policy reads.
+No timing is asserted; the rows must be complete, positive and consistent."""
 
 from __future__ import annotations
 
@@ -31,18 +32,22 @@ def test_pixel_rows_per_family_at_a_tiny_size(capsys):
     bench = _bench()
     rows = bench.pixel_rows("maniskill_pushcube_rgb", [16], ["smolvla", "openvla_oft"], num_envs=1, steps=1)
     whats = [r["what"] for r in rows]
-    assert whats == ["env: render every step (obs_mode=rgb)", "env: physics only (obs_mode=state)",
-                     "env: state + 1 render per chunk (critic_camera)", "smolvla", "openvla_oft"]
+    assert whats == ["env: render once per chunk (obs_mode=rgb)", "env: render every step (render_every_step=true)",
+                     "env: physics only (obs_mode=state)", "smolvla", "openvla_oft"]
     assert all(r["size"] == 16 and r["env"] > 0 and r["physics"] > 0 for r in rows)
     families = rows[3:]
     for r in families:
         assert r["preprocess"] > 0 and r["inference"] >= 0 and r["chunk"] == 4
         assert r["cameras"] == "reads ['base_camera']"
+    assert all(r["physics"] == rows[2]["env"] for r in rows)  # every row's physics is the state env's
     # PushCube has one sensor camera: the RGB env renders exactly the camera the policies read, nothing more
-    assert rows[0]["cameras"] == "renders ['base_camera']"
+    assert rows[0]["cameras"] == rows[1]["cameras"] == "renders ['base_camera']"
     bench.print_pixel_table(rows, 1)
     out = capsys.readouterr().out
-    assert "ms per env step, 1 envs" in out and out.count("  16 px ") == 2  # one share line per family
+    assert "ms per env step, 1 envs" in out and "load average" in out
+    assert out.count("  16 px ") == 2  # one share line per family
+    every_over_once = f"= {rows[1]['env'] / rows[0]['env']:.2f}x"
+    assert "env alone at 16 px: render every step / render once per chunk" in out and every_over_once in out
     assert "cost at" not in out  # one size: no ratio between sizes
 
 
