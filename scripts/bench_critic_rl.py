@@ -28,7 +28,7 @@ BIN = Path(sys.executable).parent
 
 # shared by both arms: state policy, end-effector control, sparse success reward, 5-action chunks
 COMMON = [
-    "env=maniskill_pushcube", "env.control_mode=pd_ee_delta_pos", "env.reward_mode=sparse",
+    "experiment=pushcube_mlp_ppo", "env=maniskill_pushcube", "env.control_mode=pd_ee_delta_pos", "env.reward_mode=sparse",
     "env.ignore_terminations=true", "env.image_size=64", "policy.chunk_size=5", "algorithm.num_steps=10",
     "algorithm.num_minibatches=4", "eval.video_episodes=0", "logger.progress_bar=false",
     "time_limit_minutes=0", "checkpoint_every=100000",

@@ -35,7 +35,7 @@ SETUPS = {
     "maniskill_pushcube_rgb": ["env=maniskill_pushcube_rgb", "policy=cnn"],
     "maniskill_pushcube": ["env=maniskill_pushcube"],
 }
-COMMON = ["env.num_envs=16", "env.num_workers=2", "algorithm.num_minibatches=2", "algorithm.update_epochs=1",
+COMMON = ["experiment=pushcube_mlp_ppo", "env.num_envs=16", "env.num_workers=2", "algorithm.num_minibatches=2", "algorithm.update_epochs=1",
           "logger.tensorboard=false", "logger.progress_bar=false"]
 
 

@@ -67,7 +67,8 @@ def build(overrides: list[str], run_dir: str):
     from vlarl.config import load_train_config
     from vlarl.runner import Runner
 
-    cfg = load_train_config([*overrides, "logger.tensorboard=false", "logger.progress_bar=false"])
+    ppo = [] if any(o.startswith("experiment=") for o in overrides) else ["experiment=pushcube_mlp_ppo"]  # the light default
+    cfg = load_train_config([*ppo, *overrides, "logger.tensorboard=false", "logger.progress_bar=false"])
     r = Runner(cfg, run_dir)
     r.setup()
     ray.get(r.rollout.set_weights.remote(r.actor.get_weights.remote()))

@@ -38,6 +38,10 @@ import time
 
 import torch
 
+#: the recipe measured: the PPO experiment's MLP and dense reward (the embedded default is RLPD, whose
+#: demonstrations a rollout bench does not need)
+PPO = "experiment=pushcube_mlp_ppo"
+
 
 def env_alone(env_cfg, num_envs: int, chunk: int, steps: int) -> float:
     from simulators.registry import make_env
@@ -58,7 +62,7 @@ def runner_collect(overrides: list[str], steps: int) -> float:
     from vlarl.config import load_train_config
     from vlarl.runner import Runner
 
-    cfg = load_train_config([*overrides, f"algorithm.num_steps={steps}", "logger.tensorboard=false"])
+    cfg = load_train_config([PPO, *overrides, f"algorithm.num_steps={steps}", "logger.tensorboard=false"])
     with tempfile.TemporaryDirectory() as d:
         r = Runner(cfg, d)
         try:
@@ -206,7 +210,7 @@ def pixel_rows(env_name: str, sizes: list[int], families: list[str], num_envs: i
 
     rows: list[dict] = []
     for size in sizes:
-        base = load_train_config([f"env={env_name}", f"env.image_size={size}"]).env
+        base = load_train_config([PPO, f"env={env_name}", f"env.image_size={size}"]).env
         chunk = 4  # the tiny VLA configs' chunk
         state_env = make_env(dataclasses.replace(base, obs_mode="state"), num_envs=num_envs)
         every_env = make_env(dataclasses.replace(base, render_every_step=True), num_envs=num_envs)
@@ -224,7 +228,7 @@ def pixel_rows(env_name: str, sizes: list[int], families: list[str], num_envs: i
             rows.append(dict(size=size, what=PHYSICS_ONLY, env=phys, physics=phys))
             spec = policy_spec_from_env(env.spec)
             for family in families:
-                cfg = load_train_config([f"policy={family}", f"env={env_name}", f"env.image_size={size}"])
+                cfg = load_train_config([PPO, f"policy={family}", f"env={env_name}", f"env.image_size={size}"])
                 torch.manual_seed(0)
                 policy = make_policy(cfg.policy, spec).eval()
                 obs = env.reset(seed=0)
@@ -323,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         return transfer(args.num_envs or 16, args.cameras, args.size, args.steps, args.rounds)
     from vlarl.config import load_train_config
 
-    base = load_train_config([])
+    base = load_train_config([PPO])
     rows = []
     for c in args.configs:
         n, chunk = (int(x) for x in c.split(":"))

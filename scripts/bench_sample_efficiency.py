@@ -20,10 +20,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-#: name -> vlarl-train overrides (the PPO row is the embedded default experiment)
+#: name -> vlarl-train overrides
 CONFIGS: dict[str, list[str]] = {
-    "ppo": [],
-    "ppo_hl_gauss": ["algorithm.value_loss=hl_gauss", "policy.value_bins=51"],
+    "ppo": ["experiment=pushcube_mlp_ppo"],
+    "ppo_hl_gauss": ["experiment=pushcube_mlp_ppo", "algorithm.value_loss=hl_gauss", "policy.value_bins=51"],
     "rlpd": ["experiment=pushcube_mlp_rlpd"],
     "rlpd_hl_gauss": ["experiment=pushcube_mlp_rlpd", "algorithm.critic_loss=hl_gauss"],
     "rlpd_hl_gauss_2q": ["experiment=pushcube_mlp_rlpd", "algorithm.critic_loss=hl_gauss", "algorithm.num_critics=2"],
@@ -32,7 +32,7 @@ CONFIGS: dict[str, list[str]] = {
                                 "algorithm.num_critics=5", "algorithm.actor_every=4"],
     "rlpd_hl_gauss_w64": ["experiment=pushcube_rlpd_fast"],  # HL-Gauss critics of width 64
     "rlpd_no_demos": ["experiment=pushcube_mlp_rlpd", "algorithm.demo_ratio=0.0"],
-    "pickcube_ppo": ["env=maniskill_pickcube", "experiment_name=pickcube_mlp_ppo"],
+    "pickcube_ppo": ["experiment=pushcube_mlp_ppo", "env=maniskill_pickcube", "experiment_name=pickcube_mlp_ppo"],
     "pickcube_rlpd": ["experiment=pickcube_mlp_rlpd"],
     "pickcube_rlpd_hl_gauss": ["experiment=pickcube_mlp_rlpd", "algorithm.critic_loss=hl_gauss"],
 }

@@ -62,7 +62,7 @@ def maniskill_command(args: argparse.Namespace, run_dir: Path) -> list[str]:
 
 def vlarl_command(args: argparse.Namespace, run_dir: Path) -> list[str]:
     exe = shutil.which("vlarl-train") or "vlarl-train"
-    return [exe, "env=maniskill_gpu_pushcube", "device=cuda", f"env.num_envs={args.num_envs}",
+    return [exe, "experiment=pushcube_mlp_ppo", "env=maniskill_gpu_pushcube", "device=cuda", f"env.num_envs={args.num_envs}",
             "env.ignore_terminations=true", f"total_env_steps={args.total_timesteps}",
             f"eval.every_iterations={args.vlarl_eval_every}", f"eval.periodic_episodes={args.num_eval_envs}",
             f"time_limit_minutes={max(1, int(args.limit_s // 60))}", f"run_dir={run_dir}"]

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAIN = Path(sys.executable).parent / "vlarl-train"
 STEPS_PER_ITER = 16  # 4 envs x 4 chunk steps x chunk 1
 ITERATIONS = 150
-CONFIG = ["env.control_mode=pd_ee_delta_pos", "env.num_envs=4", "env.num_workers=1", "policy.hidden_sizes=[16,16]",
+CONFIG = ["experiment=pushcube_mlp_ppo", "env.control_mode=pd_ee_delta_pos", "env.num_envs=4", "env.num_workers=1", "policy.hidden_sizes=[16,16]",
           "algorithm.num_steps=4", "algorithm.num_minibatches=2", "algorithm.update_epochs=1",
           f"total_env_steps={STEPS_PER_ITER * ITERATIONS}", "checkpoint_every=1", "keep_checkpoints=3",
           "eval.episodes=2", "eval.num_envs=2", "eval.video_episodes=0", "time_limit_minutes=0",

@@ -89,14 +89,13 @@ def test_planner_demos_replay_to_success_in_vlarl_env(world, capsys):
         env.close()
 
 
-def _replay_in_vlarl_env(seeds: list[int], episodes) -> list[bool]:
-    """Each episode's actions, open loop, from its seed in vlarl's own PushCube env (its 50-step limit, ending
+def _replay_in_vlarl_env(seeds: list[int], episodes, task: str = "PushCube-v1") -> list[bool]:
+    """Each episode's actions, open loop, from its seed in vlarl's own ``task`` env (its time limit, ending
     at success): whether the task was solved."""
     from simulators.maniskill import ManiSkillConfig
     from simulators.registry import make_env
 
-    cfg = ManiSkillConfig(task="PushCube-v1", control_mode="pd_ee_delta_pos", obs_mode="state",
-                          reward_mode="sparse")
+    cfg = ManiSkillConfig(task=task, control_mode="pd_ee_delta_pos", obs_mode="state", reward_mode="sparse")
     env = make_env(cfg, num_envs=1)
     solved = []
     try:
@@ -116,9 +115,11 @@ def _replay_in_vlarl_env(seeds: list[int], episodes) -> list[bool]:
 
 
 def test_retimed_planner_demos_are_short_large_steps_that_solve_the_task(world, capsys):
-    """PushCube's default (``retime`` unset): the planner's path followed with a few large end-effector steps.
-    Against the same seeds' raw conversion (``retime=false``), every re-timed episode is shorter, its mean
-    action larger, and its actions solve the task when replayed in vlarl's env."""
+    """PushCube's and PickCube's default (``retime`` unset): the planner's path followed with a few large
+    end-effector steps. Against the same seeds' raw conversion (``retime=false``), every re-timed PushCube episode
+    is shorter, its mean action larger, and its actions solve the task when replayed in vlarl's env; one PickCube
+    episode (grasp and lift, planned at ManiSkill's own pace) is well inside the 50-step limit, under half the
+    planner's length, moves in large steps, closes the gripper, and solves the task replayed in vlarl's env."""
     if not planner_python().exists():
         pytest.skip("the motion planner's environment is not installed: bash scripts/setup_planner.sh")
     from vlarl.data.demonstrations import read_maniskill_h5
@@ -139,3 +140,15 @@ def test_retimed_planner_demos_are_short_large_steps_that_solve_the_task(world, 
         step, step_raw = np.abs(ep.actions[:, :3]).mean(), np.abs(before.actions[:, :3]).mean()
         assert step > 2 * step_raw, (seed, step, step_raw)
     assert _replay_in_vlarl_env(summary["seeds"], retimed) == [True] * len(retimed)
+
+    pick = ["env=maniskill_pickcube", "env.control_mode=pd_ee_delta_pos", "seed=3", "lerobot=false"]
+    assert main(["output=pick", "episodes=1", *pick]) == 0, capsys.readouterr().err
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["retime"] is True and summary["speed"] == 1.0 and summary["retimed"] == 1
+    (ep,) = read_maniskill_h5(world / "pick" / "trajectories.h5")
+    meta = json.loads((world / "pick" / "trajectories.json").read_text())["episodes"][0]
+    raw_length = int(meta["source"].split()[2])  # "re-timed from <n> planner steps"
+    assert len(ep.actions) <= 30 and len(ep.actions) < raw_length / 2, (len(ep.actions), raw_length)
+    assert np.abs(ep.actions[:, :3]).max(axis=1).mean() > 0.3, ep.actions  # large steps, not the planner's crawl
+    assert (ep.actions[:, -1] < 0).any() and ep.actions[0, -1] > 0  # opens, then grasps
+    assert _replay_in_vlarl_env(summary["seeds"], [ep], task="PickCube-v1") == [True]

@@ -14,8 +14,14 @@ succeed; ManiSkill's ``replay_trajectory`` converts them, keeping the replays th
 ``speed`` scales the planner's pace; 0 takes the demonstrator's pace for the task (one whose episodes succeed
 within the task's time limit). ``retime=true`` follows each converted episode's end-effector path again with a
 few large steps in vlarl's env (``simulators.maniskill_retime``) and keeps those that succeed: unset, it is the
-demonstrator's default for the task (PushCube in ``pd_ee_delta_pos``/state: on; elsewhere off). ``vlarl-train algorithm.demos=auto`` makes demonstrations here on first use and
+demonstrator's default for the task (PushCube in ``pd_ee_delta_pos``: on; elsewhere off). ``vlarl-train algorithm.demos=auto`` makes demonstrations here on first use and
 caches them (``resolve_auto_demos``).
+
+An env with ``obs_mode=rgb`` (a pixel policy's) is planned, converted and re-timed with state observations
+(``planning_env``); each kept episode is then replayed in vlarl's RGB env from its seed
+(``simulators.maniskill_rerender``), and those that still succeed are written with that env's state and the
+frames of its cameras at its ``image_size`` (``traj_<i>/images/<camera>``), what ``algorithm.demos`` gives a
+pixel RLPD actor. The cache key holds the image size (and ``env.cameras``).
 """
 
 from __future__ import annotations
@@ -109,24 +115,32 @@ def make_demos(cfg: DemosConfig, log=print) -> dict[str, Any]:
     from simulators.registry import demonstrator
 
     env = cfg.env
+    plan_env = planning_env(env)
     out = Path(cfg.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     state_dim, instruction, proprio, time_limit = check_env(env)
+    rendered = None
     with tempfile.TemporaryDirectory(prefix=".vlarl-demos-", dir=out.parent) as tmp:
         source = demonstrator(env.name)
-        speed = cfg.speed or source.speed(env)
-        retime = retime_choice(cfg.retime, env)
-        made = source.make(env, cfg.episodes, tmp, seed=cfg.seed, max_attempts=cfg.max_attempts, speed=speed,
+        retime = retime_choice(cfg.retime, plan_env)
+        speed = cfg.speed or source.speed(plan_env, retime)
+        made = source.make(plan_env, cfg.episodes, tmp, seed=cfg.seed, max_attempts=cfg.max_attempts, speed=speed,
                            retime=retime, time_limit=time_limit, log=log)
+        h5 = made.h5
+        if env.obs_mode == "rgb":  # the frames the policy reads, from vlarl's RGB env (module doc)
+            from simulators.maniskill_rerender import rerender_file
+
+            h5 = Path(tmp) / "rendered.h5"
+            rendered = sum(e.solved for e in rerender_file(made.h5, h5, env, log=log))
         staged = Path(tmp) / "out"
-        move_trajectory(made.h5, staged / TRAJECTORY_FILE)
+        move_trajectory(h5, staged / TRAJECTORY_FILE)
         dims = _obs_dim(staged / TRAJECTORY_FILE)
         lengths = _lengths(staged / TRAJECTORY_FILE)
         late = sum(n > time_limit for n in lengths) if time_limit > 0 else 0
         if late:  # their success comes after an online episode of this env is cut off
             log(f"[{PROG}] warning: {late} of {len(lengths)} episodes are longer than {env.task}'s {time_limit}-step "
                 f"limit; raise speed= (the planner's pace) or env.max_episode_steps")
-        if env.obs_mode == "state" and dims != state_dim:
+        if env.obs_mode in ("state", "rgb") and dims != state_dim:
             raise RuntimeError(f"the replayed observations have {dims} dims but env {env.task} gives {state_dim}; "
                                f"ManiSkill's replay and vlarl's env disagree (report this)")
         lerobot_eps = 0
@@ -141,16 +155,29 @@ def make_demos(cfg: DemosConfig, log=print) -> dict[str, Any]:
     return {"task": env.task, "control_mode": env.control_mode, "obs_mode": env.obs_mode,
             "speed": speed, "retime": retime, "lengths": lengths, "time_limit": time_limit,
             "planned": made.planned, "planner_attempts": made.attempts, "converted": made.converted,
-            "retimed": made.retimed if retime else None,
+            "retimed": made.retimed if retime else None, "rendered": rendered,
             "seeds": made.seeds, "trajectories": str(out / TRAJECTORY_FILE),
             "lerobot": str(out / LEROBOT_DIR) if lerobot_eps else None}
+
+
+def planning_env(env_cfg: Any) -> Any:
+    """The env config the demonstrator plans, converts and re-times in: ``env_cfg`` itself, or for
+    ``obs_mode=rgb`` a copy with state observations (the frames are recorded afterwards by replaying the kept
+    episodes in the RGB env, ``simulators.maniskill_rerender``)."""
+    if getattr(env_cfg, "obs_mode", "state") != "rgb":
+        return env_cfg
+    import copy
+
+    twin = copy.deepcopy(env_cfg)
+    twin.obs_mode = "state"
+    return twin
 
 
 def retime_choice(given: bool | None, env_cfg: Any) -> bool:
     """``retime=`` as given, or (unset) the env's demonstrator's default for its task and modes."""
     from simulators.registry import demonstrator
 
-    return bool(given) if given is not None else bool(demonstrator(env_cfg.name).retime(env_cfg))
+    return bool(given) if given is not None else bool(demonstrator(env_cfg.name).retime(planning_env(env_cfg)))
 
 
 def move_trajectory(src: Path, dst: Path) -> None:
@@ -190,7 +217,10 @@ def cache_folder(env_cfg: Any, episodes: int, root: str | os.PathLike = "outputs
     """Where ``algorithm.demos=auto`` keeps ``episodes`` demonstrations of ``env_cfg``'s task: one folder per
     task / control mode / observation mode / count (/ re-timed) under ``<root>/demos`` (the outputs root of
     default run directories), so every run of the same recipe reads the same file."""
-    key = f"{env_cfg.task}_{env_cfg.control_mode}_{env_cfg.obs_mode}_n{episodes}" + ("_retimed" if retime else "")
+    obs = env_cfg.obs_mode
+    if obs == "rgb":  # the frames' size and cameras are part of what was recorded
+        obs += f"{env_cfg.image_size}" + "".join(f"-{c}" for c in (getattr(env_cfg, "cameras", None) or []))
+    key = f"{env_cfg.task}_{env_cfg.control_mode}_{obs}_n{episodes}" + ("_retimed" if retime else "")
     return Path(root) / CACHE_DIR / key
 
 
@@ -213,7 +243,7 @@ def resolve_auto_demos(cfg: Any, root: str | os.PathLike = "outputs", log=print)
     if h5.is_file():  # a hit needs no planner
         log(f"[{PROG}] algorithm.demos=auto: reusing {h5}")
     else:
-        demonstrator(cfg.env.name).check(cfg.env, retime)
+        demonstrator(cfg.env.name).check(planning_env(cfg.env), retime)
         log(f"[{PROG}] algorithm.demos=auto: making {alg.num_demos} demonstrations of {cfg.env.task} "
             f"({cfg.env.control_mode}/{cfg.env.obs_mode}{', re-timed' if retime else ''}) with the motion "
             f"planner into {folder} (cached)")
@@ -244,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.episodes < 1 or cfg.fps < 1 or cfg.max_attempts < 0 or cfg.speed < 0:
             raise ConfigError("episodes and fps must be >= 1, max_attempts and speed >= 0")
         check_output(cfg)
-        demonstrator(cfg.env.name).check(cfg.env, retime_choice(cfg.retime, cfg.env))
+        demonstrator(cfg.env.name).check(planning_env(cfg.env), retime_choice(cfg.retime, cfg.env))
     except (ConfigError, EnvError) as e:
         print(f"{PROG}: error: {str(e).strip().splitlines()[0]}", file=sys.stderr)
         return 2

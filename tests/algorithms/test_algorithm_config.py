@@ -2,16 +2,17 @@
 
 import pytest
 
+from tests.helpers.recipes import PPO, pinned
 from vlarl.config import load_saved_config, load_train_config
 from vlarl.config.loader import ConfigError, to_yaml
 from vlarl.config.schema import GRPOConfig, PPOConfig
 
 
-def test_default_is_ppo_and_grpo_is_selectable():
-    assert type(load_train_config([]).algorithm) is PPOConfig
-    g = load_train_config(["algorithm=grpo", "algorithm.group_size=4"]).algorithm
+def test_ppo_recipe_and_grpo_are_selectable():
+    assert type(load_train_config([PPO]).algorithm) is PPOConfig
+    g = load_train_config([PPO, "algorithm=grpo", "algorithm.group_size=4"]).algorithm
     assert type(g) is GRPOConfig and g.group_size == 4 and g.norm_adv is False
-    d = load_train_config(["algorithm=grpo_dapo"]).algorithm
+    d = load_train_config([PPO, "algorithm=grpo_dapo"]).algorithm
     assert d.filter_groups and d.dynamic_sampling_rounds == 2 and d.clip_high > d.clip_low
 
 
@@ -44,12 +45,12 @@ def test_default_is_ppo_and_grpo_is_selectable():
 )
 def test_bad_algorithm_config_is_one_clear_line(overrides, needle):
     with pytest.raises(ConfigError) as e:
-        load_train_config(overrides)
+        load_train_config(pinned(overrides))
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
 def test_resume_restores_the_algorithm_type(tmp_path):
-    cfg = load_train_config(["algorithm=grpo", "algorithm.group_size=4"])
+    cfg = load_train_config([PPO, "algorithm=grpo", "algorithm.group_size=4"])
     (tmp_path / "config.yaml").write_text(to_yaml(cfg))
     back = load_saved_config(tmp_path, ["algorithm.kl_coef=0.1"])
     assert type(back.algorithm) is GRPOConfig and back.algorithm.group_size == 4 and back.algorithm.kl_coef == 0.1

@@ -11,10 +11,11 @@ import json
 import pytest
 import torch
 
+from tests.helpers.recipes import PPO
 from vlarl.config.loader import ConfigError
 
 # 4 envs x 2 chunk steps x chunk 2 = 16 env steps, 8 chunk transitions per iteration; 4 iterations
-TINY = ["algorithm=sac", "policy.squash=true", "policy.chunk_size=2", "policy.hidden_sizes=[16,16]",
+TINY = [PPO, "algorithm=sac", "policy.squash=true", "policy.chunk_size=2", "policy.hidden_sizes=[16,16]",
         "env.num_envs=4", "env.num_workers=1", "algorithm.num_steps=2", "algorithm.learning_starts=8",
         "algorithm.batch_size=8", "algorithm.critic_hidden_sizes=[16,16]", "algorithm.utd_ratio=0.5",
         "total_env_steps=64", "checkpoint_every=100", "eval.episodes=2", "eval.num_envs=2", "eval.video_episodes=0",

@@ -13,6 +13,7 @@ from policies.diffusion import DiffusionPolicyConfig, NoiseSteeringConfig, Noise
 from policies.mlp import MLPPolicy, MLPPolicyConfig
 from policies.registry import make_policy
 from tests.helpers.chunk_bandit import one_step_trajectory
+from tests.helpers.recipes import PPO
 from vlarl.algorithms.dsrl import DSRLState, dsrl_update, noise_transitions
 from vlarl.algorithms.registry import validate_algorithm
 from vlarl.config import ConfigError, load_train_config
@@ -132,7 +133,7 @@ def test_state_survives_a_checkpoint(base_dir, tmp_path):
 
 def test_bad_settings_are_one_line_refusals(base_dir):
     with pytest.raises(ConfigError, match="unknown config key 'algorithm.demos'"):  # no noise to replay in them
-        load_train_config(["algorithm=dsrl", "algorithm.demos=x.h5"])
+        load_train_config([PPO, "algorithm=dsrl", "algorithm.demos=x.h5"])
     assert "critic_input" in validate_algorithm(replace(SMALL, critic_input="both"), num_envs=8)
     assert validate_algorithm(SMALL, num_envs=8) is None
     mlp = MLPPolicy(MLPPolicyConfig(chunk_size=T, squash=True), SPEC)

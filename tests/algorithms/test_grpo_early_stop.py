@@ -9,6 +9,7 @@ import ray
 import torch
 
 from policies.registry import make_policy
+from tests.helpers.recipes import PPO
 from tests.helpers.runners import set_up_runner
 from vlarl.algorithms.grpo import collect_groups, group_reset_ids, grpo_update
 from vlarl.algorithms.spec import SEED_STRIDE
@@ -18,7 +19,7 @@ from vlarl.runner import Runner
 pytestmark = [pytest.mark.sim, pytest.mark.slow]  # ~1 min on 2 busy cores
 
 OVERRIDES = [
-    "algorithm=grpo", "algorithm.group_size=2", "algorithm.num_steps=8", "algorithm.kl_coef=0.1",
+    PPO, "algorithm=grpo", "algorithm.group_size=2", "algorithm.num_steps=8", "algorithm.kl_coef=0.1",
     "algorithm.score=return", "env.max_episode_steps=5", "env.num_envs=4", "env.num_workers=2",
     "policy.hidden_sizes=[16,16]", "logger.progress_bar=false", "logger.tensorboard=false",
 ]

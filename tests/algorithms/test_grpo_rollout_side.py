@@ -8,6 +8,7 @@ import pytest
 import ray
 import torch
 
+from tests.helpers.recipes import PPO
 from tests.helpers.runners import set_up_runner
 from vlarl.algorithms.grpo import collect_groups, selected_batch
 from vlarl.scheduler.transport import TrajectoryRef, payload
@@ -15,7 +16,7 @@ from vlarl.scheduler.transport import TrajectoryRef, payload
 pytestmark = [pytest.mark.sim, pytest.mark.slow]  # ~1 min on 2 busy cores
 
 OVERRIDES = [
-    "algorithm=grpo", "algorithm.group_size=2", "algorithm.num_steps=8", "algorithm.filter_groups=true",
+    PPO, "algorithm=grpo", "algorithm.group_size=2", "algorithm.num_steps=8", "algorithm.filter_groups=true",
     "algorithm.dynamic_sampling_rounds=1", "env.max_episode_steps=5", "env.num_envs=4", "env.num_workers=2",
     "policy.hidden_sizes=[16,16]", "logger.progress_bar=false", "logger.tensorboard=false",
 ]

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from tests.helpers.recipes import PPO
 from vlarl.algorithms.grpo import collect_groups
 from vlarl.config import load_train_config
 from vlarl.runner import Runner
@@ -15,7 +16,7 @@ from vlarl.runner import Runner
 pytestmark = [pytest.mark.sim, pytest.mark.slow]  # ~2.5 min on 2 busy cores
 
 OVERRIDES = [
-    "algorithm=grpo", "algorithm.group_size=2", "algorithm.filter_groups=true",
+    PPO, "algorithm=grpo", "algorithm.group_size=2", "algorithm.filter_groups=true",
     "algorithm.dynamic_sampling_rounds=1", "algorithm.anneal_lr=true", "algorithm.num_minibatches=2",
     "env.num_envs=6", "env.num_workers=2", "policy.hidden_sizes=[16,16]", "total_env_steps=1300",
     "time_limit_minutes=0", "logger.progress_bar=false", "logger.tensorboard=false", "eval.episodes=2",

@@ -16,6 +16,7 @@ import torch
 from policies.base import Policy, PolicySpec
 from policies.mlp import MLPPolicy, MLPPolicyConfig
 from policies.value_head import BinnedValueHead, HLGaussSupport
+from tests.helpers.recipes import PPO
 from tests.helpers.train_cli import vlarl_train
 from vlarl.algorithms.hl_gauss import bins_to_value, hl_gauss_loss
 from vlarl.algorithms.losses import value_loss_elementwise
@@ -148,7 +149,7 @@ def test_binned_head_survives_a_checkpoint_and_exports(tmp_path):
 ])
 def test_train_refuses_a_value_head_that_does_not_match_the_loss(args, needle, tmp_path, capsys):
     run_dir = tmp_path / "never"
-    assert train_main([f"run_dir={run_dir}", *args]) == 2
+    assert train_main([f"run_dir={run_dir}", PPO, *args]) == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1, err
     assert not run_dir.exists()

@@ -19,6 +19,7 @@ import pytest
 
 from tests.helpers.checkpoints import pushcube_checkpoint, tree_hash, truncate, write_checkpoint
 from tests.helpers.net import free_port
+from tests.helpers.recipes import PPO, pinned
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ def _build_world(tmp_path: Path) -> Path:
     from vlarl.config import load_train_config
     from vlarl.config.loader import to_yaml
 
-    (run / "config.yaml").write_text(to_yaml(load_train_config([])))
+    (run / "config.yaml").write_text(to_yaml(load_train_config([PPO])))
     ck = write_checkpoint(run / "checkpoints" / "iter_000001")
     truncate(ck / "trainer_state.pt")
     (run / "checkpoints" / "latest").symlink_to("iter_000001")
@@ -66,7 +67,7 @@ def world(shared_world, monkeypatch) -> Path:
 def _train(*args):
     from vlarl.cli import train_main
 
-    return lambda **kw: train_main([a.format(**kw) for a in args])
+    return lambda **kw: train_main(pinned([a.format(**kw) for a in args]))
 
 
 def _eval(*args):

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from simulators.base import EnvError
+from tests.helpers.recipes import PPO
 from vlarl.cli import _validate_env
 from vlarl.config import load_eval_config, load_train_config
 
@@ -64,7 +65,7 @@ def test_train_yaml_composes_and_builds(choice, tmp_path):
     opts = [o for prefix, opts in COMPANIONS.items() if key.startswith(prefix) for o in opts]
     diffusion = _tiny_diffusion(tmp_path / "diffusion") if any("{diffusion}" in o for o in opts) else None
     extra = [o.format(tmp=tmp_path, diffusion=diffusion) for o in opts]
-    cfg = load_train_config([choice, *extra])  # builds policy (meta), optimizer, algorithm, reward, placement
+    cfg = load_train_config([PPO, choice, *extra])  # builds policy (meta), optimizer, algorithm, reward, placement
     group, name = choice.split("=")
     if group == "experiment":
         assert cfg.experiment_name == name

@@ -1,20 +1,25 @@
 
 import pytest
 
+from tests.helpers.recipes import PPO, pinned
 from vlarl.config import ConfigError, load_train_config
 
 
-def test_defaults_compose_into_typed_dataclasses():
+def test_the_embedded_default_is_rlpd_from_planner_demonstrations_and_ppo_is_one_override_away():
     cfg = load_train_config([])
     assert type(cfg.env).__name__ == "ManiSkillConfig"
-    assert cfg.env.task == "PushCube-v1"
-    assert type(cfg.policy).__name__ == "MLPPolicyConfig"
-    assert cfg.algorithm.name == "ppo"
-    assert cfg.experiment_name == "pushcube_mlp_ppo"
+    assert (cfg.env.task, cfg.env.control_mode, cfg.env.reward_mode) == ("PushCube-v1", "pd_ee_delta_pos", "sparse")
+    assert type(cfg.policy).__name__ == "MLPPolicyConfig" and cfg.policy.squash
+    assert type(cfg.algorithm).__name__ == "RLPDConfig" and cfg.experiment_name == "pushcube_rlpd"
+    assert cfg.algorithm.demos == "auto" and cfg.algorithm.num_demos == 20  # made by the planner on first use
+    assert cfg.total_env_steps == 14336 and cfg.time_limit_minutes == 8 and cfg.eval.episodes == 100
+    ppo = load_train_config([PPO])
+    assert ppo.algorithm.name == "ppo" and ppo.experiment_name == "pushcube_mlp_ppo"
+    assert type(ppo.policy).__name__ == "MLPPolicyConfig" and ppo.env.reward_mode != "sparse"
 
 
 def test_command_line_overrides_apply_with_types():
-    cfg = load_train_config(["env.num_envs=16", "algorithm.lr=3e-4", "policy.hidden_sizes=[64,64]"])
+    cfg = load_train_config([PPO, "env.num_envs=16", "algorithm.lr=3e-4", "policy.hidden_sizes=[64,64]"])
     assert cfg.env.num_envs == 16
     assert cfg.algorithm.lr == pytest.approx(3e-4)
     assert cfg.policy.hidden_sizes == [64, 64]
@@ -35,7 +40,7 @@ def test_command_line_overrides_apply_with_types():
 )
 def test_bad_config_is_one_clear_line(overrides, needle):
     with pytest.raises(ConfigError) as e:
-        load_train_config(overrides)
+        load_train_config(pinned(overrides))
     msg = str(e.value)
     assert needle in msg
     assert "\n" not in msg

@@ -10,6 +10,7 @@ import torch
 from policies import PolicySpec, make_policy
 from policies.ar_vla import ARVLAConfig
 from policies.flow_vla import FlowVLAConfig
+from tests.helpers.recipes import PPO
 from vlarl.data.demonstrations import read_maniskill_h5
 from vlarl.data.sft import action_chunks, sft_epoch
 
@@ -80,7 +81,7 @@ def test_sft_and_save_writes_a_directory_vlarl_eval_reads_back(demo_file, tmp_pa
     from vlarl.config import load_train_config
     from vlarl.data.sft import sft_and_save
 
-    env_cfg = load_train_config([]).env
+    env_cfg = load_train_config([PPO]).env
     spec = PolicySpec(state_dim=5, action_dim=3, action_low=[-1.0] * 3, action_high=[1.0] * 3)
     torch.manual_seed(0)
     pol = make_policy(FlowVLAConfig(chunk_size=2), spec)

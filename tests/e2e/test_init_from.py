@@ -17,11 +17,12 @@ from safetensors.torch import load_file
 from policies.base import CheckpointError
 from policies.mlp import MLPPolicyConfig
 from policies.registry import make_policy
+from tests.helpers.recipes import PPO
 from vlarl.init_from import load_init_weights, load_into_worker, resolve_checkpoint
 from vlarl.runner import policy_spec_from_env
 
 BIN = Path(sys.executable).parent
-ENV = ["env.control_mode=pd_ee_delta_pos", "env.num_envs=2", "env.num_workers=1"]
+ENV = [PPO, "env.control_mode=pd_ee_delta_pos", "env.num_envs=2", "env.num_workers=1"]
 SMALL = [*ENV, "policy.hidden_sizes=[16,16]", "algorithm.num_steps=10", "algorithm.num_minibatches=2",
          "total_env_steps=20", "eval.episodes=2", "eval.num_envs=2", "eval.video_episodes=0",
          "time_limit_minutes=0", "logger.progress_bar=false", "placement.timeline=false"]

@@ -16,10 +16,12 @@ import pytest
 import ray
 import torch
 
+from tests.helpers.recipes import PPO
+
 pytest.importorskip("mani_skill", reason="the system tests run ManiSkill (pip install -e .[maniskill])")
 pytest.importorskip("transformers", reason="the VLA families need the vla extra (pip install -e .[vla])")
 
-VLA_RUN = ["policy=flow_vla", "policy.chunk_size=2", "env.num_envs=2", "env.num_workers=1", "algorithm.num_steps=2",
+VLA_RUN = [PPO, "policy=flow_vla", "policy.chunk_size=2", "env.num_envs=2", "env.num_workers=1", "algorithm.num_steps=2",
            "algorithm.num_minibatches=1", "algorithm.update_epochs=1", "total_env_steps=16", "eval.episodes=2",
            "eval.num_envs=2", "eval.video_episodes=0", "time_limit_minutes=0", "logger.progress_bar=false",
            "logger.tensorboard=false", "placement.timeline=false"]

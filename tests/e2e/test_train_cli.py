@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.recipes import PPO, pinned
 from vlarl.cli import eval_main, train_main
 
 BIN = Path(sys.executable).parent
 SMALL = [
-    "env.num_envs=2", "env.num_workers=2", "algorithm.num_steps=10", "algorithm.num_minibatches=2",
+    PPO, "env.num_envs=2", "env.num_workers=2", "algorithm.num_steps=10", "algorithm.num_minibatches=2",
     "policy.hidden_sizes=[32,32]", "eval.episodes=3", "eval.num_envs=3", "checkpoint_every=1",
     "time_limit_minutes=0", "logger.progress_bar=false",
 ]
@@ -90,7 +91,7 @@ def test_vlarl_eval_on_checkpoint_is_reproducible(trained_run, tmp_path, capsys)
 )
 def test_train_refuses_bad_input_and_writes_nothing(args, needle, tmp_path, capsys):
     run_dir = tmp_path / "never"
-    code = train_main([f"run_dir={run_dir}", *args])
+    code = train_main(pinned([f"run_dir={run_dir}", *args]))
     err = capsys.readouterr().err
     assert code == 2
     assert needle in err and err.count("\n") == 1

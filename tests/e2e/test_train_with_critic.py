@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from policies.critics import ProcessRewardConfig, ProcessRewardCritic
+from tests.helpers.recipes import PPO
 
 BIN = Path(sys.executable).parent
 
@@ -61,7 +62,7 @@ def test_the_actor_trains_on_rewards_the_critic_changed(tmp_path, monkeypatch):
     monkeypatch.setattr(runner_mod, "score_trajectory", spy_score)
     monkeypatch.setattr(runner_mod.Runner, "_submit_train", spy_submit)
     _save_tiny_critic(tmp_path / "critic")
-    cfg = load_train_config([
+    cfg = load_train_config([PPO,
         "env=maniskill_pushcube_rgb", "env.image_size=32", "env.num_envs=2", "env.num_workers=1",
         "algorithm.num_steps=4", "algorithm.num_minibatches=2", "policy.hidden_sizes=[16]", "total_env_steps=16",
         "eval.episodes=1", "eval.num_envs=1", "eval.video_episodes=0", "env.max_episode_steps=6",
@@ -84,7 +85,7 @@ def test_grpo_scores_groups_with_the_critic_on_a_state_env(tmp_path):
     the critic's camera only at chunk boundaries (env.critic_camera)."""
     _save_tiny_critic(tmp_path / "critic")
     run_dir = tmp_path / "run"
-    cmd = [str(BIN / "vlarl-train"), f"run_dir={run_dir}", "env=maniskill_pushcube", "env.critic_camera=base_camera",
+    cmd = [str(BIN / "vlarl-train"), f"run_dir={run_dir}", PPO, "env=maniskill_pushcube", "env.critic_camera=base_camera",
            "env.image_size=32", "env.num_envs=2", "env.num_workers=1", "env.max_episode_steps=6",
            "algorithm=grpo", "algorithm.group_size=2", "algorithm.score=return", "algorithm.num_minibatches=1",
            "policy.chunk_size=2", "policy.hidden_sizes=[16]", "total_env_steps=12", "eval.episodes=1",

@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.helpers.recipes import pinned
+
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,7 +32,7 @@ def write_plugin(tmp_path: Path, module: str, source: str, group: str, yaml: str
 
 def train(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
     """``vlarl-train *args`` in a subprocess (stdin closed, 15 minutes at most)."""
-    return subprocess.run([str(BIN / "vlarl-train"), *args], capture_output=True, text=True, timeout=900,
+    return subprocess.run([str(BIN / "vlarl-train"), *pinned(args)], capture_output=True, text=True, timeout=900,
                           stdin=subprocess.DEVNULL, env=env, cwd=cwd)
 
 
@@ -72,7 +74,7 @@ def train_refusals(cases: list[list[str]], env: dict, cwd: Path) -> list[subproc
     """``vlarl-train *args`` for each of ``cases`` that the test expects refused, answered in one child process
     (one interpreter start-up instead of one per case); each result carries that case's exit code and stderr."""
     out = cwd / ".refusals.json"
-    p = subprocess.run([sys.executable, "-P", "-c", _REFUSALS, json.dumps(cases), str(out)], capture_output=True,
+    p = subprocess.run([sys.executable, "-P", "-c", _REFUSALS, json.dumps([pinned(c) for c in cases]), str(out)], capture_output=True,
                        text=True, timeout=900, stdin=subprocess.DEVNULL, env=env, cwd=cwd)
     assert p.returncode == 0 and out.is_file(), f"the refusals' process failed:\n{p.stderr[-3000:]}"
     results = json.loads(out.read_text())

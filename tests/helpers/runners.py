@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.helpers.recipes import PPO
 from vlarl.config import load_train_config
 from vlarl.runner import Runner
 
@@ -14,7 +15,7 @@ from vlarl.runner import Runner
 def set_up_runner(overrides: list[str], run_dir: Path) -> Iterator[Runner]:
     """``vlarl-train <overrides> run_dir=<run_dir>``'s runner after ``setup()`` (workers started, nothing
     trained); closed (workers stopped) when the block ends."""
-    runner = Runner(load_train_config([*overrides, f"run_dir={run_dir}"]), run_dir)
+    runner = Runner(load_train_config([PPO, *overrides, f"run_dir={run_dir}"]), run_dir)
     runner.setup()
     try:
         yield runner

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers.recipes import PPO
 from vlarl.config import load_train_config
 from vlarl.planning.fit import (
     ALLOCATOR_HEADROOM,
@@ -19,7 +20,7 @@ from vlarl.planning.fit import (
 )
 from vlarl.planning.knobs import Recipe, apply_recipe, configured_recipe, recipes_from
 
-MLP = ["policy=mlp", "policy.hidden_sizes=[64,64]", "env.num_envs=4", "env.num_workers=2", "algorithm.num_steps=8",
+MLP = [PPO, "policy=mlp", "policy.hidden_sizes=[64,64]", "env.num_envs=4", "env.num_workers=2", "algorithm.num_steps=8",
        "algorithm.num_minibatches=1"]
 
 
@@ -78,7 +79,7 @@ def test_plan_cli_prints_the_table_and_refuses_bad_numbers(capsys):
 
 def test_recipes_order_and_what_each_knob_saves():
     """pi0 (tiny): checkpointing, then bf16, then fewer trained weights; each saves what it should."""
-    cfg = load_train_config(["policy=pi0", "policy.freeze_vlm=false", "env.num_envs=4", "env.num_workers=2",
+    cfg = load_train_config([PPO, "policy=pi0", "policy.freeze_vlm=false", "env.num_envs=4", "env.num_workers=2",
                              "algorithm.num_steps=2", "algorithm.num_minibatches=1"])
     recipes = recipes_from(cfg.policy)
     assert recipes[0] == Recipe("full", "float32", False) == configured_recipe(cfg.policy)

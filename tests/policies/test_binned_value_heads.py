@@ -19,6 +19,7 @@ from policies.cnn import CNNPolicyConfig
 from policies.flow_vla import FlowVLAConfig
 from policies.value_head import HLGaussSupport, bins_to_value
 from policies.vlm import BackboneConfig
+from tests.helpers.recipes import PPO
 from vlarl.algorithms.hl_gauss import hl_gauss_loss
 from vlarl.algorithms.ppo import value_head_problem
 from vlarl.algorithms.update import UpdateBatch, clipped_update
@@ -32,7 +33,7 @@ BINS = {"value_bins": K, "value_min": V_MIN, "value_max": V_MAX}
 
 def _yaml(name: str, **kw):
     """A policy config as ``policy=<name>`` gives it, with ``kw`` set on top."""
-    return replace(load_train_config([f"policy={name}"]).policy, **kw)
+    return replace(load_train_config([PPO, f"policy={name}"]).policy, **kw)
 
 
 # family -> (config with **kw; the value head's last Linear under the policy)

@@ -22,6 +22,7 @@ from policies.flow_vla import PI0PolicyConfig, SmolVLAPolicyConfig
 from policies.flow_vla.pi0_checkpoint import load_pi0
 from policies.flow_vla.smolvla_checkpoint import load_smolvla
 from scripts.bench_checkpoint_refusal import WRONG, write_published_checkpoint
+from tests.helpers.recipes import PPO
 from vlarl.config import load_train_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,7 +131,7 @@ def test_the_folder_error_names_a_key_the_command_line_accepts(tmp_path, policy)
     assert "vlm_path=" in str(e.value).replace("policy.vlm_path=", "")  # the Python API's name too
     cls = PI0PolicyConfig if policy == "pi0" else SmolVLAPolicyConfig
     assert keys[0] in cls.__dataclass_fields__
-    cfg = load_train_config([f"policy={policy}", f"policy.{keys[0]}={src}"])
+    cfg = load_train_config([PPO, f"policy={policy}", f"policy.{keys[0]}={src}"])
     assert cfg.policy.vlm_path == str(src)
 
 

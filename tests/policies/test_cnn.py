@@ -12,6 +12,7 @@ from policies import Policy, make_policy
 from policies.base import PolicySpec
 from policies.cnn import CNNPolicy, CNNPolicyConfig
 from policies.cnn.encoders import LITE0_MEAN, LITE0_STD, load_efficientnet_lite0, minilm_dir, shared_minilm
+from tests.helpers.recipes import PPO
 from tests.helpers.vla_checks import assert_bad_observations_named
 from vlarl.config.loader import load_train_config
 
@@ -134,7 +135,7 @@ def test_pretrained_encoders_policy(vla_spec, obs, tmp_path):
 
 @pytest.mark.parametrize("name", ["cnn", "cnn_pretrained"])
 def test_yaml_composes_and_builds(name, vla_spec, obs):
-    cfg = load_train_config([f"policy={name}", "policy.chunk_size=2", "env=maniskill_pushcube_rgb"]).policy
+    cfg = load_train_config([PPO, f"policy={name}", "policy.chunk_size=2", "env=maniskill_pushcube_rgb"]).policy
     assert make_policy(cfg, vla_spec).act(obs).shape == (3, 2, 3)
 
 

@@ -14,6 +14,7 @@ from policies.base import Policy, PolicySpec
 from policies.diffusion_policy.config import DiffusionPolicyConfig
 from policies.registry import make_policy
 from tests.helpers.chunk_bandit import one_step_trajectory
+from tests.helpers.recipes import PPO
 from tests.helpers.train_cli import vlarl_train
 from vlarl.algorithms.ppo import ppo_update
 from vlarl.config.schema import PPOConfig
@@ -207,11 +208,11 @@ def test_run_configs_validate_on_the_meta_device(tmp_path):
     from vlarl.config import ConfigError, load_train_config
 
     state_fixture = Path(__file__).resolve().parents[1] / "fixtures" / "reference" / "diffusion_policy" / "state"
-    cfg = load_train_config(["policy=diffusion_policy", f"policy.pretrained_path={state_fixture}",
+    cfg = load_train_config([PPO, "policy=diffusion_policy", f"policy.pretrained_path={state_fixture}",
                              "policy.robot_state_dim=5", "policy.chunk_size=0"])
     assert cfg.policy.pretrained_path == str(state_fixture)
     cfg = load_train_config(["experiment=pushcube_diffusion_policy_sft_rl"])
     assert cfg.policy.robot_state_dim == 18 and cfg.algorithm.logprob_level == "action"
     with pytest.raises(ConfigError, match="config.json") as e:
-        load_train_config(["policy=diffusion_policy", f"policy.pretrained_path={tmp_path}"])
+        load_train_config([PPO, "policy=diffusion_policy", f"policy.pretrained_path={tmp_path}"])
     assert "\n" not in str(e.value)

@@ -23,6 +23,7 @@ from policies.flow_vla.exact import ExactFlowPolicy
 from policies.flow_vla.smolvla import SmolVLA
 from policies.flow_vla.smolvla_checkpoint import load_smolvla
 from policies.flow_vla.smolvla_policy import SmolVLAPolicy
+from tests.helpers.recipes import PPO
 from vlarl.config import load_train_config
 from vlarl.config.loader import ConfigError
 
@@ -32,7 +33,7 @@ VLM = "net.vlm_with_expert.vlm."
 
 def smolvla(spec: PolicySpec, *overrides: str) -> ExactFlowPolicy:
     torch.manual_seed(0)
-    cfg = load_train_config(["policy=smolvla", *overrides])
+    cfg = load_train_config([PPO, "policy=smolvla", *overrides])
     return make_policy(cfg.policy, spec)
 
 

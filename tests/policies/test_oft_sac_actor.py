@@ -22,6 +22,7 @@ from policies import Policy, make_policy
 from policies.ar_vla import OpenVLAOFTPolicyConfig
 from policies.ar_vla.openvla_policy import OpenVLAPolicy
 from tests.algorithms.test_sac_pixels import CAM, SPEC, D, S, T, bandit_traj, colour_images
+from tests.helpers.recipes import PPO
 from vlarl.algorithms.sac import actor_problem
 from vlarl.config.construct import check_policy
 from vlarl.config.schema import SACConfig
@@ -156,7 +157,7 @@ def test_refusals_are_one_line(vla_spec):
 
     for family in ("openvla", "ar_vla"):
         with pytest.raises(ConfigError, match="unknown config key 'policy.squash'") as e:
-            load_train_config([f"policy={family}", "policy.squash=true"])
+            load_train_config([PPO, f"policy={family}", "policy.squash=true"])
         assert "\n" not in str(e.value)
 
 
@@ -167,7 +168,7 @@ def test_vlarl_train_sac_with_the_oft_actor_on_rgb_pushcube(tmp_path):
     finite losses, the replay keeps the camera frames, the checkpoint restores the squashed actor (63 s on the
     2-core machine)."""
     run_dir = tmp_path / "run"
-    cmd = [str(Path(sys.executable).parent / "vlarl-train"), "algorithm=sac", "policy=openvla_oft",
+    cmd = [str(Path(sys.executable).parent / "vlarl-train"), PPO, "algorithm=sac", "policy=openvla_oft",
            "policy.squash=true", "env=maniskill_pushcube_rgb", "env.num_envs=4", "env.num_workers=1",
            "env.image_size=64", "policy.critic_cnn.cnn_channels=[8,16]", "policy.critic_cnn.vision_dim=32",
            "algorithm.num_steps=2", "algorithm.learning_starts=8", "algorithm.utd_ratio=1", "algorithm.batch_size=16",

@@ -14,6 +14,7 @@ from policies.ar_vla import OpenVLAPolicyConfig
 from policies.ar_vla.openvla_checkpoint import load_openvla
 from policies.ar_vla.openvla_policy import OpenVLAOFTPolicy, OpenVLAPolicy
 from policies.vlm import LoRAConfig
+from tests.helpers.recipes import PPO
 from tests.helpers.reference import FIXTURES, holds_reference_weights, oft_spec, spec_obs
 
 VARIANTS = [("openvla", "tokens"), ("openvla_oft", "tokens"), ("openvla_oft", "l1")]
@@ -129,7 +130,7 @@ def test_bad_configurations_are_named(vla_spec):
 def test_yaml_composes_and_builds(name, vla_spec, obs):
     from vlarl.config.loader import load_train_config
 
-    cfg = load_train_config(["env=maniskill_pushcube_rgb", f"policy={name}", "policy.chunk_size=2"]).policy
+    cfg = load_train_config([PPO, "env=maniskill_pushcube_rgb", f"policy={name}", "policy.chunk_size=2"]).policy
     assert cfg.name == name
     pol = make_policy(cfg, vla_spec)
     assert isinstance(pol, OpenVLAPolicy) and pol.act(obs).shape == (3, 2, 3)
@@ -167,7 +168,7 @@ def test_openvla_oft_trains_through_the_runner_and_reloads(tmp_path):
                            env={**os.environ, "RAY_DEDUP_LOGS": "0"})
         assert p.returncode == 0, f"{cmd} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
 
-    run([str(bin_dir / "vlarl-train"), "env=maniskill_pushcube_rgb", "env.image_size=32", "policy=openvla_oft",
+    run([str(bin_dir / "vlarl-train"), PPO, "env=maniskill_pushcube_rgb", "env.image_size=32", "policy=openvla_oft",
          f"run_dir={run_dir}", "policy.chunk_size=2", "env.num_envs=4", "algorithm.num_steps=8",
          "algorithm.num_minibatches=2", "total_env_steps=64", "eval.episodes=4", "eval.num_envs=4",
          "eval.video_episodes=0", "time_limit_minutes=0", "logger.progress_bar=false"])

@@ -18,6 +18,7 @@ import torch
 from policies import make_policy
 from policies.base import Policy, PolicySpec
 from tests.helpers.checkpoints import tree_hash
+from tests.helpers.recipes import PPO
 from tests.helpers.refusals import assert_one_line_refusal
 from vlarl.config import load_train_config
 
@@ -40,7 +41,7 @@ def _obs(size: int = 48, dtype: torch.dtype = torch.uint8, words: list[str] | No
 @pytest.fixture(scope="module", params=FAMILIES)
 def policy(request):
     torch.manual_seed(0)
-    cfg = load_train_config([f"policy={request.param}", "env=maniskill_pushcube_color_rgb"])
+    cfg = load_train_config([PPO, f"policy={request.param}", "env=maniskill_pushcube_color_rgb"])
     return make_policy(cfg.policy, SPEC).eval()
 
 
@@ -107,7 +108,7 @@ def test_vlarl_train_refuses_before_a_run_dir_exists(args, match, tmp_path, monk
     from vlarl.cli import train_main
 
     monkeypatch.chdir(tmp_path)
-    assert_one_line_refusal(train_main, [*args, f"run_dir={tmp_path}/run"], "vlarl-train", match, capsys, tmp_path)
+    assert_one_line_refusal(train_main, [PPO, *args, f"run_dir={tmp_path}/run"], "vlarl-train", match, capsys, tmp_path)
     assert not (tmp_path / "run").exists()
 
 
@@ -115,7 +116,7 @@ def test_the_tiny_smolvla_keeps_the_whole_pushcube_instruction():
     """The default tiny SmolVLA (policy=smolvla) builds for state PushCube: its 47-token instruction fits."""
     from vlarl.config.construct import check_policy
 
-    cfg = load_train_config(["policy=smolvla", "env=maniskill_pushcube"])
+    cfg = load_train_config([PPO, "policy=smolvla", "env=maniskill_pushcube"])
     assert check_policy(cfg.policy, cfg.env) is None
 
 
@@ -124,7 +125,7 @@ def _pixel_checkpoint(directory, size: int):
     default experiment's end-effector controller: state 25, action 4)."""
     from vlarl.data.sft import save_policy_dir
 
-    cfg = load_train_config(["policy=smolvla", "env=maniskill_pushcube_rgb", f"env.image_size={size}"])
+    cfg = load_train_config([PPO, "policy=smolvla", "env=maniskill_pushcube_rgb", f"env.image_size={size}"])
     spec = PolicySpec(state_dim=25, action_dim=4, action_low=[-1.0] * 4, action_high=[1.0] * 4,  # pd_ee_delta_pos
                       image_keys=["base_camera"], image_size=[size, size], task="PushCube-v1",
                       instruction="push the cube to the red and white goal region")

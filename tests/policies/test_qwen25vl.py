@@ -12,6 +12,7 @@ from policies import Policy, make_policy
 from policies.ar_vla import ARVLAConfig, ARVLAPolicy
 from policies.flow_vla import FlowVLAConfig
 from policies.vlm import BackboneConfig, LoRAConfig, build_backbone
+from tests.helpers.recipes import PPO
 from tests.helpers.vla_checks import assert_lora_adapters_train, assert_vision_frozen_language_trainable
 from vlarl.config.loader import load_train_config
 
@@ -108,7 +109,7 @@ def test_ppo_update_changes_weights(vla_spec):
 
 @pytest.mark.parametrize("name", ["ar_vla_qwen25vl", "flow_vla_qwen25vl"])
 def test_yaml_composes_and_builds(name, vla_spec, obs):
-    cfg = load_train_config([f"policy={name}", "policy.chunk_size=2"]).policy
+    cfg = load_train_config([PPO, f"policy={name}", "policy.chunk_size=2"]).policy
     assert cfg.backbone.kind == KIND
     assert make_policy(cfg, vla_spec).act(obs).shape == (3, 2, 3)
 

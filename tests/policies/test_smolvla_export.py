@@ -13,6 +13,7 @@ from torch import nn
 from policies.flow_vla.interface import FlowInputs
 from policies.flow_vla.smolvla import SmolVLA
 from policies.flow_vla.smolvla_checkpoint import load_smolvla
+from tests.helpers.recipes import PPO
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "reference" / "smolvla" / "checkpoint"
 pytestmark = pytest.mark.slow
@@ -86,7 +87,7 @@ def test_exact_policy_exports_through_vlarl_export(tmp_path):
     spec = PolicySpec(state_dim=5, action_dim=3, action_low=[-1.0, -2.0, 0.0], action_high=[1.0, 2.0, 1.0],
                       image_keys=["base"], image_size=[40, 40], instruction="push the cube to the goal")
     torch.manual_seed(0)
-    policy = make_policy(load_train_config(["policy=smolvla", "policy.lora.rank=2"]).policy, spec)
+    policy = make_policy(load_train_config([PPO, "policy=smolvla", "policy.lora.rank=2"]).policy, spec)
     with torch.no_grad():  # LoRA B starts at zero: give the adapters something to merge
         for name, p in policy.named_parameters():
             if "lora_B" in name:

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.recipes import PPO
+
 BIN = Path(sys.executable).parent
-SMALL = ["policy.chunk_size=2", "env.num_envs=4", "algorithm.num_steps=8", "algorithm.num_minibatches=2",
+SMALL = [PPO, "policy.chunk_size=2", "env.num_envs=4", "algorithm.num_steps=8", "algorithm.num_minibatches=2",
          "total_env_steps=64", "eval.episodes=4", "eval.num_envs=4", "eval.video_episodes=0",
          "time_limit_minutes=0", "logger.progress_bar=false"]
 

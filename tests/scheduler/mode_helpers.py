@@ -5,7 +5,9 @@ from __future__ import annotations
 import ray
 import torch
 
-SMALL = ["env.num_envs=4", "algorithm.num_steps=6", "algorithm.num_minibatches=2", "algorithm.update_epochs=1",
+from tests.helpers.recipes import PPO
+
+SMALL = [PPO, "env.num_envs=4", "algorithm.num_steps=6", "algorithm.num_minibatches=2", "algorithm.update_epochs=1",
          "policy.hidden_sizes=[16,16]", "logger.tensorboard=false", "logger.progress_bar=false"]
 
 

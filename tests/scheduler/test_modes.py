@@ -12,6 +12,8 @@ import ray
 import torch
 from mode_helpers import assert_same_trajectory, run_iterations
 
+from tests.helpers.recipes import PPO
+
 
 def _same_run(a, b) -> None:
     (ta, ma, va), (tb, mb, vb) = a, b
@@ -51,7 +53,7 @@ def test_hybrid_training_run_writes_phase_timers_and_trace(tmp_path):
     from vlarl.config import load_train_config
     from vlarl.runner import run_training
 
-    cfg = load_train_config([
+    cfg = load_train_config([PPO,
         "placement=hybrid", "env.num_workers=1", "env.num_envs=4", "algorithm.num_steps=5",
         "algorithm.num_minibatches=2", "policy.hidden_sizes=[16,16]", "total_env_steps=40", "eval.episodes=2",
         "eval.num_envs=2", "eval.video_episodes=0", "logger.tensorboard=false", "logger.progress_bar=false",
@@ -82,7 +84,7 @@ def test_async_rollout_overlaps_training_one_version_stale(tmp_path):
     from vlarl.config import load_train_config
     from vlarl.runner import run_training
 
-    cfg = load_train_config([
+    cfg = load_train_config([PPO,
         "placement=hybrid", "placement.async_rollout=true", "algorithm.max_staleness=0", "env.num_workers=1",
         "env.num_envs=4", "algorithm.num_steps=5", "algorithm.num_minibatches=1", "policy.hidden_sizes=[16,16]",
         "total_env_steps=60", "eval.episodes=2", "eval.num_envs=2", "eval.video_episodes=0",
@@ -103,7 +105,7 @@ def _autotuned_runner(overrides: list[str], tmp_path, capfd):
     from vlarl.config import load_train_config
     from vlarl.runner import Runner
 
-    cfg = load_train_config([
+    cfg = load_train_config([PPO,
         *overrides, "algorithm.num_minibatches=2", "policy.hidden_sizes=[16,16]", "eval.episodes=2", "eval.num_envs=2",
         "eval.video_episodes=0", "logger.tensorboard=false", "logger.progress_bar=false",
     ])

@@ -90,7 +90,7 @@ deadline = time.time() + 120
 while len([n for n in ray.nodes() if n["Alive"]]) < 2:
     assert time.time() < deadline, "second Ray node did not join"
     time.sleep(1)
-cfg = load_train_config([
+cfg = load_train_config(["experiment=pushcube_mlp_ppo",
     "placement=collocated", f"placement.ray_address={address}", "placement.env.resource=env_node",
     "placement.rollout.resource=train_node", "placement.actor.resource=train_node",
     "env.num_envs=2", "env.num_workers=2", "algorithm.num_steps=5", "algorithm.num_minibatches=1",

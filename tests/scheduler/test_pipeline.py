@@ -10,6 +10,7 @@ import pytest
 import ray
 import torch
 
+from tests.helpers.recipes import PPO
 from vlarl.config import load_train_config
 from vlarl.data.builder import cat_results
 from vlarl.data.trajectory import cat_obs
@@ -27,7 +28,7 @@ def test_stage_to_global_inverts_stage_rows():
 
 
 def test_staged_env_worker_matches_unstaged():
-    cfg = load_train_config([]).env
+    cfg = load_train_config([PPO]).env
     one, two = EnvWorker(cfg, 2, 0), EnvWorker(cfg, 2, 0, stages=2)
     try:
         o1, o2 = one.reset([7, 8]), two.reset([7, 8])
@@ -43,7 +44,7 @@ def test_staged_env_worker_matches_unstaged():
 
 @pytest.mark.parametrize("overlap", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_every_sub_batch_gets_its_own_actions_in_order(ray_local, overlap):
-    cfg = load_train_config(["policy.hidden_sizes=[8]"])
+    cfg = load_train_config([PPO, "policy.hidden_sizes=[8]"])
     W, S, m, N = 2, 2, 1, 3
     envs = [ray.remote(EnvWorker).options(num_cpus=0.2).remote(cfg.env, S * m, k, 1, S) for k in range(W)]
     spec = policy_spec_from_env(ray.get(envs[0].spec.remote()))
@@ -75,7 +76,7 @@ def test_tail_values_are_each_stages_next_values_computed_as_that_stage_ends(ray
     """The last record carries V(next obs) in global row order, equal to the rollout's value of the
     final observations; with overlap, stage 0's values do not wait for stage 1's last simulation (here
     held back by half a second, so the order cannot come from scheduling jitter on a busy machine)."""
-    cfg = load_train_config(["policy.hidden_sizes=[8]"])
+    cfg = load_train_config([PPO, "policy.hidden_sizes=[8]"])
     W, S, m, N = 2, 2, 2, 2
 
     class LateLastStage(EnvWorker):  # a real env worker whose last stage-1 step starts 0.5 s late

@@ -7,6 +7,7 @@ from collections import defaultdict
 
 import pytest
 
+from tests.helpers.recipes import PPO
 from vlarl.config import load_train_config
 from vlarl.config.schema import ComponentPlacement, PlacementConfig
 from vlarl.scheduler.placement import PlacementError, resolve
@@ -23,13 +24,13 @@ def _fits(plan, key: str, n: int, reward: bool = False) -> None:
 
 
 def test_yaml_groups_load_and_keep_old_keys():
-    cfg = load_train_config(["placement=hybrid", "env.num_workers=1", "placement.num_cpus=2", "placement.ray_address=auto"])
+    cfg = load_train_config([PPO, "placement=hybrid", "env.num_workers=1", "placement.num_cpus=2", "placement.ray_address=auto"])
     p = cfg.placement
     assert (p.mode, p.pipeline_stages, p.num_cpus, p.ray_address) == ("hybrid", 2, 2, "auto")
-    cfg = load_train_config(["placement=disaggregated", "env.num_workers=1", "placement.env.devices=[0]", "placement.env.resource=n1"])
+    cfg = load_train_config([PPO, "placement=disaggregated", "env.num_workers=1", "placement.env.devices=[0]", "placement.env.resource=n1"])
     assert cfg.placement.mode == "disaggregated" and cfg.placement.env.devices == [0]
     assert cfg.placement.env.resource == "n1"
-    assert load_train_config([]).placement.mode == "collocated"
+    assert load_train_config([PPO]).placement.mode == "collocated"
 
 
 def test_collocated_shares_all_devices_and_fits():
@@ -128,7 +129,7 @@ def test_collocated_overlap_and_auto_stages():
     assert auto.stage_candidates == (2, 4)  # collocated overlap needs S >= 2
     fixed = resolve(PlacementConfig(mode="hybrid", pipeline_stages=4), 1, 12, device_type="cpu", num_devices=2)
     assert not fixed.auto_stages and fixed.stages == 4  # an explicit S overrides auto-tuning
-    cfg = load_train_config(["placement.pipeline_stages=auto", "placement.overlap=true", "env.num_envs=8",
+    cfg = load_train_config([PPO, "placement.pipeline_stages=auto", "placement.overlap=true", "env.num_envs=8",
                              "placement.weight_sync=collective"])
     assert (cfg.placement.pipeline_stages, cfg.placement.overlap, cfg.placement.weight_sync) == ("auto", True, "collective")
 

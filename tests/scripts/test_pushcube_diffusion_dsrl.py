@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from scripts.pushcube_diffusion_dsrl import main
+from tests.helpers.recipes import PPO
 
 torch.set_num_threads(1)
 
@@ -42,7 +43,7 @@ def test_dsrl_around_a_given_base_trains_and_leaves_the_base_bit_identical(tmp_p
 
     # an untrained diffusion policy for PushCube's spaces, saved as the SFT stage saves one, with chunk 3 where the
     # SFT stage's is 4
-    cfg = load_train_config([*SFT_OVERRIDES, "policy.chunk_size=3"])
+    cfg = load_train_config([PPO, *SFT_OVERRIDES, "policy.chunk_size=3"])
     probe = make_env(cfg.env, num_envs=1)
     spec = policy_spec_from_env(probe.spec)
     probe.close()

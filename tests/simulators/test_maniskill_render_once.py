@@ -22,11 +22,12 @@ SEED = 3
 
 def _env(name: str, every_step: bool):
     from simulators.registry import make_env
+    from tests.helpers.recipes import PPO
     from vlarl import system_env
     from vlarl.config import load_train_config
 
     system_env.apply()
-    cfg = load_train_config([f"env={name}", "env.image_size=32", f"env.max_episode_steps={MAX_STEPS}",
+    cfg = load_train_config([PPO, f"env={name}", "env.image_size=32", f"env.max_episode_steps={MAX_STEPS}",
                              f"env.render_every_step={str(every_step).lower()}"]).env
     return make_env(cfg, num_envs=1)
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from simulators.base import EnvError
+from tests.helpers.recipes import PPO
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("mani_skill") is None, reason="pip install -e .[maniskill]"
@@ -194,7 +195,7 @@ def test_env_configs_compose_and_validate(name):
     from simulators.maniskill import ManiSkillEnv
     from vlarl.config import load_train_config
 
-    cfg = load_train_config([f"env={name}"])
+    cfg = load_train_config([PPO, f"env={name}"])
     assert cfg.env.name == "maniskill"
     ManiSkillEnv.validate_config(cfg.env)  # task id, reward mode, assets
 
@@ -203,6 +204,6 @@ def test_any_task_through_the_generic_config():
     from simulators.maniskill import ManiSkillEnv
     from vlarl.config import load_train_config
 
-    cfg = load_train_config(["env=maniskill", "env.task=RollBall-v1", "env.reward_mode=sparse"])
+    cfg = load_train_config([PPO, "env=maniskill", "env.task=RollBall-v1", "env.reward_mode=sparse"])
     assert (cfg.env.task, cfg.env.reward_mode) == ("RollBall-v1", "sparse")
     ManiSkillEnv.validate_config(cfg.env)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import ray
 
+from tests.helpers.recipes import PPO
 from vlarl.config import load_train_config
 from vlarl.runner import Runner, run_training
 
-SMALL = ["env.control_mode=pd_ee_delta_pos", "env.num_envs=4", "env.num_workers=2", "policy.hidden_sizes=[16,16]",
+SMALL = [PPO, "env.control_mode=pd_ee_delta_pos", "env.num_envs=4", "env.num_workers=2", "policy.hidden_sizes=[16,16]",
          "algorithm.num_steps=4", "algorithm.num_minibatches=2", "total_env_steps=64", "eval.episodes=2",
          "eval.num_envs=2", "eval.video_episodes=0", "time_limit_minutes=0", "logger.progress_bar=false",
          "logger.tensorboard=false", "placement.timeline=false"]

@@ -12,6 +12,7 @@ import pytest
 import ray
 import torch
 
+from tests.helpers.recipes import PPO
 from vlarl.config import load_train_config
 from vlarl.logging import read_metrics
 from vlarl.runner import Runner, run_training
@@ -19,7 +20,7 @@ from vlarl.workers.actor_worker import TRAINER_STATE
 
 pytest.importorskip("mani_skill", reason="the env workers run ManiSkill (pip install -e .[maniskill])")
 
-SMALL = ["env.control_mode=pd_ee_delta_pos", "env.num_envs=4", "env.num_workers=1", "policy.hidden_sizes=[16,16]",
+SMALL = [PPO, "env.control_mode=pd_ee_delta_pos", "env.num_envs=4", "env.num_workers=1", "policy.hidden_sizes=[16,16]",
          "algorithm.num_steps=4", "algorithm.num_minibatches=2", "total_env_steps=64", "eval.episodes=2",
          "eval.num_envs=2", "eval.video_episodes=0", "time_limit_minutes=0", "logger.progress_bar=false",
          "logger.tensorboard=false", "placement.timeline=false"]

@@ -162,7 +162,7 @@ def trajectory_transitions(traj: Trajectory, cameras: list[str] | tuple[str, ...
     return out
 
 
-def demo_transitions(episodes: list[Any], chunk_size: int) -> TensorDict:
+def demo_transitions(episodes: list[Any], chunk_size: int, cameras: list[str] | tuple[str, ...] = ()) -> TensorDict:
     """Chunk transitions from demonstrations: one transition starting at every step ``i`` with actions
     ``i .. i+T-1`` (masked past the end), labelled as the env's ``reward_mode=sparse`` with terminations on would:
 
@@ -173,9 +173,12 @@ def demo_transitions(episodes: list[Any], chunk_size: int) -> TensorDict:
       chunks that reach its end are truncated and bootstrap from ``final_state``, the observation after its last
       action (``read_maniskill_h5`` fills it).
 
-    episodes: objects with ``state [L, D]`` and ``actions [L, A]`` -> transitions [sum L].
+    episodes: objects with ``state [L, D]`` and ``actions [L, A]`` -> transitions [sum L]. With ``cameras`` (a
+    pixel actor's) each episode also needs ``images`` {camera: uint8 [L, H, W, 3]} (``CameraEpisode``; a failed
+    one ``final_images`` too), and the transitions get ``images`` / ``next_images`` as online ones have them.
     """
     rows: dict[str, list[torch.Tensor]] = {k: [] for k in TRANSITION_KEYS}
+    pix: dict[str, dict[str, list[torch.Tensor]]] = {key: {c: [] for c in cameras} for key in IMAGE_KEYS}
     T = chunk_size
     for ep in episodes:
         state = torch.as_tensor(np.asarray(ep.state), dtype=torch.float32)
@@ -183,7 +186,8 @@ def demo_transitions(episodes: list[Any], chunk_size: int) -> TensorDict:
         L, A = actions.shape
         if L == 0:
             continue
-        failed = ep.success is False
+        failed = _success(ep) is False
+        frames = _episode_frames(ep, cameras, L, failed)
         rewards = torch.zeros(L + T)
         if failed:
             final = ep.final_state
@@ -205,8 +209,45 @@ def demo_transitions(episodes: list[Any], chunk_size: int) -> TensorDict:
             rows["truncated"].append(torch.tensor(ends and failed))
             # at the end: a failure bootstraps from its final state (a success's is unused: it terminated)
             rows["next_state"].append((final if failed else state[L - 1]) if ends else state[i + k])
+            for c, f in frames.items():  # f: [L + 1, H, W, 3], row L the final frame (a success's: its last)
+                pix["images"][c].append(f[i])
+                pix["next_images"][c].append(f[L if failed else L - 1] if ends else f[i + k])
     if not rows["state"]:
         raise ValueError("the demonstrations hold no steps")
     from tensordict import TensorDict
 
-    return TensorDict({k: torch.stack(v) for k, v in rows.items()}, batch_size=[len(rows["state"])])
+    n = len(rows["state"])
+    out = TensorDict({k: torch.stack(v) for k, v in rows.items()}, batch_size=[n])
+    for key, cams in pix.items():
+        if cams:
+            out.set(key, TensorDict({c: torch.stack(v) for c, v in cams.items()}, batch_size=[n]))
+    return out
+
+
+def _success(ep: Any) -> bool | None:
+    """An episode's success flag: ``Episode.success``, or a LeRobot episode's ``meta["success"]`` (None: not
+    recorded)."""
+    if hasattr(ep, "success"):
+        return ep.success
+    flag = getattr(ep, "meta", {}).get("success")
+    return None if flag is None else bool(flag)
+
+
+def _episode_frames(ep: Any, cameras: list[str] | tuple[str, ...], L: int, failed: bool) -> dict[str, torch.Tensor]:
+    """{camera: uint8 [L + 1, H, W, 3]}: an episode's frames with the one after its last action appended (a
+    success's last frame repeated when the file has none: its next observation is never read)."""
+    out = {}
+    for c in cameras:
+        images = getattr(ep, "images", None) or {}
+        if c not in images:
+            raise ValueError(f"a demonstration has no frames of camera '{c}' (it has {sorted(images)}), which the "
+                             f"pixel actor reads; make demonstrations with images (algorithm.demos=auto with an "
+                             f"RGB env, or vlarl-demos env=<that env>)")
+        f = torch.as_tensor(np.asarray(images[c]), dtype=torch.uint8)[:L]
+        last = (getattr(ep, "final_images", None) or {}).get(c)
+        if last is None and failed:
+            raise ValueError(f"a failed demonstration needs camera '{c}''s frame after its last action to "
+                             f"bootstrap from; record it (.h5 images [L + 1, H, W, 3]) or leave failed episodes out")
+        tail = torch.as_tensor(np.asarray(last), dtype=torch.uint8)[None] if last is not None else f[-1:]
+        out[c] = torch.cat([f, tail])
+    return out

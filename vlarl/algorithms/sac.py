@@ -163,19 +163,34 @@ class QEnsemble(nn.Module):
 
 def actor_problem(policy: Any, cfg: Any) -> str | None:
     """SAC's actor must be tanh-squashed with a reparameterized sample (``REPARAMETERIZED``, also declared in the
-    spec's ``requires`` and checked at config load); a pixel actor's replay must fit in memory and has no
-    demonstrations."""
+    spec's ``requires`` and checked at config load); a pixel actor's replay must fit in memory and its
+    demonstrations must hold the frames it reads."""
     return (REPARAMETERIZED.refusal(policy, f"algorithm={cfg.name}") or pixel_demos_problem(policy, cfg)
             or replay_memory_problem(policy, cfg)
             or unused_value_head_problem(policy, cfg, " (its own critics take algorithm.critic_loss=hl_gauss)"))
 
 
 def pixel_demos_problem(policy: Any, cfg: SACConfig) -> str | None:
-    """Demonstrations are state-only; a pixel actor (a policy whose critics read cameras) cannot replay them."""
-    if cfg.demos and critic_cameras(policy):
-        return (f"algorithm.demos='{cfg.demos}' holds state-only demonstrations and policy={policy.config.name} "
-                f"learns from camera images (pixel demonstrations are not built): set algorithm.demos='' and "
-                f"algorithm.demo_ratio=0, or use policy=mlp")
+    """A pixel actor (a policy whose critics read cameras) replays demonstrations with the frames of every camera
+    it reads, at the size its env renders; a file without them (state-only demonstrations) is refused.
+    ``algorithm.demos=auto`` passes: it is made from the run's own env (``vlarl.demos``), frames included."""
+    cameras = critic_cameras(policy)
+    if not cfg.demos or cfg.demos == "auto" or not cameras or not Path(cfg.demos).exists():
+        return None
+    from vlarl.data.demonstrations import MAKE_IMAGE_DEMOS, demo_cameras
+
+    held = demo_cameras(cfg.demos)
+    missing = [c for c in cameras if c not in held]
+    if missing:
+        what = "state-only demonstrations" if not held else f"frames of cameras {sorted(held)}"
+        return (f"algorithm.demos='{cfg.demos}' holds {what} but policy={policy.config.name} reads camera(s) "
+                f"{missing}: make demonstrations with images ({MAKE_IMAGE_DEMOS}), or set algorithm.demos='' "
+                f"algorithm.demo_ratio=0")
+    size = tuple(policy.spec.image_size or ())
+    wrong = {c: held[c] for c in cameras if size and held[c] != size}
+    if wrong:
+        return (f"algorithm.demos='{cfg.demos}' holds {wrong} frames but the env renders {size}: make them again "
+                f"at this size ({MAKE_IMAGE_DEMOS})")
     return None
 
 
@@ -246,11 +261,11 @@ class SACState:
         self.low = torch.tensor(spec.action_low, dtype=torch.float32, device=device)
         self.high = torch.tensor(spec.action_high, dtype=torch.float32, device=device)
         self.replay = MixedReplay(cfg.buffer_size, sac.demo_ratio)
-        if sac.demos:  # state-only (pixel_demos_problem refuses them for a pixel actor)
+        if sac.demos:  # with the frames of the critics' cameras for a pixel actor (pixel_demos_problem)
             from vlarl.data.demonstrations import read_demonstrations
 
-            episodes = read_demonstrations(sac.demos, max_episodes=sac.num_demos, cameras=[])
-            self.replay.add_demos(demo_transitions(episodes, T))
+            episodes = read_demonstrations(sac.demos, max_episodes=sac.num_demos, cameras=self.cameras)
+            self.replay.add_demos(demo_transitions(episodes, T, cameras=self.cameras))
         self.update_credit = 0.0  # fractional gradient steps carried to the next iteration
         self.critic_steps = 0
 
