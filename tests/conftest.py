@@ -7,6 +7,13 @@
   ``ALLOWED_SKIPS`` below, each named with why this machine, not the install, cannot run it. So a missing extra,
   a busy port or an exporter error turned into a skip cannot stay green.
 Shared helpers live in importable modules under ``tests/helpers`` (not here).
+
+README's command runs the tests on two pytest-xdist workers with ``--dist loadfile``: each test file runs whole on
+one worker, so a module's shared fixtures are built once. (``--dist loadgroup`` with ``xdist_group`` marks does not
+group anything under pytest 9.2: xdist 3.8 tags a test by rewriting ``item._nodeid``, which pytest 9.2's read-only
+``nodeid`` no longer reads.) Tests of two files may run at once, so nothing may share a fixed name between files:
+franky-sim takes a 127.0.0.x block per worker (tests/robots/conftest.py), servers bind port 0, files go under
+``tmp_path``, and each worker's Ray is a local cluster of its own.
 """
 
 import os
@@ -88,3 +95,4 @@ def pytest_make_collect_report(collector):
 def _seed():
     torch.manual_seed(0)
     yield
+

@@ -80,7 +80,10 @@ def test_recipe_trains_and_evaluates_on_libero(recipe, tmp_path):
     ckpt = run / "checkpoints" / "latest"
     assert (ckpt / "model.safetensors").is_file()
     out = tmp_path / "eval"
-    _run([str(BIN / "vlarl-eval"), f"checkpoint={ckpt}", "episodes=1", "num_envs=1", f"output={out}"])
+    # in this process: vlarl-eval's own entry point, without a second interpreter's imports
+    from vlarl.cli import eval_main
+
+    assert eval_main([f"checkpoint={ckpt}", "episodes=1", "num_envs=1", f"output={out}"]) == 0
     report = json.loads((out / "eval.json").read_text())
     assert report["episodes"] == 1 and report["task"] == "libero_spatial"
     assert 0.0 <= report["success_once"] <= 1.0

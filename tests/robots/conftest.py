@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from robot_policies import build_tiny_policy  # noqa: F401  (re-exported for fixtures)
+from sim_addresses import worker_sim_hosts
+
+from robots.franky_sim import free_loopback_host
 
 torch.set_num_threads(1)
 
@@ -13,21 +18,6 @@ torch.set_num_threads(1)
 def tiny_policy_dir(tmp_path):
     """A ``save_pretrained`` directory of a tiny image+state policy (state 8, action 7, chunk 4)."""
     return build_tiny_policy().save_pretrained(tmp_path / "policy")
-
-
-SIM_HOST, SIM_PORTS = "127.0.0.1", (1337, 1338)  # libfranka's robot and gripper command ports
-
-
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT from an earlier sim is fine
-        try:
-            s.bind((SIM_HOST, port))
-            return True
-        except OSError:
-            return False
 
 
 def _die_with_parent() -> None:
@@ -42,10 +32,10 @@ def _die_with_parent() -> None:
 
 
 class FrankySim:
-    """One ``franky-sim -s mujoco --hostname 127.0.0.1`` process (MuJoCo FR3 speaking libfranka)."""
+    """One ``franky-sim -s mujoco --hostname <host>`` process (MuJoCo FR3 speaking libfranka); ``host`` is the
+    127.0.0.x it listens on, the address the test's driver must be given."""
 
     def __init__(self, log_path):
-        import os
         import shutil
         import subprocess
         import sys
@@ -54,13 +44,14 @@ class FrankySim:
         exe = shutil.which("franky-sim") or str(Path(sys.executable).with_name("franky-sim"))
         if not Path(exe).exists():
             pytest.skip("franky-sim is not installed (pip install 'vlarl[robot]')")
-        busy = [p for p in SIM_PORTS if not _port_free(p)]
-        if busy:
-            pytest.skip(f"{SIM_HOST} ports {busy} are taken (another franky-sim or a robot bridge is running)")
+        try:  # not one of tests/conftest.py's ALLOWED_SKIPS: under VLARL_REQUIRE_ALL=1 a busy machine fails the run
+            self.host = free_loopback_host(worker_sim_hosts())
+        except ValueError as exc:
+            pytest.skip(str(exc))
         self.log_path = log_path
         self._log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen([exe, "-s", "mujoco", "--hostname", SIM_HOST], stdout=self._log,
+        self.proc = subprocess.Popen([exe, "-s", "mujoco", "--hostname", self.host], stdout=self._log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                      preexec_fn=_die_with_parent)
         from waits import wait_until

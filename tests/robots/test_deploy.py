@@ -35,8 +35,8 @@ def test_deploy_with_policy_server_records_episodes(franky_sim, tmp_path):
 
     policy = build_tiny_policy(state_dim=STATE_DIM, action_dim=7, chunk=4, image_keys=("base",), gain=5.0)
     with PolicyServer(Policy.from_pretrained(policy.save_pretrained(tmp_path / "ckpt")), port=0) as server:
-        cfg = load_config(["robot=franka_sim", f"server=127.0.0.1:{server.port}", "episodes=2",
-                           "robot.max_episode_steps=6", "robot.policy_hz=20", "robot.home_on_reset=false",
+        cfg = load_config(["robot=franka_sim", f"robot.franky.ip={franky_sim.host}", f"server=127.0.0.1:{server.port}",
+                           "episodes=2", "robot.max_episode_steps=6", "robot.policy_hz=20", "robot.home_on_reset=false",
                            f"output={tmp_path / 'run'}", "keyboard_stop=false"])
         r, w = os.pipe()
         with os.fdopen(r) as rf, os.fdopen(w, "w"):

@@ -1,4 +1,4 @@
-"""The Franka env end to end against franky-sim (real libfranka protocol on 127.0.0.1, one sim per test)."""
+"""The Franka env end to end against franky-sim (real libfranka protocol on a loopback address, one sim per test)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from sim_addresses import worker_sim_hosts
 from waits import wait_until
 
 from policies.base import Policy
@@ -29,13 +30,15 @@ class ListRecorder:
         self.episodes.append(meta)
 
 
-def _cfg(**kw) -> FrankaEnvConfig:
+def _cfg(sim, **kw) -> FrankaEnvConfig:
+    """The env config for a test's simulator ``sim`` (its own 127.0.0.x: tests/robots/conftest.py)."""
     args = {"instruction": "push the cube", "home_on_reset": False, "policy_hz": 20.0,
             "cameras": [CameraConfig(name="base", width=64, height=64)], **kw}
     cfg = FrankaEnvConfig(**args)
     # the Cartesian rules on their own, tracked by the arm; the joint-space checks of EE targets have their own
     # tests (test_joint_safety.py without an arm, test_reach_envelope.py and scripts/robot_soak.py on franky-sim)
     cfg.safety.joint_checks = False
+    cfg.franky.ip = sim.host
     return cfg
 
 
@@ -47,6 +50,19 @@ def _settle(env: FrankaEnv, steps: int = 8) -> None:
     env.chunk_step(np.zeros((1, steps, 7), np.float32))
 
 
+def test_each_xdist_worker_starts_its_simulators_on_addresses_of_its_own(franky_sim):
+    """Two pytest-xdist workers never share an address (so never libfranka's ports); the address a test's sim
+    listens on is one of its worker's."""
+    blocks = [set(worker_sim_hosts(f"gw{i}")) for i in range(9)]
+    assert all(a.isdisjoint(b) for i, a in enumerate(blocks) for b in blocks[i + 1:])
+    assert worker_sim_hosts("gw0") == range(10, 20) and worker_sim_hosts("gw1") == range(20, 30)
+    assert all(2 not in b and max(b) < 100 for b in blocks)  # test_bad_inputs' unreachable arm; the soak's .100+
+    with pytest.raises(ValueError, match="xdist worker gw9 has no block"):
+        worker_sim_hosts("gw9")
+    last = int(franky_sim.host.rsplit(".", 1)[1])
+    assert franky_sim.host == f"127.0.0.{last}" and last in worker_sim_hosts()
+
+
 def test_policy_drives_sim_through_safety_layer(franky_sim, tmp_path):
     from robot_policies import build_tiny_policy
 
@@ -54,7 +70,9 @@ def test_policy_drives_sim_through_safety_layer(franky_sim, tmp_path):
                              gain=20.0).save_pretrained(tmp_path / "ckpt")
     policy = Policy.from_pretrained(ckpt).eval()
     rec = ListRecorder()
-    env = FrankaEnv(_cfg(max_episode_steps=12), recorder=rec)
+    # no reset at the episode's end: the arm keeps tracking the policy's last target, so the distance it covered
+    # does not depend on how fast a loaded machine runs the simulator during the 12 steps
+    env = FrankaEnv(_cfg(franky_sim, max_episode_steps=12, auto_reset=False), recorder=rec)
     try:
         obs = env.reset()
         assert obs["state"].shape == (1, STATE_DIM) and obs["images"]["base"].shape == (1, 64, 64, 3)
@@ -66,8 +84,7 @@ def test_policy_drives_sim_through_safety_layer(franky_sim, tmp_path):
             obs, done = res.obs, bool(res.done[0])
         assert done and res.truncated[0].any() and res.episode["episode_len"][0] == 12
         assert len(rec.steps) == 12 and rec.episodes[0]["episode_len"] == 12
-        moved = np.linalg.norm(res.final_obs["state"][0, 7:10] - start)
-        assert moved > 0.02  # the policy moved the arm ...
+        assert wait_until(lambda: np.linalg.norm(_ee(env) - start) > 0.02, 30)  # the policy moved the arm ...
         lim = env.cfg.safety.max_velocity / env.cfg.policy_hz
         for r in rec.steps:  # ... and every executed step respects the step/velocity limit
             assert np.linalg.norm(r.action[:3]) <= lim + 1e-6
@@ -78,7 +95,7 @@ def test_policy_drives_sim_through_safety_layer(franky_sim, tmp_path):
 
 
 def test_workspace_clamp_holds_the_arm_inside_the_box(franky_sim):
-    env = FrankaEnv(_cfg())
+    env = FrankaEnv(_cfg(franky_sim))
     try:
         env.reset()
         z0 = _ee(env)[2]
@@ -97,7 +114,7 @@ def test_workspace_clamp_holds_the_arm_inside_the_box(franky_sim):
 
 
 def test_step_limit_bounds_one_big_action(franky_sim):
-    cfg = _cfg()
+    cfg = _cfg(franky_sim)
     cfg.safety.max_step_translation, cfg.safety.max_velocity = 0.02, 10.0
     env = FrankaEnv(cfg)
     try:
@@ -115,7 +132,7 @@ def test_step_limit_bounds_one_big_action(franky_sim):
 
 
 def test_watchdog_stops_arm_when_policy_stalls_then_recovers(franky_sim):
-    cfg = _cfg()
+    cfg = _cfg(franky_sim)
     cfg.safety.watchdog_timeout = 0.25
     env = FrankaEnv(cfg)
     skew = [0.0]
@@ -144,7 +161,7 @@ def test_watchdog_stops_arm_when_policy_stalls_then_recovers(franky_sim):
 
 
 def test_link_drop_stops_episode_without_hanging(franky_sim):
-    env = FrankaEnv(_cfg(auto_reset=False, recover_on_fault=False))
+    env = FrankaEnv(_cfg(franky_sim, auto_reset=False, recover_on_fault=False))
     try:
         env.reset()
         threading.Timer(0.3, franky_sim.proc.kill).start()
@@ -159,7 +176,7 @@ def test_link_drop_stops_episode_without_hanging(franky_sim):
 def test_operator_stop_and_dry_run(franky_sim):
     r, w = os.pipe()
     with os.fdopen(r) as rf, os.fdopen(w, "w") as wf:
-        env = FrankaEnv(_cfg(auto_reset=False), operator_stop=OperatorStop(rf))
+        env = FrankaEnv(_cfg(franky_sim, auto_reset=False), operator_stop=OperatorStop(rf))
         try:
             env.reset()
             threading.Timer(0.2, lambda: (wf.write("s\n"), wf.flush())).start()
@@ -168,7 +185,7 @@ def test_operator_stop_and_dry_run(franky_sim):
             assert not env.driver.robot.is_in_control
         finally:
             env.close()
-    dry = _cfg()
+    dry = _cfg(franky_sim)
     dry.safety.dry_run = True
     env = FrankaEnv(dry)
     try:
@@ -185,14 +202,14 @@ def test_operator_stop_and_dry_run(franky_sim):
 
 
 def test_homing_and_clean_shutdown(franky_sim):
-    cfg = _cfg(home_on_reset=True)
+    cfg = _cfg(franky_sim, home_on_reset=True)
     cfg.franky.home_dynamics_factor = 0.3
     env = FrankaEnv(cfg)
     obs = env.reset()
     np.testing.assert_allclose(obs["state"][0, :7], cfg.franky.home_q, atol=0.01)
     assert obs["state"][0, 14] == pytest.approx(cfg.franky.gripper_open_width / 2, abs=0.045)
     env.close()
-    again = FrankaEnv(_cfg())  # the sim is left in a usable state after close()
+    again = FrankaEnv(_cfg(franky_sim))  # the sim is left in a usable state after close()
     try:
         assert np.isfinite(again.reset()["state"]).all()
     finally:
@@ -202,7 +219,7 @@ def test_homing_and_clean_shutdown(franky_sim):
 
 
 def test_joint_mode_and_gripper_thresholds(franky_sim):
-    cfg = _cfg(action_mode="joint")
+    cfg = _cfg(franky_sim, action_mode="joint")
     cfg.safety.max_joint_step, cfg.safety.max_joint_velocity = 0.05, 10.0
     env = FrankaEnv(cfg)
 
@@ -236,7 +253,7 @@ def test_joint_mode_and_gripper_thresholds(franky_sim):
 def test_absolute_pose_mode_reaches_a_target_at_the_velocity_limit(franky_sim):
     from scipy.spatial.transform import Rotation
 
-    env = FrankaEnv(_cfg(action_mode="ee_abs"))
+    env = FrankaEnv(_cfg(franky_sim, action_mode="ee_abs"))
     try:
         state = env.reset()["state"][0]
         goal = state[7:10].astype(np.float64) + np.array([0.04, -0.03, -0.05])

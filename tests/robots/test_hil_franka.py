@@ -1,4 +1,4 @@
-"""Learning on the arm, against franky-sim (the real libfranka protocol on 127.0.0.1, one simulator per test):
+"""Learning on the arm, against franky-sim (the real libfranka protocol on a loopback address, one simulator per test):
 the safety layer sees every command, an operator stop ends the motion within the watchdog period, interventions
 are recorded and flagged, the reward sources, and a killed run resumes without losing a recorded episode."""
 
@@ -33,9 +33,10 @@ pytestmark = pytest.mark.robot
 torch.set_num_threads(1)
 
 
-def _cfg(**kw) -> FrankaReachConfig:
+def _cfg(sim, **kw) -> FrankaReachConfig:
+    """The reach env config for a test's simulator ``sim`` (its own 127.0.0.x: tests/robots/conftest.py)."""
     cfg = FrankaReachConfig(policy_hz=20.0, max_episode_steps=12, max_start_steps=20, **kw)
-    cfg.franky = FrankyConfig(ip="127.0.0.1", realtime="ignore")
+    cfg.franky = FrankyConfig(ip=sim.host, realtime="ignore")
     cfg.safety.watchdog_timeout = 2.0  # a busy 2-core machine must not trip it; the stop test sets its own
     return cfg
 
@@ -77,7 +78,7 @@ class Drift:
 
 
 def test_safety_layer_sees_every_command_and_interventions_are_recorded(franky_sim, tmp_path):
-    cfg = _cfg(auto_reset=False)
+    cfg = _cfg(franky_sim, auto_reset=False)
     env = FrankaReachEnv(cfg, driver=SpyDriver(FrankyDriver(cfg.franky)))
     produced = _spy_safety(env)
     ic = InterventionConfig(device="scripted", protocol="guided_exploration", corridor_width=0.03, release_width=0.01)
@@ -133,7 +134,7 @@ class StopAtStep:
 
 
 def test_operator_stop_ends_motion_within_the_watchdog_period(franky_sim):
-    cfg = _cfg(auto_reset=False)
+    cfg = _cfg(franky_sim, auto_reset=False)
     cfg.safety.watchdog_timeout = 0.25
     r, w = os.pipe()
     with os.fdopen(r) as rf, os.fdopen(w, "w"):
@@ -157,7 +158,7 @@ def test_operator_stop_ends_motion_within_the_watchdog_period(franky_sim):
 def test_reward_sources_operator_key_classifier_and_critic(franky_sim, tmp_path):
     from policies.critics.process_reward import ProcessRewardConfig, ProcessRewardCritic
 
-    cfg = _cfg(auto_reset=False, cameras=[CameraConfig(name="base", width=32, height=32)])
+    cfg = _cfg(franky_sim, auto_reset=False, cameras=[CameraConfig(name="base", width=32, height=32)])
     env = FrankaReachEnv(cfg)
     still = np.zeros((1, 4, 7), np.float32)
     try:
@@ -230,7 +231,7 @@ def test_training_loop_sends_only_safety_filtered_commands_and_an_operator_stop_
     the arm came out of the safety layer (count and identity), for start motions, operator takeovers and policy
     actions alike; an operator stop in episode 2 sends no further control step, stops the tracker, leaves the arm
     at rest within the watchdog period, ends the run with the episode recorded and checkpointed; resume goes on."""
-    cfg = _cfg(auto_reset=False)  # the loop resets the env itself
+    cfg = _cfg(franky_sim, auto_reset=False)  # the loop resets the env itself
     cfg.safety.watchdog_timeout = 0.5
     hil = HILConfig(episodes=5, eval_every=0, use_ray=False, checkpoint_every=10,
                     learner=LearnerConfig(batch_size=8, min_buffer=2, hidden=[32], updates_per_chunk=1.0),
@@ -271,7 +272,7 @@ def _policy_dir(tmp_path):
 
 
 def test_learning_loop_records_every_episode_and_resumes_after_a_kill(franky_sim, tmp_path):
-    cfg = _cfg()
+    cfg = _cfg(franky_sim)
     hil = HILConfig(episodes=3, eval_every=0, use_ray=False, checkpoint_every=1,
                     learner=LearnerConfig(batch_size=8, min_buffer=2, hidden=[32], updates_per_chunk=1.0),
                     interventions=InterventionConfig(device="scripted", protocol="graded", graded_episodes=[1, 1]))
@@ -314,7 +315,7 @@ def test_learner_as_a_ray_actor_pushes_versioned_weights(franky_sim, tmp_path):
     hil = HILConfig(episodes=6, eval_every=0, use_ray=True, checkpoint_every=3,
                     learner=LearnerConfig(batch_size=8, min_buffer=2, hidden=[32], updates_per_chunk=4.0),
                     interventions=InterventionConfig(device="scripted", protocol="graded", graded_episodes=[2, 0]))
-    env = FrankaReachEnv(_cfg(auto_reset=False))
+    env = FrankaReachEnv(_cfg(franky_sim, auto_reset=False))
     try:
         rows = run(hil, env, _policy_dir(tmp_path), tmp_path / "run", lambda p: LeRobotDatasetWriter(p, fps=20),
                    read_episode)

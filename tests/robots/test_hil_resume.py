@@ -1,7 +1,7 @@
 """Killing the robot-side actor or the learner mid-run loses no recorded episode, and the run resumes.
 
 The arm tests start ``scripts/train_hil.py`` as a process of its own against franky-sim (the real libfranka
-protocol on 127.0.0.1), wait until episodes are on disk (polling the run directory: an event, not a timing), send
+protocol on a loopback address of its own), wait until episodes are on disk (polling the run directory: an event, not a timing), send
 SIGKILL, and check what a real arm's operator would: every episode recorded before the kill still loads whole,
 the resumed run goes on at the next episode number and finishes its budget, and the episodes at the end are those
 before the kill plus those after. The tests without an arm check the pieces that make it so: durable publication
@@ -49,10 +49,10 @@ EPISODE_FIELDS = ("success", "fault", "episode_len", "intervention_steps", "take
 
 
 # -- the run as a process of its own ---------------------------------------------------------------------------
-def _args(out: Path, episodes: int, use_ray: bool) -> list[str]:
-    return [f"output={out}", f"hil.episodes={episodes}", f"hil.use_ray={str(use_ray).lower()}", "chunk_size=4",
-            "hidden=[32]", "env.policy_hz=20", "env.max_episode_steps=12", "env.max_start_steps=20",
-            "env.safety.watchdog_timeout=2.0", "hil.eval_every=0", "hil.checkpoint_every=2",
+def _args(out: Path, host: str, episodes: int, use_ray: bool) -> list[str]:
+    return [f"output={out}", f"env.franky.ip={host}", f"hil.episodes={episodes}",
+            f"hil.use_ray={str(use_ray).lower()}", "chunk_size=4", "hidden=[32]", "env.policy_hz=20",
+            "env.max_episode_steps=12", "env.max_start_steps=20", "env.safety.watchdog_timeout=2.0", "hil.eval_every=0", "hil.checkpoint_every=2",
             "hil.learner.batch_size=8", "hil.learner.min_buffer=2", "hil.learner.hidden=[32]",
             "hil.learner.updates_per_chunk=1.0", "hil.interventions.device=scripted",
             "hil.interventions.protocol=graded", "hil.interventions.graded_episodes=[1,1]"]
@@ -141,7 +141,7 @@ def _check_finished_run(out: Path, budget: int, before: dict[str, dict]) -> list
 @pytest.mark.robot
 def test_sigkill_of_the_actor_loses_no_recorded_episode_and_the_run_resumes(franky_sim, tmp_path):
     out, budget = tmp_path / "run", 4
-    args = _args(out, budget, use_ray=False)
+    args = _args(out, franky_sim.host, budget, use_ray=False)
     proc = _launch(args, tmp_path / "first.log")
     # two episodes done (recorded, checkpointed, logged): the kill comes while the arm runs the third
     _wait_for(proc, tmp_path / "first.log", lambda: _complete_rows(out) >= 2)
@@ -179,7 +179,7 @@ def test_sigkill_of_the_learner_actor_is_survived_by_the_robot_loop(franky_sim, 
     ray_tmp = tempfile.mkdtemp(prefix="hil_ray_", dir="/tmp")  # Ray's socket paths are too long under tmp_path
     log = tmp_path / "run.log"
     try:
-        proc = _launch(_args(out, budget, use_ray=True), log, ray_tmp)
+        proc = _launch(_args(out, franky_sim.host, budget, use_ray=True), log, ray_tmp)
         try:
             _wait_for(proc, log, lambda: len(recorded_episodes(out / "episodes")) >= 3 and (out / CHECKPOINT).exists())
             first = json.loads((out / PROCESSES).read_text())

@@ -13,7 +13,6 @@ import torch
 
 from policies.base import PolicySpec
 from policies.mlp import MLPPolicy, MLPPolicyConfig
-from robots.franky_sim import free_loopback_host, start_franky_sim, stop_franky_sim
 from robots.recorder import recorded_episodes
 from vlarl.hil import LearnerConfig, RobotLearner, episode_transitions
 from vlarl.hil.cli import main
@@ -174,28 +173,6 @@ def test_train_hil_bad_learner_config_exits_2_and_writes_nothing(tmp_path, capsy
 
 
 # -- against franky-sim ----------------------------------------------------------------------------------------
-TEST_HOSTS = range(2, 60)  # 127.0.0.x: a simulator of its own, never one of the soak's (100 and up)
-
-
-@pytest.fixture
-def sim_host(tmp_path):
-    """A franky-sim process on a loopback address of its own (127.0.0.x), stopped afterwards."""
-    pytest.importorskip("franky")
-    try:
-        host = free_loopback_host(TEST_HOSTS)
-    except ValueError as exc:
-        # not one of tests/conftest.py's ALLOWED_SKIPS: under VLARL_REQUIRE_ALL=1 this busy machine fails the run
-        pytest.skip(str(exc))
-    try:
-        proc = start_franky_sim(host, tmp_path / "franky_sim.log", timeout_s=60)
-    except ValueError as exc:  # not installed
-        pytest.skip(str(exc))
-    try:
-        yield host
-    finally:
-        stop_franky_sim(proc)
-
-
 def _args(out: Path, host: str, use_ray: bool, episodes: int) -> list[str]:
     return [f"output={out}", "hil.learner.name=rlpd", f"hil.episodes={episodes}", f"hil.use_ray={str(use_ray).lower()}",
             f"env.franky.ip={host}", "chunk_size=4", "hidden=[32]", "env.policy_hz=20", "env.max_episode_steps=12",
@@ -223,22 +200,22 @@ def _check_run(out: Path, episodes: int) -> list[dict]:
 
 
 @pytest.mark.robot
-def test_hil_run_with_rlpd_completes_its_episodes_and_resumes(sim_host, tmp_path):
+def test_hil_run_with_rlpd_completes_its_episodes_and_resumes(franky_sim, tmp_path):
     out = tmp_path / "run"
-    assert main(_args(out, sim_host, use_ray=False, episodes=3)) == 0
+    assert main(_args(out, franky_sim.host, use_ray=False, episodes=3)) == 0
     rows = _check_run(out, 3)
     assert rows[-1]["learner/critic_steps"] > 0 and rows[-1]["policy_version"] > 0
-    assert main([*_args(out, sim_host, use_ray=False, episodes=4), "resume=true"]) == 0  # rebuilt from episodes
+    assert main([*_args(out, franky_sim.host, use_ray=False, episodes=4), "resume=true"]) == 0  # rebuilt from episodes
     _check_run(out, 4)
 
 
 @pytest.mark.robot
 @pytest.mark.slow
-def test_hil_run_with_rlpd_as_the_ray_learner(sim_host, tmp_path):
+def test_hil_run_with_rlpd_as_the_ray_learner(franky_sim, tmp_path):
     """The learner factory travels to the Ray actor (the registrations of train_hil are not in its process)."""
     out = tmp_path / "run"
     try:
-        assert main(_args(out, sim_host, use_ray=True, episodes=4)) == 0
+        assert main(_args(out, franky_sim.host, use_ray=True, episodes=4)) == 0
     finally:
         import ray
 

@@ -17,9 +17,10 @@ pytestmark = pytest.mark.robot
 torch.set_num_threads(1)
 
 
-def _cfg(**kw) -> FrankaReachConfig:
+def _cfg(sim, **kw) -> FrankaReachConfig:
+    """The reach env config for a test's simulator ``sim`` (its own 127.0.0.x: tests/robots/conftest.py)."""
     cfg = FrankaReachConfig(policy_hz=20.0, max_episode_steps=6, max_start_steps=30, auto_reset=False, **kw)
-    cfg.franky = FrankyConfig(ip="127.0.0.1", realtime="ignore")
+    cfg.franky = FrankyConfig(ip=sim.host, realtime="ignore")
     cfg.safety.watchdog_timeout = 2.0  # a busy 2-core machine must not trip it
     return cfg
 
@@ -49,7 +50,7 @@ class Hold:
 
 
 def test_a_drifted_start_is_rehomed_and_the_episode_holds_the_home_orientation(franky_sim):
-    env = FrankaReachEnv(_cfg(position_only=False))
+    env = FrankaReachEnv(_cfg(franky_sim, position_only=False))
     try:
         env.reset(seed=0)
         assert env.rehomes == 1  # the first episode of a connection starts from home
@@ -74,7 +75,7 @@ def test_a_drifted_start_is_rehomed_and_the_episode_holds_the_home_orientation(f
 
 
 def test_a_fault_in_an_evaluations_start_motion_is_recovered_and_that_start_run_again(franky_sim):
-    env = FrankaReachEnv(_cfg(max_start_attempts=1))  # the env does not retry: the evaluation must
+    env = FrankaReachEnv(_cfg(franky_sim, max_start_attempts=1))  # the env does not retry: the evaluation must
     env.driver = StopOnce(env.driver, at=3)
     seeds: list[int] = []
     prepare = env._prepare_episode
@@ -92,7 +93,7 @@ def test_a_fault_in_an_evaluations_start_motion_is_recovered_and_that_start_run_
 
 
 def test_a_fault_in_a_training_start_motion_is_retried_by_the_env(franky_sim):
-    env = FrankaReachEnv(_cfg())  # max_start_attempts=3
+    env = FrankaReachEnv(_cfg(franky_sim))  # max_start_attempts=3
     env.driver = StopOnce(env.driver, at=2)
     try:
         env.reset(seed=5)

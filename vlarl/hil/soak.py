@@ -32,7 +32,7 @@ import numpy as np
 DEFAULTS = ["chunk_size=2", "env.goal_radius=0.05", "hil.learner.bc_weight=1.0", "hil.interventions.device=scripted",
             "hil.interventions.protocol=graded", "hil.interventions.graded_episodes=[5,10]", "operator_stop=false",
             "env.safety.watchdog_timeout=1.0", "env.franky.home_dynamics_factor=0.3"]
-SOAK_HOSTS = range(100, 250)  # 127.0.0.x for the soak's simulator (the tests use .1-.59)
+SOAK_HOSTS = range(100, 250)  # 127.0.0.x for the soak's simulator (the tests use .10-.99: tests/robots/conftest.py)
 
 
 class Monitor:
