@@ -62,7 +62,8 @@ def rerender_env(env_cfg: Any, max_steps: int):
 def replay(env: Any, seed: int, actions: np.ndarray) -> RenderedEpisode:
     """Reset ``env`` (one instance) from ``seed`` and execute ``actions`` [L, A] one step at a time, recording the
     state and every camera after the reset and after each step; stops at the first success or when the env ends
-    the episode (its last observation is then the env's ``final_obs``)."""
+    the episode (its last observation is then the env's ``final_obs``). The reset is vlarl's, so its observation
+    is a new env's even after an episode that ended holding the object (``simulators.maniskill.fresh_reset``)."""
     obs = env.reset(seed=[seed])
     states = [np.asarray(obs["state"][0], np.float32)]
     frames = {k: [np.asarray(v[0], np.uint8)] for k, v in obs["images"].items()}

@@ -180,21 +180,11 @@ def extend(tcp: np.ndarray, by: float, over: float = 0.03) -> np.ndarray:
     return tcp[-1] + by * d / np.linalg.norm(d)
 
 
-def fresh_reset(env: Any, u: Any, seed: int) -> dict:
-    """``env.reset(seed=[seed])`` whose observation is the one a new env gives. ManiSkill reads contact forces
-    (PickCube's ``is_grasped``) from the last physics step, which after a reset is still the previous episode's:
-    a reset after a grasp reports the new, untouched cube as grasped. One physics step from the reset state
-    (fingers apart, cube on the table) refreshes the contacts, and the second reset restores that state exactly."""
-    env.reset(seed=[seed])
-    u.scene.step()
-    return env.reset(seed=[seed])
-
-
 def follow(env: Any, u: Any, seed: int, wps: list[Waypoint], cfg: RetimeConfig, time_limit: int,
            raw_length: int = 0) -> RetimedEpisode:
     """Follow ``wps`` closed loop from ``seed`` until the env ends the episode or ``time_limit`` steps."""
     step = controller_step(u)
-    obs = fresh_reset(env, u, seed)
+    obs = env.reset(seed=[seed])  # a new env's first observation (simulators.maniskill.fresh_reset)
     states, actions, rewards, flags = [np.asarray(obs["state"][0], np.float32)], [], [], []
     k, held = 0, 0
     for _ in range(time_limit):
