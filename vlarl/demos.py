@@ -14,8 +14,9 @@ succeed; ManiSkill's ``replay_trajectory`` converts them, keeping the replays th
 ``speed`` scales the planner's pace; 0 takes the demonstrator's pace for the task (one whose episodes succeed
 within the task's time limit). ``retime=true`` follows each converted episode's end-effector path again with a
 few large steps in vlarl's env (``simulators.maniskill_retime``) and keeps those that succeed: unset, it is the
-demonstrator's default for the task (PushCube in ``pd_ee_delta_pos``: on; elsewhere off). ``vlarl-train algorithm.demos=auto`` makes demonstrations here on first use and
-caches them (``resolve_auto_demos``).
+demonstrator's default for the task (on for PushCube, PullCube, PickCube and StackCube in ``pd_ee_delta_pos``,
+``simulators.maniskill_demos.RETIME_TASKS``; elsewhere off). ``vlarl-train algorithm.demos=auto`` makes
+demonstrations here on first use and caches them (``resolve_auto_demos``).
 
 An env with ``obs_mode=rgb`` (a pixel policy's) is planned, converted and re-timed with state observations
 (``planning_env``); each kept episode is then replayed in vlarl's RGB env from its seed
