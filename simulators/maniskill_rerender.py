@@ -25,8 +25,7 @@ from typing import Any
 import numpy as np
 
 from simulators.base import EnvError
-
-IMAGES = "images"  # traj_<i>/images/<camera>: uint8 [L + 1, H, W, 3]
+from simulators.maniskill_traj_file import SolvedEpisode, write_episodes
 
 
 @dataclass
@@ -121,27 +120,8 @@ def rerender_file(src: Path, dst: Path, env_cfg: Any, log=print) -> list[Rendere
 
 
 def _write(dst: Path, episodes: list[RenderedEpisode], meta: dict, env_cfg: Any) -> None:
-    import h5py
-
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    rows = []
-    with h5py.File(dst, "w") as f:
-        for i, e in enumerate(episodes):
-            n = len(e.actions)
-            g = f.create_group(f"traj_{i}")
-            g.create_dataset("obs", data=e.states)
-            for k, v in e.images.items():
-                g.create_dataset(f"{IMAGES}/{k}", data=v, compression="gzip", compression_opts=4)
-            g.create_dataset("actions", data=e.actions)
-            g.create_dataset("rewards", data=e.rewards)
-            g.create_dataset("success", data=e.success)
-            g.create_dataset("terminated", data=e.success)
-            g.create_dataset("truncated", data=np.zeros(n, bool))
-            g.attrs["seed"] = e.seed
-            rows.append({"episode_id": i, "episode_seed": e.seed, "control_mode": env_cfg.control_mode,
-                         "elapsed_steps": n, "reset_kwargs": {"options": None, "seed": e.seed}, "success": True,
-                         "source": "replayed in vlarl's RGB env"})
     kwargs = {**meta.get("env_info", {}).get("env_kwargs", {}), "obs_mode": "rgb",
               "image_size": int(env_cfg.image_size), "cameras": sorted(episodes[0].images)}
-    out = {**meta, "env_info": {**meta.get("env_info", {}), "env_kwargs": kwargs}, "episodes": rows}
-    dst.with_suffix(".json").write_text(json.dumps(out, indent=2))
+    write_episodes(dst, [SolvedEpisode(e.seed, e.states, e.actions, e.rewards, e.success,
+                                       "replayed in vlarl's RGB env", e.images) for e in episodes],
+                   {**meta, "env_info": {**meta.get("env_info", {}), "env_kwargs": kwargs}}, env_cfg.control_mode)

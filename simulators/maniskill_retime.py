@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from simulators.base import EnvError
+from simulators.maniskill_traj_file import SolvedEpisode, write_episodes
 
 #: the one control mode a waypoint follower can drive: end-effector position deltas (+ the gripper)
 RETIME_CONTROL = "pd_ee_delta_pos"
@@ -251,23 +252,8 @@ def _actions(h5: Path) -> list[np.ndarray]:
 
 
 def _write(dst: Path, episodes: list[RetimedEpisode], meta: dict) -> None:
-    import h5py
-
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    rows = []
-    with h5py.File(dst, "w") as f:
-        for i, e in enumerate(episodes):
-            n = int(np.argmax(e.success)) + 1  # the first success: the env may not end there (ignore_terminations)
-            g = f.create_group(f"traj_{i}")
-            g.create_dataset("obs", data=e.states[: n + 1])
-            g.create_dataset("actions", data=e.actions[:n])
-            g.create_dataset("rewards", data=e.rewards[:n])
-            g.create_dataset("success", data=e.success[:n])
-            g.create_dataset("terminated", data=e.success[:n])
-            g.create_dataset("truncated", data=np.zeros(n, bool))
-            g.attrs["seed"] = e.seed
-            rows.append({"episode_id": i, "episode_seed": e.seed, "control_mode": RETIME_CONTROL,
-                         "elapsed_steps": n, "reset_kwargs": {"options": None, "seed": e.seed}, "success": True,
-                         "source": f"re-timed from {e.raw_length} planner steps"})
-    out = {**meta, "episodes": rows}
-    dst.with_suffix(".json").write_text(json.dumps(out, indent=2))
+    """Each episode up to its first success: the env may not end there (``ignore_terminations``)."""
+    cut = [(e, int(np.argmax(e.success)) + 1) for e in episodes]
+    write_episodes(dst, [SolvedEpisode(e.seed, e.states[: n + 1], e.actions[:n], e.rewards[:n], e.success[:n],
+                                       f"re-timed from {e.raw_length} planner steps") for e, n in cut],
+                   meta, RETIME_CONTROL)

@@ -31,7 +31,7 @@ from vlarl.data.lerobot_v3 import INFO_PATH, LeRobotEpisode, read_lerobot_datase
 __all__ = ["CameraEpisode", "Episode", "LeRobotEpisode", "demo_cameras", "read_demonstrations",
            "read_lerobot_dataset", "read_maniskill_h5"]
 
-IMAGES = "images"  # traj_<i>/images/<camera> (simulators.maniskill_rerender writes it)
+IMAGES = "images"  # traj_<i>/images/<camera> (simulators.maniskill_traj_file writes it)
 MAKE_IMAGE_DEMOS = "algorithm.demos=auto, or vlarl-demos env=<this RGB env> output=<folder>"
 
 
