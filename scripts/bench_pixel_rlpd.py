@@ -58,6 +58,8 @@ VARIANTS = [
     Variant("shared, 48 px, light CNN", {**SHARED, "image_size": 48, "cnn_channels": [16, 32, 32], "vision_dim": 128}),
     Variant("shared, 48 px, light CNN, batch 64", {**SHARED, "image_size": 48, "cnn_channels": [16, 32, 32],
                                                    "vision_dim": 128}, {"batch_size": 64}),
+    Variant("recipe: shared, 48 px, light CNN, batch 64, shift 4", {**SHARED, "image_size": 48,
+            "cnn_channels": [16, 32, 32], "vision_dim": 128}, {"batch_size": 64, "image_shift": 4}),
 ]
 
 

@@ -10,10 +10,12 @@ from dataclasses import replace
 import torch
 
 from policies.cnn.modeling import CNNPolicy
+from policies.mlp import MLPPolicy, MLPPolicyConfig
 from tests.algorithms.test_sac_pixels import CAM, SMALL, SPEC, TINY, bandit_traj, right_sign_fraction
 from vlarl.algorithms.image_aug import random_shift, shift_batch
 from vlarl.algorithms.sac import (
     SACState,
+    actor_problem,
     actor_step,
     critic_step,
     frozen,
@@ -93,6 +95,11 @@ def test_image_shift_reaches_the_frames_the_critic_reads():
     assert (d != 0).any(dim=1).float().mean() > 0.8 and d.abs().max() <= 4
     assert validate_sac(replace(SMALL, image_shift=-1), 4) == ("algorithm.image_shift=-1 must be >= 0 (pixels; "
                                                                "0 = no shift)")
+    state_actor = MLPPolicy(MLPPolicyConfig(chunk_size=2, squash=True), replace(SPEC, image_keys=[], image_size=None))
+    msg = actor_problem(state_actor, replace(SMALL, image_shift=4))
+    assert msg == ("algorithm.image_shift=4 shifts camera frames but policy=mlp's critics read none: set "
+                   "algorithm.image_shift=0, or use a pixel actor (policy=cnn)")
+    assert actor_problem(state_actor, SMALL) is None
 
 
 def test_shared_encoder_is_trained_by_the_critic_and_stopped_for_the_actor():

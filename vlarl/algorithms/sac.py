@@ -17,7 +17,9 @@ Pixel SAC (``policy=cnn policy.squash=true``): a policy whose ``critic_encoder()
 ``obs -> features [B, F]`` gets critics over ``cat(features, chunk)``; the encoder is the critics' own (trained by
 the critic loss, in ``q_opt``), the actor keeps its own encoder trained by the actor loss (DrQ / SERL), and the
 replay keeps each transition's camera images and next images (uint8). A policy without one (``policy=mlp``)
-gives critics over the raw state, as before.
+gives critics over the raw state, as before. A CNN policy with ``critic_shares_encoder`` hands the critics its own
+CNN instead (DrQ-v2): the critic loss trains it and the actor step reads it with its gradient stopped
+(``SACState.shared_params``). ``algorithm.image_shift`` shifts every replayed frame (DrQ, ``image_aug``).
 
 ``algorithm=rlpd`` is the same update with RLPD's settings (10 critics, subsets of 2, 50/50 demonstrations).
 The critics, targets, temperature, their optimizers and the replay buffer live in ``SACState`` (built once by the
@@ -171,7 +173,7 @@ def actor_problem(policy: Any, cfg: Any) -> str | None:
     spec's ``requires`` and checked at config load); a pixel actor's replay must fit in memory and its
     demonstrations must hold the frames it reads."""
     return (REPARAMETERIZED.refusal(policy, f"algorithm={cfg.name}") or pixel_demos_problem(policy, cfg)
-            or replay_memory_problem(policy, cfg)
+            or replay_memory_problem(policy, cfg) or image_shift_problem(policy, cfg)
             or unused_value_head_problem(policy, cfg, " (its own critics take algorithm.critic_loss=hl_gauss)"))
 
 
@@ -196,6 +198,15 @@ def pixel_demos_problem(policy: Any, cfg: SACConfig) -> str | None:
     if wrong:
         return (f"algorithm.demos='{cfg.demos}' holds {wrong} frames but the env renders {size}: make them again "
                 f"at this size ({MAKE_IMAGE_DEMOS})")
+    return None
+
+
+def image_shift_problem(policy: Any, cfg: SACConfig) -> str | None:
+    """``algorithm.image_shift`` shifts the frames pixel critics read; a policy whose critics read no camera
+    would ignore it."""
+    if cfg.image_shift and not critic_cameras(policy):
+        return (f"algorithm.image_shift={cfg.image_shift} shifts camera frames but policy={policy.config.name}'s "
+                f"critics read none: set algorithm.image_shift=0, or use a pixel actor (policy=cnn)")
     return None
 
 
