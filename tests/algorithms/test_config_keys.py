@@ -303,6 +303,8 @@ SAC_ONLY = {
     "bc_weight": ({"demos": "{demos_a}", "demo_ratio": 0.5}, 1.0),
     "actor_warmup_steps": ({}, 10_000),
     "critics_from": ({}, "{critics}"),
+    "pretrain_updates": ({"demos": "{demos_a}", "demo_ratio": 0.5}, 4),
+    "pretrain_bc_weight": ({"demos": "{demos_a}", "demo_ratio": 0.5, "pretrain_updates": 4}, 50.0),
 }
 DSRL_ONLY = {"critic_input": ({}, "action")}
 

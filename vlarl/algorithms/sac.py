@@ -104,6 +104,8 @@ class SACConfig(SoftCriticConfig):
     # pixel critics: shift every replayed frame by up to this many pixels (DrQ's pad-and-crop,
     # vlarl.algorithms.image_aug); 0 = the frames as stored
     image_shift: int = 0
+    pretrain_updates: int = 0  # critic steps on demonstration-only batches before the first online one (demo_pretrain)
+    pretrain_bc_weight: float = 1.0  # the imitation term's weight during those steps only
 
 
 @dataclass
@@ -463,8 +465,32 @@ def sac_update(policy: Any, optimizer: torch.optim.Optimizer, traj: Trajectory, 
     """Add ``traj``'s chunk transitions to the replay, then ``utd_ratio`` critic steps per new transition
     (an actor and temperature step every ``actor_every``); returns mean diagnostics."""
     st = required_state(state, cfg)
-    return replay_update(st, trajectory_transitions(traj, cameras=st.cameras), cfg,
-                         lambda steps: sac_steps(policy, optimizer, st, cfg, steps, generator))
+    pretrained = demo_pretrain(policy, optimizer, st, cfg, generator)
+    out = replay_update(st, trajectory_transitions(traj, cameras=st.cameras), cfg,
+                        lambda steps: sac_steps(policy, optimizer, st, cfg, steps, generator))
+    return {**pretrained, **out}
+
+
+def demo_pretrain(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, cfg: SACConfig,
+                  generator: torch.Generator | None = None) -> dict[str, float]:
+    """``cfg.pretrain_updates`` critic steps (and actor steps every ``actor_every``) on batches drawn from the
+    demonstrations alone, once, at the first update of a run (no online row and no critic step yet; a resumed run
+    has taken steps and skips it). The actor's loss adds ``pretrain_bc_weight`` x ``demo_bc_loss`` in these steps.
+
+    Why: on a task whose reward needs a precise sequence (PickCube's grasp, then the lift to a goal in the air), a
+    fresh actor's online episodes never succeed, so the critics' only positive labels are the demonstrations' and
+    the actor, 50% of whose batches are its own failures, is pulled toward them too slowly to collect successes.
+    Offline steps first (RLPD's "offline pre-training" variant, TD3+BC's actor loss) give an actor that starts near
+    the demonstrations and critics whose values already reach back from the demonstrated successes; the online
+    steps then improve on both. Returns ``{"pretrain_steps": n, "pretrain_<metric>": mean}`` ({} when skipped)."""
+    if (cfg.pretrain_updates <= 0 or st.critic_steps > 0 or len(st.replay.online) > 0 or st.replay.demos is None
+            or len(st.replay.demos) == 0):
+        return {}
+    metrics = soft_steps(policy, optimizer, st, cfg, cfg.pretrain_updates,
+                         critic=lambda batch: critic_step(policy, st, batch, cfg, generator),
+                         bc_weight=cfg.pretrain_bc_weight)  # the replay has no online row: demonstrations only
+    return {"pretrain_steps": float(cfg.pretrain_updates),
+            **{f"pretrain_{k}": v for k, v in metrics.items() if k not in ("critic_steps", "demo_fraction")}}
 
 
 def required_state(state: Any, cfg: AlgorithmConfig) -> Any:
@@ -562,6 +588,12 @@ def validate_sac(alg: SACConfig, num_envs: int) -> str | None:
         (alg.image_shift >= 0, f"algorithm.image_shift={alg.image_shift} must be >= 0 (pixels; 0 = no shift)"),
         (alg.bc_weight >= 0, f"algorithm.bc_weight={alg.bc_weight} must be >= 0 (0 = no imitation term)"),
         (alg.actor_warmup_steps >= 0, f"algorithm.actor_warmup_steps={alg.actor_warmup_steps} must be >= 0"),
+        (alg.pretrain_updates >= 0 and alg.pretrain_bc_weight >= 0,
+         f"algorithm.pretrain_updates={alg.pretrain_updates} and pretrain_bc_weight={alg.pretrain_bc_weight} must "
+         f"be >= 0 (0 updates = no offline phase)"),
+        (alg.pretrain_updates == 0 or (alg.demos and alg.demo_ratio > 0),
+         f"algorithm.pretrain_updates={alg.pretrain_updates} trains on the demonstrations: set algorithm.demos=<path> "
+         f"(or auto) and algorithm.demo_ratio > 0, or pretrain_updates=0"),
         (alg.bc_weight == 0 or alg.demo_ratio > 0,
          f"algorithm.bc_weight={alg.bc_weight} imitates the batch's demonstration rows: set algorithm.demo_ratio > 0 "
          f"with algorithm.demos=<path>, or bc_weight=0"),
