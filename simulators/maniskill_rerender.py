@@ -39,6 +39,7 @@ class RenderedEpisode:
     actions: np.ndarray
     rewards: np.ndarray
     success: np.ndarray
+    instruction: str = ""  # what the env reported for the episode (a language task draws it per episode)
 
     @property
     def solved(self) -> bool:
@@ -82,7 +83,7 @@ def replay(env: Any, seed: int, actions: np.ndarray) -> RenderedEpisode:
     n = len(flags)
     return RenderedEpisode(seed, np.stack(states), {k: np.stack(v) for k, v in frames.items()},
                            np.asarray(actions[:n], np.float32), np.asarray(rewards, np.float32),
-                           np.asarray(flags, bool))
+                           np.asarray(flags, bool), str(obs["instruction"][0]))
 
 
 def rerender_file(src: Path, dst: Path, env_cfg: Any, log=print) -> list[RenderedEpisode]:
@@ -123,5 +124,5 @@ def _write(dst: Path, episodes: list[RenderedEpisode], meta: dict, env_cfg: Any)
     kwargs = {**meta.get("env_info", {}).get("env_kwargs", {}), "obs_mode": "rgb",
               "image_size": int(env_cfg.image_size), "cameras": sorted(episodes[0].images)}
     write_episodes(dst, [SolvedEpisode(e.seed, e.states, e.actions, e.rewards, e.success,
-                                       "replayed in vlarl's RGB env", e.images) for e in episodes],
+                                       "replayed in vlarl's RGB env", e.images, e.instruction) for e in episodes],
                    {**meta, "env_info": {**meta.get("env_info", {}), "env_kwargs": kwargs}}, env_cfg.control_mode)

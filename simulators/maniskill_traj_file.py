@@ -18,7 +18,8 @@ IMAGES = "images"  # traj_<i>/images/<camera>: uint8 [L + 1, H, W, 3]
 class SolvedEpisode:
     """One successful episode ending at its success: ``states`` [L + 1, D] (the final observation last),
     ``actions`` [L, A], ``rewards`` / ``success`` [L], ``images`` camera -> uint8 [L + 1, H, W, 3] (may be empty),
-    ``source`` what made it (the ``.json`` row says so)."""
+    ``source`` what made it (the ``.json`` row says so); ``instruction`` the words the env gave for it and ``task``
+    its task id, written as ``traj_<i>.attrs`` when set (a multi-task or language-task dataset)."""
 
     seed: int
     states: np.ndarray
@@ -27,6 +28,8 @@ class SolvedEpisode:
     success: np.ndarray
     source: str
     images: dict[str, np.ndarray] = field(default_factory=dict)
+    instruction: str = ""
+    task: str = ""
 
 
 def write_episodes(dst: Path, episodes: list[SolvedEpisode], meta: dict, control_mode: str) -> None:
@@ -49,6 +52,9 @@ def write_episodes(dst: Path, episodes: list[SolvedEpisode], meta: dict, control
             g.create_dataset("terminated", data=e.success)
             g.create_dataset("truncated", data=np.zeros(n, bool))
             g.attrs["seed"] = e.seed
+            named = {k: v for k, v in (("instruction", e.instruction), ("task", e.task)) if v}
+            g.attrs.update(named)
             rows.append({"episode_id": i, "episode_seed": e.seed, "control_mode": control_mode, "elapsed_steps": n,
-                         "reset_kwargs": {"options": None, "seed": e.seed}, "success": True, "source": e.source})
+                         "reset_kwargs": {"options": None, "seed": e.seed}, "success": True, "source": e.source,
+                         **named})
     dst.with_suffix(".json").write_text(json.dumps({**meta, "episodes": rows}, indent=2))

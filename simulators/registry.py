@@ -31,7 +31,7 @@ class EnvConfig:
 _REGISTRY: dict[str, tuple[type, str]] = {}
 # Modules that register simulators when imported; extended as simulators are added.
 BUILTIN_MODULES = ["simulators.maniskill", "simulators.maniskill_gpu", "simulators.libero", "simulators.robosuite_env",
-                   "simulators.maniskill_demos"]
+                   "simulators.maniskill_demos", "simulators.maniskill_multitask"]
 
 
 def register_env(name: str, config_cls: type):

@@ -311,7 +311,8 @@ class Runner:
                      train_wall_s=self.wall_offset + time.time() - t_start)
         (self.run_dir / "eval" / "eval.json").write_text(json.dumps(
             {**json.loads((self.run_dir / "eval" / "eval.json").read_text()), **final}, indent=2))
-        logger.log(self.env_steps, {f"final_eval/{k}": v for k, v in final.items() if isinstance(v, (int, float))})
+        logger.log(self.env_steps, {f"final_eval/{k}": v for k, v in final.items() if isinstance(v, (int, float))}
+                   | per_task_metrics(final, "final_eval"))
         logger.close()
         return final
 
@@ -349,7 +350,7 @@ class Runner:
         for attempt in range(1, attempts + 1):
             try:
                 ev = self._evaluate(None, videos=0, episodes=self.cfg.eval.periodic_episodes)
-                return {f"eval/{k}": v for k, v in ev.items() if isinstance(v, (int, float))}
+                return {f"eval/{k}": v for k, v in ev.items() if isinstance(v, (int, float))} | per_task_metrics(ev, "eval")
             except EnvError as e:
                 print(f"[vlarl] periodic evaluation at iteration {self.iteration}, attempt {attempt}/{attempts}: "
                       f"{e}", flush=True)
@@ -375,6 +376,15 @@ class Runner:
             except Exception:
                 pass
         scheduler.stop_ray()
+
+
+def per_task_metrics(summary: dict[str, Any], prefix: str) -> dict[str, float]:
+    """``<prefix>/success_once/<task>`` (and ``success_at_end``) of an evaluation over several tasks (its ``tasks``
+    dict, e.g. a multi-task env's); {} for one task, whose numbers are the summary's own."""
+    tasks = summary.get("tasks") or {}
+    if len(tasks) < 2:
+        return {}
+    return {f"{prefix}/{k}/{t}": float(r[k]) for t, r in tasks.items() for k in ("success_once", "success_at_end")}
 
 
 def _as_dict(cfg: Any) -> dict[str, Any]:

@@ -65,6 +65,12 @@ class CNNPolicyConfig:
     value_min: float = -1.0
     value_max: float = 6.0
     value_sigma_ratio: float = 0.75
+    # Off-policy critics (SAC/RLPD, ``critic_encoder``): False = the critics get a vision encoder of their own;
+    # True = they read this policy's vision encoder, which the critic loss then trains while the actor loss reaches
+    # it with its gradient stopped (DrQ-v2 / RLPD from pixels): one CNN to train instead of two, and no CNN
+    # backward in the actor step. On-policy algorithms never build critic encoders (their value head already
+    # shares the features), so there it changes nothing.
+    critic_shares_encoder: bool = False
 
 
 @register_policy("cnn", CNNPolicyConfig)
@@ -103,9 +109,11 @@ class CNNPolicy(GaussianChunkPolicy):
         return _instruction_features(self.text, self._minilm, obs, self.spec.instruction, batch, self.device)
 
     def critic_encoder(self) -> nn.Module:
-        """A fresh encoder ``obs -> [B, F]`` for off-policy critics (SAC/RLPD's Q ensemble, trained by the critic
-        loss while this policy's own encoder follows the actor loss): see ``CNNCriticEncoder``."""
-        return CNNCriticEncoder(self.config, self.spec)
+        """An encoder ``obs -> [B, F]`` for off-policy critics (SAC/RLPD's Q ensemble, trained by the critic loss):
+        see ``CNNCriticEncoder``. Its vision encoder is a fresh one (this policy's own follows the actor loss), or
+        with ``critic_shares_encoder`` this policy's own module (SAC stops the actor's gradient at it)."""
+        return CNNCriticEncoder(self.config, self.spec, vision=self.vision if self.config.critic_shares_encoder
+                                else None)
 
     def _features(self, obs: dict[str, Any]) -> torch.Tensor:
         state = as_float_tensor(obs["state"], self.device)
@@ -134,12 +142,17 @@ class CNNPolicy(GaussianChunkPolicy):
         return {**super().normalization_stats(), "image_mean": [self.image_mean] * 3, "image_std": [self.image_std] * 3}
 
 
-def _vision_encoder(config: CNNPolicyConfig) -> tuple[nn.Module, Any, Any]:
-    """(encoder, image mean, image std) of ``config.vision_encoder`` (frozen with ``freeze_vision``)."""
+def _vision_encoder(config: CNNPolicyConfig, build: bool = True) -> tuple[nn.Module | None, Any, Any]:
+    """(encoder, image mean, image std) of ``config.vision_encoder`` (frozen with ``freeze_vision``); the encoder
+    is None with ``build=False`` (a caller that brings its own module only needs the image statistics)."""
     if config.vision_encoder == "small_cnn":
-        vision, mean, std = SmallCNN(config.image_size, list(config.cnn_channels), config.vision_dim), 0.5, 0.5
+        mean, std = 0.5, 0.5
+        vision = SmallCNN(config.image_size, list(config.cnn_channels), config.vision_dim) if build else None
     else:
-        vision, mean, std = load_efficientnet_lite0(), LITE0_MEAN, LITE0_STD
+        mean, std = LITE0_MEAN, LITE0_STD
+        vision = load_efficientnet_lite0() if build else None
+    if vision is None:
+        return vision, mean, std
     if config.freeze_vision:
         vision.requires_grad_(False)
     return vision, mean, std
@@ -190,13 +203,16 @@ class CNNCriticEncoder(nn.Module):
     """``obs -> features [B, out_dim]`` for off-policy critics over images (DrQ/SERL style): a vision encoder of
     the policy's kind with its own fresh weights, the instruction's features and the raw state (SAC's state
     critics read the raw state too, so no running normalization is kept here). The critic loss trains it; the
-    policy's encoder stays the actor loss's, so neither loss pulls the other's features."""
+    policy's encoder stays the actor loss's, so neither loss pulls the other's features. ``vision``: use this
+    module (the policy's own, ``critic_shares_encoder``) instead of a fresh one."""
 
-    def __init__(self, config: CNNPolicyConfig, spec: PolicySpec):
+    def __init__(self, config: CNNPolicyConfig, spec: PolicySpec, vision: nn.Module | None = None):
         super().__init__()
         self.config, self.spec = config, spec
         self.image_keys = list(spec.image_keys)
-        self.vision, self.image_mean, self.image_std = _vision_encoder(config)
+        self.vision, self.image_mean, self.image_std = _vision_encoder(config, build=vision is None)
+        if vision is not None:
+            self.vision = vision
         self.text, self._minilm, width = _text_encoder(config)
         self.out_dim = len(self.image_keys) * self.vision.out_dim + width + (spec.state_dim if config.use_state else 0)
 

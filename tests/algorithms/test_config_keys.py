@@ -175,8 +175,8 @@ def test_every_algorithm_key_is_covered():
     covered = {
         "ppo": set(SHARED) | set(PPO_ONLY) | BASE_KEYS | {"skip_nonfinite_grads"},
         "grpo": set(SHARED) | set(GRPO_ONLY) | RUNNER_LEVEL | {"skip_nonfinite_grads"},
-        "sac": set(SOFT) | set(SAC_ONLY) | BASE_KEYS,
-        "rlpd": set(SOFT) | set(SAC_ONLY) | BASE_KEYS,  # SAC's keys with RLPD's defaults
+        "sac": set(SOFT) | set(SAC_ONLY) | BASE_KEYS | PIXEL_ONLY,
+        "rlpd": set(SOFT) | set(SAC_ONLY) | BASE_KEYS | PIXEL_ONLY,  # SAC's keys with RLPD's defaults
         "dsrl": set(SOFT) | set(DSRL_ONLY) | BASE_KEYS,
     }
     assert set(ALGORITHMS) == set(covered)
@@ -303,7 +303,12 @@ SAC_ONLY = {
     "bc_weight": ({"demos": "{demos_a}", "demo_ratio": 0.5}, 1.0),
     "actor_warmup_steps": ({}, 10_000),
     "critics_from": ({}, "{critics}"),
+    "pretrain_updates": ({"demos": "{demos_a}", "demo_ratio": 0.5}, 4),
+    "pretrain_bc_weight": ({"demos": "{demos_a}", "demo_ratio": 0.5, "pretrain_updates": 4}, 50.0),
 }
+#: keys of pixel critics only (refused for the state policy here): their no-op checks are in
+#: test_pixel_rlpd_knobs.py (image_shift: the shifted frames move the critic's update)
+PIXEL_ONLY = {"image_shift"}
 DSRL_ONLY = {"critic_input": ({}, "action")}
 
 

@@ -17,7 +17,9 @@ Pixel SAC (``policy=cnn policy.squash=true``): a policy whose ``critic_encoder()
 ``obs -> features [B, F]`` gets critics over ``cat(features, chunk)``; the encoder is the critics' own (trained by
 the critic loss, in ``q_opt``), the actor keeps its own encoder trained by the actor loss (DrQ / SERL), and the
 replay keeps each transition's camera images and next images (uint8). A policy without one (``policy=mlp``)
-gives critics over the raw state, as before.
+gives critics over the raw state, as before. A CNN policy with ``critic_shares_encoder`` hands the critics its own
+CNN instead (DrQ-v2): the critic loss trains it and the actor step reads it with its gradient stopped
+(``SACState.shared_params``). ``algorithm.image_shift`` shifts every replayed frame (DrQ, ``image_aug``).
 
 ``algorithm=rlpd`` is the same update with RLPD's settings (10 critics, subsets of 2, 50/50 demonstrations).
 The critics, targets, temperature, their optimizers and the replay buffer live in ``SACState`` (built once by the
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +43,7 @@ from policies.capabilities import REPARAMETERIZED, critic_cameras
 from vlarl.algorithms.chunk_td import chunk_td_target
 from vlarl.algorithms.critic_files import read_critics, shape_problem
 from vlarl.algorithms.hl_gauss import HLGaussSupport, bins_to_value, hl_gauss_loss
+from vlarl.algorithms.image_aug import shift_batch
 from vlarl.algorithms.replay import MixedReplay, demo_transitions, trajectory_transitions
 from vlarl.algorithms.spec import (
     AlgorithmConfig,
@@ -97,6 +101,11 @@ class SACConfig(SoftCriticConfig):
     actor_warmup_steps: int = 0  # critic steps before the actor's first step (critics first learn the started actor)
     bc_weight: float = 0.0  # actor loss + this x squared distance to the batch's demonstrated chunks (TD3+BC)
     critics_from: str = ""  # a critics.pt (offline IQL's, scripts/offline_then_online.py) to start Q and target Q
+    # pixel critics: shift every replayed frame by up to this many pixels (DrQ's pad-and-crop,
+    # vlarl.algorithms.image_aug); 0 = the frames as stored
+    image_shift: int = 0
+    pretrain_updates: int = 0  # critic steps on demonstration-only batches before the first online one (demo_pretrain)
+    pretrain_bc_weight: float = 1.0  # the imitation term's weight during those steps only
 
 
 @dataclass
@@ -166,7 +175,7 @@ def actor_problem(policy: Any, cfg: Any) -> str | None:
     spec's ``requires`` and checked at config load); a pixel actor's replay must fit in memory and its
     demonstrations must hold the frames it reads."""
     return (REPARAMETERIZED.refusal(policy, f"algorithm={cfg.name}") or pixel_demos_problem(policy, cfg)
-            or replay_memory_problem(policy, cfg)
+            or replay_memory_problem(policy, cfg) or image_shift_problem(policy, cfg)
             or unused_value_head_problem(policy, cfg, " (its own critics take algorithm.critic_loss=hl_gauss)"))
 
 
@@ -191,6 +200,15 @@ def pixel_demos_problem(policy: Any, cfg: SACConfig) -> str | None:
     if wrong:
         return (f"algorithm.demos='{cfg.demos}' holds {wrong} frames but the env renders {size}: make them again "
                 f"at this size ({MAKE_IMAGE_DEMOS})")
+    return None
+
+
+def image_shift_problem(policy: Any, cfg: SACConfig) -> str | None:
+    """``algorithm.image_shift`` shifts the frames pixel critics read; a policy whose critics read no camera
+    would ignore it."""
+    if cfg.image_shift and not critic_cameras(policy):
+        return (f"algorithm.image_shift={cfg.image_shift} shifts camera frames but policy={policy.config.name}'s "
+                f"critics read none: set algorithm.image_shift=0, or use a pixel actor (policy=cnn)")
     return None
 
 
@@ -254,6 +272,10 @@ class SACState:
             self.q_params += trained
             self.target_params += [t for p, t in zip(self.encoder.parameters(), self.encoder_target.parameters(),
                                                      strict=True) if p.requires_grad]
+        # the critic encoder's weights that are also the policy's (a CNN policy with critic_shares_encoder): the
+        # critic loss trains them, and the actor step stops its gradient there (``actor_step``), as DrQ-v2 does
+        self.shared_params = shared_parameters(self.encoder, policy)
+        self.image_shift = sac.image_shift
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=device, requires_grad=True)
         self.q_opt = torch.optim.Adam(self.q_params, lr=cfg.q_lr, foreach=True)
         self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
@@ -311,6 +333,27 @@ class SACState:
             self.replay.load_state_dict(state["replay"])
         self.update_credit = float(state["update_credit"])
         self.critic_steps = int(state["critic_steps"])
+
+
+def shared_parameters(encoder: nn.Module | None, policy: Any) -> list[nn.Parameter]:
+    """The trained parameters of the critics' ``encoder`` that are the policy's own (none for an encoder of its
+    own weights)."""
+    if encoder is None:
+        return []
+    mine = {id(p) for p in policy.parameters()}
+    return [p for p in encoder.parameters() if p.requires_grad and id(p) in mine]
+
+
+@contextmanager
+def frozen(params: list[nn.Parameter]):
+    """``params`` take no gradient inside the block (their ``requires_grad`` is put back after)."""
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
 
 
 def make_sac_state(policy: Any, cfg: SACConfig, spec: Any) -> SACState:
@@ -372,7 +415,8 @@ def actor_step(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, batc
                bc_weight: float = 0.0) -> dict[str, float]:
     """One step of the actor (max mean-ensemble Q - alpha log pi, plus ``bc_weight`` x ``demo_bc_loss``) and of
     the temperature."""
-    actions, logp = policy.rsample(replay_obs(batch, st.cameras))
+    with frozen(st.shared_params):  # an encoder shared with the critics is theirs: the actor reads it detached
+        actions, logp = policy.rsample(replay_obs(batch, st.cameras))
     logp = logp.sum((-2, -1))
     alpha = st.log_alpha.exp().detach()
     with torch.no_grad():  # the critic's encoder is the critic loss's: the actor reads its features without moving it
@@ -421,8 +465,32 @@ def sac_update(policy: Any, optimizer: torch.optim.Optimizer, traj: Trajectory, 
     """Add ``traj``'s chunk transitions to the replay, then ``utd_ratio`` critic steps per new transition
     (an actor and temperature step every ``actor_every``); returns mean diagnostics."""
     st = required_state(state, cfg)
-    return replay_update(st, trajectory_transitions(traj, cameras=st.cameras), cfg,
-                         lambda steps: sac_steps(policy, optimizer, st, cfg, steps, generator))
+    pretrained = demo_pretrain(policy, optimizer, st, cfg, generator)
+    out = replay_update(st, trajectory_transitions(traj, cameras=st.cameras), cfg,
+                        lambda steps: sac_steps(policy, optimizer, st, cfg, steps, generator))
+    return {**pretrained, **out}
+
+
+def demo_pretrain(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, cfg: SACConfig,
+                  generator: torch.Generator | None = None) -> dict[str, float]:
+    """``cfg.pretrain_updates`` critic steps (and actor steps every ``actor_every``) on batches drawn from the
+    demonstrations alone, once, at the first update of a run (no online row and no critic step yet; a resumed run
+    has taken steps and skips it). The actor's loss adds ``pretrain_bc_weight`` x ``demo_bc_loss`` in these steps.
+
+    Why: on a task whose reward needs a precise sequence (PickCube's grasp, then the lift to a goal in the air), a
+    fresh actor's online episodes never succeed, so the critics' only positive labels are the demonstrations' and
+    the actor, 50% of whose batches are its own failures, is pulled toward them too slowly to collect successes.
+    Offline steps first (RLPD's "offline pre-training" variant, TD3+BC's actor loss) give an actor that starts near
+    the demonstrations and critics whose values already reach back from the demonstrated successes; the online
+    steps then improve on both. Returns ``{"pretrain_steps": n, "pretrain_<metric>": mean}`` ({} when skipped)."""
+    if (cfg.pretrain_updates <= 0 or st.critic_steps > 0 or len(st.replay.online) > 0 or st.replay.demos is None
+            or len(st.replay.demos) == 0):
+        return {}
+    metrics = soft_steps(policy, optimizer, st, cfg, cfg.pretrain_updates,
+                         critic=lambda batch: critic_step(policy, st, batch, cfg, generator),
+                         bc_weight=cfg.pretrain_bc_weight)  # the replay has no online row: demonstrations only
+    return {"pretrain_steps": float(cfg.pretrain_updates),
+            **{f"pretrain_{k}": v for k, v in metrics.items() if k not in ("critic_steps", "demo_fraction")}}
 
 
 def required_state(state: Any, cfg: AlgorithmConfig) -> Any:
@@ -468,7 +536,7 @@ def soft_steps(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, cfg:
     sums: dict[str, list[float]] = {}
     device = st.log_alpha.device
     for i in range(steps):
-        batch = st.replay.sample(cfg.batch_size).to(device)
+        batch = shift_batch(st.replay.sample(cfg.batch_size).to(device), st.cameras, st.image_shift)
         metrics = critic(batch)
         if (i + 1) % cfg.actor_every == 0 and actor_ready():
             metrics.update(actor_step(policy, optimizer, st, batch, cfg, bc_weight))
@@ -517,8 +585,15 @@ def validate_sac(alg: SACConfig, num_envs: int) -> str | None:
          f"algorithm.demos='{alg.demos}' does not exist; pass algorithm.demos=auto (the motion planner's, made "
          f"and cached on first use) or write demonstrations with vlarl-demos"),
         (alg.num_demos >= 1, f"algorithm.num_demos={alg.num_demos} must be >= 1"),
+        (alg.image_shift >= 0, f"algorithm.image_shift={alg.image_shift} must be >= 0 (pixels; 0 = no shift)"),
         (alg.bc_weight >= 0, f"algorithm.bc_weight={alg.bc_weight} must be >= 0 (0 = no imitation term)"),
         (alg.actor_warmup_steps >= 0, f"algorithm.actor_warmup_steps={alg.actor_warmup_steps} must be >= 0"),
+        (alg.pretrain_updates >= 0 and alg.pretrain_bc_weight >= 0,
+         f"algorithm.pretrain_updates={alg.pretrain_updates} and pretrain_bc_weight={alg.pretrain_bc_weight} must "
+         f"be >= 0 (0 updates = no offline phase)"),
+        (alg.pretrain_updates == 0 or (alg.demos and alg.demo_ratio > 0),
+         f"algorithm.pretrain_updates={alg.pretrain_updates} trains on the demonstrations: set algorithm.demos=<path> "
+         f"(or auto) and algorithm.demo_ratio > 0, or pretrain_updates=0"),
         (alg.bc_weight == 0 or alg.demo_ratio > 0,
          f"algorithm.bc_weight={alg.bc_weight} imitates the batch's demonstration rows: set algorithm.demo_ratio > 0 "
          f"with algorithm.demos=<path>, or bc_weight=0"),

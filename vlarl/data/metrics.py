@@ -24,7 +24,9 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
 
 
 class EpisodeStats:
-    """Keeps the last ``window`` finished episodes of every metric in ``EPISODE_METRICS``."""
+    """Keeps the last ``window`` finished episodes of every metric in ``EPISODE_METRICS``, and of any metric an
+    env reports per group of its envs as ``<metric>/<group>`` (a multi-task env's ``success_once/<task>``: NaN
+    in the rows of other groups, so each such metric keeps the last ``window`` episodes of its own group)."""
 
     def __init__(self, window: int = 100):
         self.window = window
@@ -39,6 +41,11 @@ class EpisodeStats:
         for k in EPISODE_METRICS:
             for v in episode[k][mask].tolist():
                 self.buf[k].append(float(v))
+        for k, values in episode.items():
+            if k not in EPISODE_METRICS and k.split("/", 1)[0] in EPISODE_METRICS:
+                kept = values[mask]
+                buf = self.buf.setdefault(k, deque(maxlen=self.window))
+                buf.extend(float(v) for v in kept[~torch.isnan(kept)].tolist())
         self.total_episodes += n
         return n
 
@@ -47,7 +54,8 @@ class EpisodeStats:
         return float(sum(b) / len(b)) if b else float("nan")
 
     def summary(self) -> dict[str, float]:
-        return {k: self.mean(k) for k in EPISODE_METRICS}
+        """The mean of every metric kept: ``EPISODE_METRICS`` and the per-group ``<metric>/<group>`` ones."""
+        return {k: self.mean(k) for k in self.buf}
 
 
 def mean_squared_jerk(actions: np.ndarray) -> float:

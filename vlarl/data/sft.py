@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from policies.episode import Episode
@@ -29,24 +30,42 @@ def action_chunks(actions: torch.Tensor, chunk: int) -> torch.Tensor:
 
 
 def demonstration_batches(episodes: list[Episode], chunk: int, batch_size: int, instruction: str,
-                          generator: torch.Generator | None = None):
-    """Shuffled (obs, actions [B, chunk, A]) batches over all steps of all episodes (state obs, no images). Each
-    row's instruction is its episode's where the episode has one (a language task's), else ``instruction``."""
+                          generator: torch.Generator | None = None, cameras: tuple[str, ...] = ()):
+    """Shuffled (obs, actions [B, chunk, A]) batches over all steps of all episodes. Each row's instruction is its
+    episode's where the episode has one (a language or multi-task dataset's), else ``instruction``. ``cameras``:
+    the cameras a pixel policy reads; each row then carries its step's frame of each, ``obs["images"][camera]``
+    uint8 [B, H, W, 3] (the frame before the action, ``CameraEpisode.images`` / ``LeRobotEpisode.images``)."""
     states = torch.cat([torch.from_numpy(e.state) for e in episodes])
     texts = [e.instruction or instruction for e in episodes for _ in range(len(e.state))]
     chunks = torch.cat([action_chunks(torch.from_numpy(e.actions), chunk) for e in episodes])
+    images = {c: torch.cat([torch.from_numpy(np.asarray(frames(e, c)[: len(e.state)])) for e in episodes])
+              for c in cameras}
     perm = torch.randperm(states.shape[0], generator=generator)
     for start in range(0, len(perm), batch_size):
         idx = perm[start : start + batch_size]
-        obs = {"state": states[idx], "images": {}, "instruction": [texts[i] for i in idx.tolist()]}
+        obs = {"state": states[idx], "images": {c: v[idx] for c, v in images.items()},
+               "instruction": [texts[i] for i in idx.tolist()]}
         yield obs, chunks[idx]
+
+
+def frames(episode: Any, camera: str) -> np.ndarray:
+    """``episode``'s frames of ``camera`` (uint8 [L, H, W, 3]); one line naming the fix when it has none."""
+    held = getattr(episode, "images", None) or {}
+    if camera not in held:
+        raise ValueError(f"the policy reads camera '{camera}' but a demonstration holds frames of {sorted(held)}; "
+                         f"fine-tune on demonstrations with that camera's frames (vlarl-demos with an RGB env, or "
+                         f"vlarl.multitask_demos for a multi-task env)")
+    return held[camera]
 
 
 def sft_epoch(policy: Any, optimizer: torch.optim.Optimizer, episodes: list[Episode], batch_size: int,
               instruction: str, generator: torch.Generator | None = None) -> float:
-    """One pass of ``policy.sft_loss`` over the demonstrations; returns the mean loss."""
+    """One pass of ``policy.sft_loss`` over the demonstrations (with the frames of every camera the policy reads);
+    returns the mean loss."""
     losses = []
-    for obs, actions in demonstration_batches(episodes, policy.chunk_size, batch_size, instruction, generator):
+    cameras = tuple(policy.spec.image_keys)
+    for obs, actions in demonstration_batches(episodes, policy.chunk_size, batch_size, instruction, generator,
+                                              cameras):
         loss = policy.sft_loss(obs, actions)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

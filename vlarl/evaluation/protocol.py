@@ -218,11 +218,37 @@ def evaluate(
     video_episodes: int = 0, deterministic: bool = True, progress: bool = True, extra: dict[str, Any] | None = None,
     num_workers: int = 1,
 ) -> dict[str, Any]:
-    """Evaluate one task and (if ``output_dir``) write ``eval.json``/``eval.md``/``eval.svg`` (+ ``eval.mp4``).
+    """Evaluate one env config (each of its tasks on its own when its env class ``SplitsTasks``: ``episodes``
+    per task) and (if ``output_dir``) write ``eval.json``/``eval.md``/``eval.svg`` (+ ``eval.mp4``).
 
     Returns the summary: success_once, success_once_ci95, success_at_end, return, episodes, seeds,
     video (when recorded), tasks (per-task breakdown), ...
     """
-    plan = plan_task(env_cfg, episodes, seed)
-    return evaluate_tasks(policy, [plan], num_envs, output_dir, video_episodes, deterministic, progress,
+    plans = env_task_plans(env_cfg, episodes, seed)
+    return evaluate_tasks(policy, plans, num_envs, output_dir, video_episodes, deterministic, progress,
                           extra, single_video_name="eval.mp4", num_workers=num_workers)
+
+
+@runtime_checkable
+class SplitsTasks(Protocol):
+    """An env class whose config holds several tasks (``simulators.maniskill_multitask``): ``task_configs(cfg)``
+    gives (task, a config of that task alone), so an evaluation reports each task on its own."""
+
+    @staticmethod
+    def task_configs(cfg: Any) -> list[tuple[str, Any]]: ...
+
+
+def env_task_plans(env_cfg: Any, episodes: int, seed: int) -> list[TaskPlan]:
+    """One plan of ``episodes`` episodes from ``seed`` per task of ``env_cfg``: one plan for a one-task env; for
+    an env class that ``SplitsTasks``, one per task (named by the task), each with the same seeds."""
+    from simulators.registry import env_class
+
+    klass = env_class(env_cfg.name)
+    if not isinstance(klass, SplitsTasks):
+        return [plan_task(env_cfg, episodes, seed)]
+    plans = []
+    for task, cfg in klass.task_configs(env_cfg):
+        plan = plan_task(cfg, episodes, seed)
+        plan.task = task
+        plans.append(plan)
+    return plans

@@ -1,0 +1,112 @@
+"""One tiny exact SmolVLA over three ManiSkill tasks from pixels and words: demonstrations, SFT, evaluation per task,
+and (with --rl-env-steps) PPO from the SFT policy, evaluated per task again.
+
+    python scripts/multitask_sft_rl.py --out outputs/multitask [--demos 20] [--sft-epochs 40] [--rl-env-steps 0]
+        [-- key=value ...]   (overrides of experiment=multitask_smolvla_sft_rl, for SFT's policy and vlarl-train)
+
+1. demonstrations of every task of ``env=maniskill_multitask_rgb`` with frames, robot state and instructions
+   (``vlarl.multitask_demos``: the planner's re-timed episodes for PushCube / PullCube, cached under
+   outputs/demos; the scripted expert for PushCubeToColor) -> ``<out>/demos/trajectories.h5``,
+2. SFT of the policy ``vlarl-train experiment=multitask_smolvla_sft_rl`` builds (``vlarl.data.sft.sft_and_save``),
+   each row with its step's frame and its episode's instruction -> ``<out>/sft``,
+3. ``vlarl-eval`` of it on held-out seeds (1,000,000+), each task on its own (eval.json's ``tasks``),
+4. with ``--rl-env-steps N``: ``vlarl-train experiment=multitask_smolvla_sft_rl init_from=<out>/sft`` for N env
+   steps, and ``vlarl-eval`` of its last checkpoint the same way,
+5. ``<out>/result.json``: per task success (95% CI), the SFT record, wall times, the commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+
+from vlarl.experiments import (
+    Stages,
+    add_held_out_arguments,
+    add_sft_arguments,
+    check_held_out_seed,
+    command,
+    prepare,
+    split_overrides,
+    training_policy,
+)
+
+EXPERIMENT = "multitask_smolvla_sft_rl"
+STAGES = Stages("multitask")
+log = STAGES.log
+
+
+def per_task(eval_dir: Path) -> dict:
+    """{task: {success_once, success_once_ci95, episodes}} and the pooled numbers of a ``vlarl-eval`` output."""
+    ev = json.loads((eval_dir / "eval.json").read_text())
+    keys = ("success_once", "success_once_ci95", "success_at_end", "episodes")
+    return {"tasks": {t: {k: r[k] for k in keys} for t, r in ev["tasks"].items()},
+            **{k: ev[k] for k in keys}, "wall_s": ev.get("wall_s")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    own, overrides = split_overrides(argv)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="outputs/multitask")
+    ap.add_argument("--demos", type=int, default=20, help="demonstrations per task")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rl-env-steps", type=int, default=0, help="PPO env steps after SFT; 0 = no RL stage")
+    add_sft_arguments(ap, epochs=40)
+    add_held_out_arguments(ap, episodes=50)
+    args = ap.parse_args(own)
+    check_held_out_seed(ap, args.eval_seed)
+    if args.demos < 1 or args.sft_epochs < 1 or args.rl_env_steps < 0:
+        ap.error("--demos and --sft-epochs must be >= 1, --rl-env-steps >= 0")
+    out = prepare(args.out)
+    t0 = time.time()
+
+    from tqdm import tqdm
+
+    from vlarl.data.demonstrations import read_maniskill_h5
+    from vlarl.data.sft import sft_and_save
+    from vlarl.multitask_demos import TRAJECTORY_FILE, build_multitask_demos
+
+    cfg, spec, policy = training_policy([f"experiment={EXPERIMENT}", *overrides], args.seed)
+    demos = out / "demos" / TRAJECTORY_FILE
+    if not demos.is_file():
+        made = build_multitask_demos(cfg.env, out / "demos", args.demos, seed=args.seed, log=log)
+        (out / "demos" / "summary.json").write_text(json.dumps(made, indent=2))
+    episodes = read_maniskill_h5(demos, cameras=list(spec.image_keys))
+    bar = tqdm(total=args.sft_epochs, desc="sft", unit="epoch")
+
+    def progress(epoch: int, loss: float) -> None:
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss:.4f}")
+
+    sft_dir = out / "sft"
+    if sft_dir.exists():
+        shutil.rmtree(sft_dir)
+    sft = sft_and_save(policy, episodes, cfg.env, sft_dir, args.sft_epochs, args.batch_size, args.sft_lr,
+                       spec.instruction, args.seed, progress)
+    bar.close()
+    log(f"SFT: {sft['episodes']} demos ({sft['demo_steps']} steps) x {args.sft_epochs} epochs, loss "
+        f"{sft['loss_first']:.4f} -> {sft['loss_last']:.4f}, {sft['wall_s']:.0f}s -> {sft_dir}")
+    STAGES.evaluate(sft_dir, out / "eval_sft", args.eval_episodes, args.eval_seed, args.eval_envs, "evaluate SFT")
+    result = {"sft": sft, "eval_sft": per_task(out / "eval_sft")}
+    if args.rl_env_steps:
+        run = out / "rl"
+        STAGES.run([command("vlarl-train"), f"experiment={EXPERIMENT}", f"init_from={sft_dir}", f"run_dir={run}",
+                    f"total_env_steps={args.rl_env_steps}", f"seed={args.seed}", "eval.episodes=10", *overrides],
+                   "PPO")
+        STAGES.evaluate(run / "checkpoints" / "latest", out / "eval_rl", args.eval_episodes, args.eval_seed,
+                        args.eval_envs, "evaluate SFT + PPO")
+        result["eval_rl"] = per_task(out / "eval_rl")
+    result.update(wall_s=time.time() - t0, command="python scripts/multitask_sft_rl.py " + " ".join(argv or []))
+    (out / "result.json").write_text(json.dumps(result, indent=2))
+    for stage in ("eval_sft", "eval_rl"):
+        if stage in result:
+            log(f"{stage}: " + ", ".join(f"{t} {r['success_once']:.2f}" for t, r in result[stage]["tasks"].items())
+                + f" ({args.eval_episodes} held-out episodes per task from seed {args.eval_seed})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
