@@ -194,19 +194,23 @@ def run_baseline(task: str, seed: int, out: Path, budget_min: float, repo: Path,
 
 def vlarl_curve(run_dir: Path) -> tuple[list[Point], dict | None]:
     """The periodic held-out evaluations of a vlarl run and its final one (the last point, ``eval/eval.json``'s
-    episodes, at the env steps and training wall time the run logged with it), and eval.json itself."""
+    episodes), and eval.json itself. Training wall time is ``perf/wall_s`` less ``perf/eval_wall_s`` (the periodic
+    evaluations before it); the final evaluation is placed at the last training row's, not at ``train_wall_s``,
+    which also counts the evaluations and the final one."""
     path = run_dir / "metrics.jsonl"
     points: list[Point] = []
-    final_at = None
+    final_at, last_train_s = None, None
     if path.is_file():
         for line in path.read_text().splitlines():
             r = json.loads(line) if line.strip() else {}
+            if "perf/wall_s" in r:
+                last_train_s = float(r["perf/wall_s"]) - float(r.get("perf/eval_wall_s", 0.0))
             if "eval/success_once" in r:
-                wall = float(r["perf/wall_s"]) - float(r.get("perf/eval_wall_s", 0.0))
-                points.append((int(r["env_steps"]), wall, float(r["eval/success_once"]),
+                points.append((int(r["env_steps"]), last_train_s, float(r["eval/success_once"]),
                                int(r.get("eval/episodes", 0))))
             if "final_eval/success_once" in r and "final_eval/env_steps" in r:
-                final_at = (int(r["final_eval/env_steps"]), float(r["final_eval/train_wall_s"]),
+                final_at = (int(r["final_eval/env_steps"]),
+                            last_train_s if last_train_s is not None else float(r["final_eval/train_wall_s"]),
                             float(r["final_eval/success_once"]), int(r["final_eval/episodes"]))
     final_file = run_dir / "eval" / "eval.json"
     final = json.loads(final_file.read_text()) if final_file.is_file() else None
@@ -300,7 +304,8 @@ def vlarl_row(run_dir: Path, budget_s: float, target: float, at_steps: int | Non
 
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").is_file() else {}
     pts, final = vlarl_curve(run_dir)
-    return {"task": cfg.get("env", {}).get("task", "?"), "recipe": f"vlarl {cfg.get('experiment_name', '?')}",
+    name = f"{run_dir.parent.name}/{run_dir.name}"  # tells apart two runs of one recipe and seed
+    return {"task": cfg.get("env", {}).get("task", "?"), "recipe": f"vlarl {cfg.get('experiment_name', '?')} ({name})",
             "seed": cfg.get("seed", "?"), "run_dir": str(run_dir), "curve": pts, "final": final,
             "summary": summarize(pts, budget_s, target, at_steps)}
 
