@@ -86,3 +86,21 @@ def test_offline_phase_without_demonstrations_is_refused():
     problem = validate_algorithm(replace(CFG, demos="", demo_ratio=0.0, pretrain_updates=10), num_envs=4)
     assert problem is not None and "pretrain_updates=10 trains on the demonstrations" in problem
     assert "must be >= 0" in validate_algorithm(replace(CFG, demo_ratio=0.0, pretrain_updates=-1), num_envs=4)
+
+
+def test_offline_phase_folds_the_demonstration_states_into_the_actor_normalizer(tmp_path):
+    """An actor that normalizes its state learns offline under the statistics of the states it learns from (at
+    the first update its normalizer has seen nothing), and keeps them when the first rollout is folded in after."""
+    _write_demos(tmp_path / "demos.h5", CFG.num_demos)
+    cfg = replace(CFG, demos=str(tmp_path / "demos.h5"), learning_starts=10 * B, pretrain_updates=2)
+    torch.manual_seed(0)
+    policy = MLPPolicy(replace(POLICY, normalize_obs=True), SPEC)
+    state = algorithm_spec("rlpd").make_state(policy, cfg, SPEC)
+    demo_states = state.replay.demos.buffer.storage[:len(state.replay.demos)]["state"]
+    s = torch.rand(B, D) * 2 - 1
+    with torch.no_grad():
+        sample = policy.sample(_obs(s))
+    sac_update(policy, torch.optim.Adam(policy.parameters()), one_step_trajectory(
+        s, sample, _success(sample.actions, s), []), cfg, state=state)
+    assert float(policy.norm.count) >= len(demo_states)
+    assert torch.allclose(policy.norm.mean, demo_states.mean(0), atol=1e-3)

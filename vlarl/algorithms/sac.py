@@ -478,14 +478,23 @@ def demo_pretrain(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, c
     has taken steps and skips it). The actor's loss adds ``pretrain_bc_weight`` x ``demo_bc_loss`` in these steps.
 
     Why: on a task whose reward needs a precise sequence (PickCube's grasp, then the lift to a goal in the air), a
-    fresh actor's online episodes never succeed, so the critics' only positive labels are the demonstrations' and
-    the actor, 50% of whose batches are its own failures, is pulled toward them too slowly to collect successes.
-    Offline steps first (RLPD's "offline pre-training" variant, TD3+BC's actor loss) give an actor that starts near
-    the demonstrations and critics whose values already reach back from the demonstrated successes; the online
-    steps then improve on both. Returns ``{"pretrain_steps": n, "pretrain_<metric>": mean}`` ({} when skipped)."""
+    fresh actor's online episodes almost never succeed, so the critics' only positive labels are the
+    demonstrations' and RLPD's 50/50 batches did not bring the actor to a grasp in 14k env steps (0.02 held-out).
+    Offline steps first (offline-to-online RL with TD3+BC's actor loss) give an actor that starts near the
+    demonstrations (PickCube: 0.47 held-out before any online step) and critics whose values already reach back
+    from the demonstrated successes; the online steps start from there (docs/tasks.md, "PickCube: what
+    mattered"). Returns ``{"pretrain_steps": n, "pretrain_<metric>": mean}`` ({} when skipped).
+
+    First the demonstrations' states are folded into the actor's running state normalizer (a policy that keeps
+    one): at the first update it has seen nothing (identity), and the first rollout it folds in afterwards holds
+    only a fresh actor's states (PickCube: the cube resting on the table, variance ~0 in its height), so an actor
+    trained offline under one normalization would act under another, and a lifted cube would read as a clipped
+    +-10 in every dimension the rollout never varied."""
     if (cfg.pretrain_updates <= 0 or st.critic_steps > 0 or len(st.replay.online) > 0 or st.replay.demos is None
             or len(st.replay.demos) == 0):
         return {}
+    demo_states = st.replay.demos.buffer.storage[:len(st.replay.demos)]["state"]
+    policy.update_normalization({"state": demo_states.to(st.log_alpha.device)})
     metrics = soft_steps(policy, optimizer, st, cfg, cfg.pretrain_updates,
                          critic=lambda batch: critic_step(policy, st, batch, cfg, generator),
                          bc_weight=cfg.pretrain_bc_weight)  # the replay has no online row: demonstrations only
