@@ -31,8 +31,8 @@ from typing import Any
 import torch
 
 from vlarl.algorithms.chunk_td import chunk_td_target
+from vlarl.algorithms.q_ensemble import QEnsemble
 from vlarl.algorithms.replay import MixedReplay
-from vlarl.algorithms.sac import QEnsemble
 from vlarl.algorithms.spec import AlgorithmConfig
 
 

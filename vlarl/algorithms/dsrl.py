@@ -38,8 +38,8 @@ from vlarl.algorithms.sac import (
     replay_update,
     required_state,
     soft_steps,
-    validate_soft_critic,
 )
+from vlarl.algorithms.soft_critic_config import validate_soft_critic
 from vlarl.algorithms.spec import AlgorithmSpec, register_algorithm
 from vlarl.algorithms.update import choice_problem
 from vlarl.data.trajectory import Trajectory

@@ -32,7 +32,7 @@ import torch
 
 from policies.capabilities import REPARAMETERIZED
 from vlarl.algorithms.chunk_td import chunk_td_target
-from vlarl.algorithms.sac import QEnsemble
+from vlarl.algorithms.q_ensemble import QEnsemble
 
 
 @dataclass
