@@ -192,12 +192,12 @@ CONFIGS = sorted(p.stem for p in (ROOT / "configs" / "env").glob("maniskill*.yam
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_env_configs_compose_and_validate(name):
-    from simulators.maniskill import ManiSkillEnv
+    from simulators.registry import env_class
     from vlarl.config import load_train_config
 
     cfg = load_train_config([PPO, f"env={name}"])
-    assert cfg.env.name == "maniskill"
-    ManiSkillEnv.validate_config(cfg.env)  # task id, reward mode, assets
+    assert cfg.env.name == ("maniskill_multitask" if "multitask" in name else "maniskill")
+    env_class(cfg.env.name).validate_config(cfg.env)  # task id(s), reward mode, assets
 
 
 def test_any_task_through_the_generic_config():
