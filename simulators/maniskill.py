@@ -142,19 +142,10 @@ class ManiSkillEnv(SerialBatchedEnv):
         self.instruction = instruction_for(cfg.task)
         self.instructions = [self.instruction] * num_envs
         self.ignore_terminations = cfg.ignore_terminations
-        kwargs = make_kwargs(cfg, sim_backend="cpu", num_envs=1, render=render)
         self._render = render
         self._render_at_boundaries = cfg.obs_mode == "rgb" and not cfg.render_every_step
-        self.envs = []
-        for k in range(num_envs):
-            env = _make_quietly(gym, cfg.task, kwargs)
-            if k == 0 and cfg.cameras:  # a camera the task lacks fails before more envs are built
-                _camera_slices(env, cfg)
-            if cfg.obs_mode == "rgb":
-                from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper
-
-                env = FlattenRGBDObservationWrapper(env, rgb=True, depth=False, state=True)
-            self.envs.append(env)
+        # a camera the task lacks fails on the first env, before more are built
+        self.envs = [make_scene_env(gym, cfg, render, check_cameras=k == 0) for k in range(num_envs)]
         e0 = self.envs[0]
         self._camera_slices: dict[str, slice] | None = None
         if cfg.obs_mode == "rgb" and cfg.cameras:
@@ -272,6 +263,19 @@ class ManiSkillEnv(SerialBatchedEnv):
         for env in self.envs:
             env.close()
         self.envs = []
+
+
+def make_scene_env(gym: Any, cfg: ManiSkillConfig, render: bool, check_cameras: bool = True) -> Any:
+    """One CPU scene of ``cfg.task`` as vlarl steps it: built quietly, its cameras checked against ``cfg.cameras``
+    (one line naming the task's cameras), and under ``obs_mode=rgb`` flattened into a state vector plus frames."""
+    env = _make_quietly(gym, cfg.task, make_kwargs(cfg, sim_backend="cpu", num_envs=1, render=render))
+    if check_cameras and cfg.cameras:
+        _camera_slices(env, cfg)
+    if cfg.obs_mode == "rgb":
+        from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper
+
+        env = FlattenRGBDObservationWrapper(env, rgb=True, depth=False, state=True)
+    return env
 
 
 def fresh_reset(env: Any, seed: int | list[int] | None) -> tuple[Any, dict]:

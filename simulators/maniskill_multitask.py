@@ -42,11 +42,10 @@ from simulators.maniskill import (
     ManiSkillConfig,
     ManiSkillEnv,
     _camera_slices,
-    _make_quietly,
     _time_limit,
     import_maniskill,
     instruction_for,
-    make_kwargs,
+    make_scene_env,
     proprio_dims,
     task_instructions,
 )
@@ -150,7 +149,7 @@ class ManiSkillMultiTaskEnv(ManiSkillEnv):
         self._render_at_boundaries = cfg.obs_mode == "rgb" and not cfg.render_every_step
         self.envs = []
         for t in self.slot_tasks:
-            self.envs.append(self._make_task_env(gym, task_config(cfg, t), render))
+            self.envs.append(make_scene_env(gym, task_config(cfg, t), render))
         e0 = self.envs[0]
         self._camera_slices = _camera_slices(e0, cfg) if cfg.obs_mode == "rgb" and cfg.cameras else None
         if cfg.critic_camera and cfg.critic_camera not in e0.unwrapped.scene.sensors:
@@ -176,17 +175,6 @@ class ManiSkillMultiTaskEnv(ManiSkillEnv):
         )
         self._init_batch()
 
-    def _make_task_env(self, gym: Any, tcfg: ManiSkillConfig, render: bool) -> Any:
-        kwargs = make_kwargs(tcfg, sim_backend="cpu", num_envs=1, render=render)
-        env = _make_quietly(gym, tcfg.task, kwargs)
-        if tcfg.cameras:
-            _camera_slices(env, tcfg)  # a camera the task lacks: one line naming the task's cameras
-        if tcfg.obs_mode == "rgb":
-            from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper
-
-            env = FlattenRGBDObservationWrapper(env, rgb=True, depth=False, state=True)
-        return env
-
     def _layouts(self, gym: Any, render: bool) -> dict[str, dict[str, Any]]:
         """Per task of ``env.tasks``: state size, action bounds, cameras, time limit, proprioceptive dims; a task
         this worker holds no slot of is built once for it and closed. Refuses tasks that differ (module doc)."""
@@ -194,7 +182,7 @@ class ManiSkillMultiTaskEnv(ManiSkillEnv):
         held = dict(zip(self.slot_tasks, self.envs, strict=True))
         out: dict[str, dict[str, Any]] = {}
         for t in cfg.tasks:
-            env = held.get(t) or self._make_task_env(gym, task_config(cfg, t), render)
+            env = held.get(t) or make_scene_env(gym, task_config(cfg, t), render)
             try:
                 obs, _ = env.reset(seed=0)
                 conv = self._convert(obs)
