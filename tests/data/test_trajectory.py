@@ -112,3 +112,22 @@ def test_an_instruction_list_of_another_length_is_refused_in_one_line():
     traj = replace(_two_steps(["a", "b"]), obs={**_two_steps(["a", "b"]).obs, "instruction": ["a", "b", "c"]})
     with pytest.raises(ValueError, match=r"3 strings for 2 steps x 2 envs; .* one per env \(2\) or one per row \(4\)"):
         traj.flat_obs()
+
+
+def test_grpo_row_operations_keep_the_per_row_words():
+    """GRPO picks env columns and joins rounds of different length: each row keeps its own words."""
+    from vlarl.algorithms.grpo import cat_envs, index_envs
+
+    traj = _two_steps(["a", "c"])
+    assert index_envs(traj, torch.tensor([1])).obs["instruction"] == ["b", "c"]
+    assert index_envs(traj, torch.tensor([0])).obs["instruction"] == ["a"]  # unchanged words: one per env
+    short = index_envs(replace(traj, **{f: getattr(traj, f)[:1] for f in ("logprob", "values", "rewards", "dones",
+                                                                           "truncated", "final_values")},
+                               obs={**traj.obs, "state": traj.obs["state"][:1],
+                                    "images": {k: v[:1] for k, v in traj.obs["images"].items()},
+                                    "instruction": ["a", "b"]},
+                               replay={k: v[:1] for k, v in traj.replay.items()},
+                               **map_step_facts([traj], lambda _, v: v[0][:1])), torch.tensor([1]))
+    joined = cat_envs([traj, short])  # the one-step round is padded with its last step's words
+    assert joined.obs["instruction"] == ["a", "b", "b", "a", "c", "b"]
+    assert joined.flat_obs()["instruction"][4] == "c"
