@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((recipe, tr, planner.device_bytes(recipe, mb), time.perf_counter() - t0))
     print(format_table(cfg, rows, gb))
     print("GiB = 2^30 B of allocator bytes traced under fake tensors on the CPU; device peak adds one CUDA context per "
-          "process (vlarl.planning.fit.CUDA_CONTEXT_BYTES, assumed)")
+          "process (vlarl.planning.fit.CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES, measured on an H200)")
     print("time: not estimated (no measured GPU throughput of this policy to scale from)")
     if gb > 0:
         try:
