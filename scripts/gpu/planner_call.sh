@@ -30,7 +30,7 @@ wheels=(gpu_wheels/planner/*.whl gpu_wheels/tf/transformers-*.whl)
 if [ "$DRY" = 1 ]; then
   echo "[dry-run] $PY -m pip install --no-index --no-deps --target $SITE ${wheels[*]}"
   echo "[dry-run] timeout 120 $PY -m pytest -m gpu tests/scheduler/test_collective.py tests/simulators/test_validation.py tests/workers/test_gpu_device_paths.py tests/planning/test_gpu_measure.py"
-  echo "[dry-run] timeout 330 $PY scripts/bench_planner.py gpu --predicted gpu_wheels/planner/pred.json --out \$OUT --parallel 4"
+  echo "[dry-run] timeout 330 $PY scripts/bench_planner.py gpu --predicted gpu_wheels/planner/pred.json --out \$OUT --parallel 4 --deadline-s 290 $*"
   exit 0
 fi
 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "${wheels[@]}" || exit 1
