@@ -39,8 +39,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulators.base import EnvError
 from simulators import pokecube_expert
+from simulators.base import EnvError
 from simulators.maniskill_retime import RETIME_CONTROL, config_for, retime_file
 from simulators.registry import register_demonstrator
 
