@@ -131,7 +131,7 @@ def check_request(control_mode: str, retime: bool) -> None:
                        f"env.control_mode='{control_mode}'; set env.control_mode={CONTROL}")
     if retime:
         raise EnvError(f"retime=true re-times a motion planner's path; {TASK}'s scripted expert already moves in "
-                       f"large end-effector steps (18-25 per episode); use retime=false")
+                       f"large end-effector steps (17-30 per episode); use retime=false")
 
 
 def record_expert_demos(env_cfg: Any, episodes: int, dst: Path, seed: int = 0, max_attempts: int = 0,

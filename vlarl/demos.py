@@ -246,8 +246,8 @@ def resolve_auto_demos(cfg: Any, root: str | os.PathLike = "outputs", log=print)
     else:
         demonstrator(cfg.env.name).check(planning_env(cfg.env), retime)
         log(f"[{PROG}] algorithm.demos=auto: making {alg.num_demos} demonstrations of {cfg.env.task} "
-            f"({cfg.env.control_mode}/{cfg.env.obs_mode}{', re-timed' if retime else ''}) with the motion "
-            f"planner into {folder} (cached)")
+            f"({cfg.env.control_mode}/{cfg.env.obs_mode}{', re-timed' if retime else ''}) with the env's "
+            f"demonstrator (the motion planner, or a scripted expert) into {folder} (cached)")
         made = make_demos(DemosConfig(output=str(folder), env=cfg.env, episodes=alg.num_demos, lerobot=False,
                                       overwrite=True, retime=retime), log=log)
         log(f"[{PROG}] {made['converted']} of {made['planned']} planned episodes converted"
