@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-import ray
 
 
 @pytest.fixture(scope="module")
 def ray_local():
+    import ray  # here, not at the top: the collective's tests run on the GPU image, which has no Ray
+
     from vlarl import scheduler
     from vlarl.config.schema import PlacementConfig
 

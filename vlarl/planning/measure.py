@@ -1,4 +1,4 @@
-"""Measure what the tracer predicts, for real, on the CPU: peak RSS growth of rollout inference and of one update.
+"""Measure what the tracer predicts, for real: peak RSS growth on the CPU, allocator peaks on a CUDA device.
 
 Each measurement runs in a fresh Python process (``python -m vlarl.planning.measure``) so nothing of an earlier
 one is resident. The process builds the policy for real, runs one warm-up update (Adam's state, lazy library
@@ -6,6 +6,9 @@ set-up), then for each phase resets the kernel's peak-RSS mark (``/proc/self/cle
 code the tracer traced (``trace.RolloutStep``, ``trace.update_step``) and reads ``VmHWM - VmRSS``. glibc keeps
 freed small blocks in its heap, so the child runs with a fixed mmap threshold (``MALLOC_MMAP_THRESHOLD_``):
 every tensor over 64 KiB is its own mapping, returned on free, and RSS follows the live tensors.
+
+On a CUDA device (``measure_cuda_in_process``) the quantity is the one the tracer predicts directly: the caching
+allocator's ``max_memory_allocated`` after ``reset_peak_memory_stats``, absolute (start included), per phase.
 """
 
 from __future__ import annotations
@@ -72,6 +75,61 @@ def measure_in_process(overrides: list[str], rollout_batch: int, micro_batch: in
     return MeasuredPeaks(rollout_growth=rollout, update_growth=update)
 
 
+@dataclass
+class CudaPeaks:
+    """Allocator bytes on the CUDA device: what was allocated when each phase began, and its peak."""
+
+    rollout_start: int
+    rollout_peak: int
+    update_start: int
+    update_peak: int
+
+
+def measure_cuda_in_process(overrides: list[str], rollout_batch: int, micro_batch: int, recipe: Any = None,
+                            max_grad_norm: float = 0.5, device: str = "cuda") -> CudaPeaks:
+    """Build the configured policy on ``device`` and measure both phases as ``predict_update_memory`` describes
+    them: rollout ``sample`` of ``rollout_batch`` rows with only the policy resident, then a steady-state update
+    (after one warm-up step) of ``micro_batch`` rows. Everything is made under ``torch.device(device)``, so the
+    probe batches and the loss's masks live where the policy does. ``recipe``: a ``knobs.Recipe`` applied to the
+    policy config first (None: as configured). Call it in a fresh process: nothing else may hold device memory."""
+    import torch
+
+    from policies.registry import make_policy
+    from vlarl.config import load_train_config
+    from vlarl.config.construct import probe_spec
+    from vlarl.planning.knobs import apply_recipe
+    from vlarl.planning.trace import RolloutStep, make_optimizer, probe_obs, update_step
+
+    torch.manual_seed(0)
+    cfg = load_train_config(overrides)
+    policy_cfg = apply_recipe(cfg.policy, recipe) if recipe is not None else cfg.policy
+    spec = probe_spec(cfg.env)
+    mem = torch.cuda
+    with torch.device(device):
+        policy = make_policy(policy_cfg, spec)
+        roll_obs = probe_obs(spec, rollout_batch)
+        mem.synchronize()
+        mem.reset_peak_memory_stats()
+        rollout_start = mem.memory_allocated()
+        out = RolloutStep(policy)(roll_obs)
+        mem.synchronize()
+        rollout_peak = mem.max_memory_allocated()
+        del out, roll_obs
+        obs = probe_obs(spec, micro_batch)
+        with torch.no_grad():
+            sample = policy.sample(obs)
+        opt = make_optimizer(policy)
+        update_step(policy, opt, obs, sample, max_grad_norm)  # warm-up: Adam's state, as a run's first update
+        mem.synchronize()
+        mem.reset_peak_memory_stats()
+        update_start = mem.memory_allocated()
+        update_step(policy, opt, obs, sample, max_grad_norm)
+        mem.synchronize()
+        update_peak = mem.max_memory_allocated()
+    return CudaPeaks(rollout_start=rollout_start, rollout_peak=rollout_peak, update_start=update_start,
+                     update_peak=update_peak)
+
+
 def measure(overrides: list[str], rollout_batch: int, micro_batch: int, timeout_s: float = 1800) -> MeasuredPeaks:
     """``measure_in_process`` in a fresh subprocess with a fixed mmap threshold and one thread."""
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD), "OMP_NUM_THREADS": "1"}
@@ -86,7 +144,14 @@ def measure(overrides: list[str], rollout_batch: int, micro_batch: int, timeout_
 
 def _main() -> None:
     a = json.loads(sys.argv[1])
-    peaks = measure_in_process(a["overrides"], a["rollout_batch"], a["micro_batch"])
+    if a.get("device", "cpu") != "cpu":
+        from vlarl.planning.knobs import Recipe
+
+        recipe = Recipe(**a["recipe"]) if a.get("recipe") else None
+        peaks: Any = measure_cuda_in_process(a["overrides"], a["rollout_batch"], a["micro_batch"], recipe,
+                                             device=a["device"])
+    else:
+        peaks = measure_in_process(a["overrides"], a["rollout_batch"], a["micro_batch"])
     print(json.dumps(peaks.__dict__))
 
 
@@ -94,4 +159,4 @@ if __name__ == "__main__":
     _main()
 
 
-__all__ = ["MeasuredPeaks", "measure", "measure_in_process"]
+__all__ = ["CudaPeaks", "MeasuredPeaks", "measure", "measure_cuda_in_process", "measure_in_process"]
