@@ -10,6 +10,7 @@ every control step (``_step_unrendered``; ``ManiSkillConfig.render_every_step``)
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -410,6 +411,21 @@ def _time_limit(env: Any) -> int:
     return 0
 
 
+PHYSX_GPU_DOWNLOAD = "physx-precompiled"  # in the URL SAPIEN fetches its GPU PhysX library from on first use
+
+
+def physx_gpu_library_message(task: str, error: str) -> str:
+    """One line for a physx_cuda scene on a machine that cannot download SAPIEN's GPU PhysX library (seen on
+    the lent H200, which reaches no network: docs/gpu.md)."""
+    m = re.search(r"download/([^/\s]+)/", error)
+    version = m.group(1) if m else "<physx version>"
+    return (f"ManiSkill task '{task}' on physx_cuda needs SAPIEN's GPU PhysX library, which SAPIEN downloads on "
+            f"first use and this machine cannot reach; on a machine with network and a GPU run "
+            f"`python -c 'import sapien.physx as p; p.enable_gpu()'` once, then copy "
+            f"~/.sapien/physx/{version}/libPhysXGpu_64.so to the same path here (scripts/gpu/env.sh installs "
+            f"gpu_wheels/physx/{version}/ there), or use env.sim_backend=cpu")
+
+
 def _make_quietly(gym: Any, task: str, kwargs: dict[str, Any]) -> Any:
     """gym.make with stdin closed and ManiSkill's prints captured, so that an asset ManiSkill finds
     missing only while building (a scene or robot file) becomes a clear error, not a ``(y|n)``
@@ -447,6 +463,8 @@ def _make_quietly(gym: Any, task: str, kwargs: dict[str, Any]) -> Any:
             ) from e
         raise EnvError(f"ManiSkill task '{task}' could not be created (AssertionError: {e})") from e
     except (OSError, RuntimeError) as e:
+        if PHYSX_GPU_DOWNLOAD in str(e):
+            raise EnvError(physx_gpu_library_message(task, str(e))) from e
         asset = asset_for_path(e.filename) if isinstance(e, OSError) and e.filename else None
         if asset:
             raise EnvError(missing_asset_message(task, [(asset, Path(e.filename))])) from e

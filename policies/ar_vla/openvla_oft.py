@@ -145,7 +145,7 @@ class OpenVLAOFT(OpenVLA):
         if (self.proprio_projector is None) != (proprio is None):
             raise ValueError("proprio must be given exactly when the checkpoint has a proprio projector "
                              f"(proprio_dim={self.config.proprio_dim})")
-        extra = self.proprio_projector(proprio.to(self.projector.fc1.weight.dtype))[:, None] if proprio is not None \
+        extra = self.proprio_projector(proprio.to(self.proprio_projector.fc1.weight.dtype))[:, None] if proprio is not None \
             else None
         emb, keys = self.embed(input_ids, pixel_values, extra, attention_mask)
         n = self.n_action_positions

@@ -11,6 +11,12 @@ if [ -d "$_VLARL_ROOT/.gl" ] && [ "${VLARL_DRY_RUN:-0}" = 0 ] && ! ldconfig -p 2
   for _f in "$_VLARL_ROOT"/.gl/*.deb; do dpkg -x "$_f" /; done
   ldconfig
 fi
+# SAPIEN's GPU PhysX library (physx_cuda) is downloaded on first use, which the GPU machine cannot do: carry
+# gpu_wheels/physx/<physx version>/libPhysXGpu_64.so (copied from ~/.sapien/physx/ of a machine that ran
+# physx_cuda once) and it is put where SAPIEN looks.
+if [ -d "$_VLARL_ROOT/gpu_wheels/physx" ] && [ "${VLARL_DRY_RUN:-0}" = 0 ]; then
+  mkdir -p "$HOME/.sapien" && cp -r "$_VLARL_ROOT/gpu_wheels/physx" "$HOME/.sapien/"
+fi
 if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && [ -z "${VK_DRIVER_FILES:-}" ]; then
   export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
   export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json

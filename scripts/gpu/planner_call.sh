@@ -4,6 +4,7 @@
 #
 #   bash scripts/gpu/planner_call.sh             # CUDA tests + the planner's predictions against the allocator
 #   bash scripts/gpu/planner_call.sh --dry-run   # any machine: the steps printed, the carried files checked
+#   bash scripts/gpu/planner_call.sh --models OpenVLA-OFT   # ARGS after the options go to bench_planner.py gpu
 #
 # Carry: gpu_wheels/tf (transformers 5.24, as call 1), gpu_wheels/planner (pred.json from
 # `python scripts/bench_planner.py predict --out gpu_wheels/planner/pred.json`; the diffusers and
@@ -15,7 +16,7 @@
 #   2. scripts/bench_planner.py gpu: every predicted row built for real, 4 at once (-> $OUT/planner_gpu.md/.json), 330 s.
 set -uo pipefail
 DRY=0
-if [ "${1:-}" = "--dry-run" ]; then DRY=1; fi
+if [ "${1:-}" = "--dry-run" ]; then DRY=1; shift; fi
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 PY="${VLARL_PYTHON:-python3}"
@@ -29,7 +30,7 @@ wheels=(gpu_wheels/planner/*.whl gpu_wheels/tf/transformers-*.whl)
 if [ "$DRY" = 1 ]; then
   echo "[dry-run] $PY -m pip install --no-index --no-deps --target $SITE ${wheels[*]}"
   echo "[dry-run] timeout 120 $PY -m pytest -m gpu tests/scheduler/test_collective.py tests/simulators/test_validation.py tests/workers/test_gpu_device_paths.py tests/planning/test_gpu_measure.py"
-  echo "[dry-run] timeout 330 $PY scripts/bench_planner.py gpu --predicted gpu_wheels/planner/pred.json --out \$OUT --parallel 4"
+  echo "[dry-run] timeout 330 $PY scripts/bench_planner.py gpu --predicted gpu_wheels/planner/pred.json --out \$OUT --parallel 4 --deadline-s 290 $*"
   exit 0
 fi
 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "${wheels[@]}" || exit 1
@@ -42,4 +43,4 @@ timeout 120 "$PY" -m pytest -p no:cacheprovider -o addopts= -m gpu -v -rs \
   tests/scheduler/test_collective.py tests/simulators/test_validation.py tests/workers/test_gpu_device_paths.py \
   tests/planning/test_gpu_measure.py 2>&1 | tee "$OUT/gpu_tests.log"
 timeout 330 "$PY" scripts/bench_planner.py gpu --predicted gpu_wheels/planner/pred.json --out "$OUT" --parallel 4 --deadline-s 290 \
-  --limit-s 150 2>&1 | tee "$OUT/planner_gpu.log"
+  --limit-s 150 "$@" 2>&1 | tee "$OUT/planner_gpu.log"

@@ -50,6 +50,22 @@ def test_sample_rescores_and_gradients_reach_the_network(vla_spec, obs, architec
         assert any(n.startswith("model.proprio_projector.") for n in grads)
 
 
+@pytest.mark.parametrize("head", ["tokens", "l1"])
+def test_bf16_trunk_with_proprio_samples_and_rescores(vla_spec, obs, head):
+    """``policy.dtype=bfloat16`` casts the trunk (vision, projector, LM) and keeps the proprio projector and the
+    heads in fp32; the proprio must enter its projector in that projector's dtype (found on an H200: the bf16
+    PPO update of a published-size OpenVLA-OFT failed with "mat1 and mat2 must have the same dtype")."""
+    torch.manual_seed(0)
+    pol = _policy(vla_spec, "openvla_oft", head, dtype="bfloat16")
+    assert pol.model.projector.fc1.weight.dtype == torch.bfloat16
+    assert pol.model.proprio_projector.fc1.weight.dtype == torch.float32
+    s = pol.sample(obs)
+    lp, _, _ = pol.evaluate(obs, s.replay)
+    assert torch.isfinite(lp).all() and lp.shape == (3, 2, 3)
+    lp.sum().backward()
+    assert pol.model.proprio_projector.fc1.weight.grad is not None
+
+
 def test_token_policy_decodes_openvla_bins_within_the_action_bounds(vla_spec, obs):
     pol = _policy(vla_spec, "openvla", "tokens", temperature=0.5, top_k=4)
     s = pol.sample(obs)

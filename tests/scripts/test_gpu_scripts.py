@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -446,3 +447,31 @@ def test_the_15_minute_plan_adds_up():
     bench = int(re.search(r'BENCH_S="\$\{VLARL_BENCH_S:-(\d+)\}"', call).group(1))
     race = int(re.search(r'RACE_S="\$\{VLARL_RACE_S:-(\d+)\}"', call).group(1))
     assert bench + race + 30 + 15 <= timeouts[2]  # call 3: bench + race (+ its 30 s margin) + install
+
+
+# ---- scripts/gpu/planner_call.sh --dry-run ---------------------------------------------------------------
+def _planner_call(root: Path, *args: str) -> subprocess.CompletedProcess:
+    """The script from a copy of its folder under ``root`` (it reads its carry relative to the repo root)."""
+    (root / "scripts/gpu").mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "scripts/gpu/planner_call.sh", root / "scripts/gpu/planner_call.sh")
+    return subprocess.run(["bash", str(root / "scripts/gpu/planner_call.sh"), *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_planner_call_names_a_missing_carry_and_dry_runs_its_three_steps(tmp_path):
+    missing = _planner_call(tmp_path, "--dry-run")
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines() == [
+        "planner_call.sh: gpu_wheels/planner/pred.json is missing: see the header of this script for how to make it"]
+    for d in ("gpu_wheels/planner/site/omegaconf", "gpu_wheels/planner/site/hydra", "gpu_wheels/tf"):
+        (tmp_path / d).mkdir(parents=True)
+    (tmp_path / "gpu_wheels/planner/pred.json").write_text("{}")
+    (tmp_path / "gpu_wheels/planner/diffusers-0.42.1-py3-none-any.whl").write_bytes(b"")
+    (tmp_path / "gpu_wheels/tf/transformers-5.24.0-py3-none-any.whl").write_bytes(b"")
+    dry = _planner_call(tmp_path, "--dry-run", "--models", "pi0")
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.strip().splitlines()
+    assert len(lines) == 3 and all(x.startswith("[dry-run] ") for x in lines)
+    assert "diffusers-0.42.1" in lines[0] and "transformers-5.24.0" in lines[0]
+    assert "-m pytest -m gpu" in lines[1] and "tests/planning/test_gpu_measure.py" in lines[1]
+    assert "bench_planner.py gpu --predicted gpu_wheels/planner/pred.json" in lines[2] and lines[2].endswith("--models pi0")

@@ -207,3 +207,27 @@ def test_any_task_through_the_generic_config():
     cfg = load_train_config([PPO, "env=maniskill", "env.task=RollBall-v1", "env.reward_mode=sparse"])
     assert (cfg.env.task, cfg.env.reward_mode) == ("RollBall-v1", "sparse")
     ManiSkillEnv.validate_config(cfg.env)
+
+
+def test_physx_gpu_library_out_of_reach_is_one_line_naming_the_copy():
+    """SAPIEN downloads its GPU PhysX library the first time a physx_cuda scene is made; the lent H200 reaches
+    no network, and the raw error was a 40-line requests traceback that blamed assets. The network is the
+    boundary here (it cannot exist on the GPU machine): gym.make raises what requests raised there."""
+    import requests
+
+    from simulators.maniskill import _make_quietly
+
+    url = ("https://github.com/sapien-sim/physx-precompiled/releases/download/105.1-physx-5.3.1.patch0/"
+           "linux-so.zip")
+
+    class NoNetworkGym:
+        @staticmethod
+        def make(task, **kwargs):
+            raise requests.exceptions.ConnectionError(f"HTTPSConnectionPool: Max retries exceeded with url: {url}")
+
+    with pytest.raises(EnvError) as err:
+        _make_quietly(NoNetworkGym, "PushCube-v1", {"sim_backend": "physx_cuda"})
+    msg = str(err.value)
+    assert "\n" not in msg and "GPU PhysX library" in msg
+    assert "~/.sapien/physx/105.1-physx-5.3.1.patch0/libPhysXGpu_64.so" in msg
+    assert "env.sim_backend=cpu" in msg and "download_asset" not in msg

@@ -1,6 +1,6 @@
 """``vlarl-plan``: the predicted GPU memory of a training config, by component, and whether it fits.
 
-    vlarl-plan policy=pi0 policy.size=published env=libero_spatial [gpu_memory_gb=24]
+    vlarl-plan ~experiment env=libero_spatial policy=pi0 policy.size=published [gpu_memory_gb=24]
 
 Takes the same overrides as ``vlarl-train`` (the config is composed and validated by the same loader, so the
 planner sees the model a run would build) and traces every recipe of ``knobs.recipes_from`` at the configured
@@ -16,7 +16,7 @@ from typing import Any
 
 USAGE = """usage: vlarl-plan [vlarl-train overrides ...] [gpu_memory_gb=24]
 
-  e.g.  vlarl-plan policy=pi0 policy.size=published policy.chunk_size=50 policy.num_steps=10 env=libero_spatial
+  e.g.  vlarl-plan ~experiment env=libero_spatial policy=pi0 policy.size=published policy.chunk_size=50 policy.num_steps=10
         vlarl-plan experiment=pushcube_mlp_ppo gpu_memory_gb=8
   prints the predicted peak of rollout inference and of one update (parameters, gradients, optimizer state,
   activations) per recipe (trained weights / dtype / gradient checkpointing) at the configured micro-batch,
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((recipe, tr, planner.device_bytes(recipe, mb), time.perf_counter() - t0))
     print(format_table(cfg, rows, gb))
     print("GiB = 2^30 B of allocator bytes traced under fake tensors on the CPU; device peak adds one CUDA context per "
-          "process (vlarl.planning.fit.CUDA_CONTEXT_BYTES, assumed)")
+          "process (vlarl.planning.fit.CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES, measured on an H200)")
     print("time: not estimated (no measured GPU throughput of this policy to scale from)")
     if gb > 0:
         try:

@@ -4,7 +4,7 @@ A run's device holds, in collocated mode, the rollout worker's policy while it s
 gradients and Adam state while it updates (two processes; vlarl offloads nothing between phases), so the device
 peak is the sum of the two traced peaks plus one CUDA context per process; disaggregated mode puts them on
 separate devices (the larger one must fit). The trace (``trace.py``) gives allocator bytes; the two constants
-below are what a GPU adds on top and are assumptions until the GPU check (docs/gpu.md) measures them.
+below are what a GPU adds on top, measured on an H200 (docs/gpu.md); the allocator's headroom is assumed.
 
 Choice (``choose_fit``), least intrusive first:
 1. the configured micro-batch with the first recipe of ``knobs.recipes_from`` that fits (gradient checkpointing,
@@ -25,7 +25,12 @@ from vlarl.planning.knobs import Recipe, apply_recipe, configured_recipe, recipe
 from vlarl.planning.trace import PolicyTrace, trace_policy
 
 GIB = 1024**3
-CUDA_CONTEXT_BYTES = 512 * 1024**2  # per process that touches the GPU (CUDA context + cuBLAS workspace); assumed
+# Per process that touches the GPU, both measured on an H200 (torch 2.11, CUDA 13; docs/gpu.md): outside the
+# allocator, the CUDA context with the kernels and cuBLAS handles loaded after fp32 and bf16 matmuls forward and
+# backward (742 MiB by nvidia-smi, 2 MiB of it reserved by torch); inside it, the cuBLAS workspaces the caching
+# allocator holds and the trace does not see (0.09-0.17 GiB over the trace at the update's start, 16 rows).
+CUDA_CONTEXT_BYTES = 768 * 1024**2
+CUBLAS_WORKSPACE_BYTES = 192 * 1024**2
 ALLOCATOR_HEADROOM = 0.05  # share of the card kept free for the caching allocator's fragmentation; assumed
 SHARED_DEVICE_MODES = ("collocated", "hybrid")  # rollout and actor on the same device(s)
 
@@ -55,8 +60,8 @@ def micro_batches(cfg: Any) -> list[tuple[int, int]]:
 def device_bytes(trace: PolicyTrace, mode: str) -> int:
     """Predicted peak bytes on the busiest device of ``mode`` (allocator peaks + CUDA contexts)."""
     if mode in SHARED_DEVICE_MODES:
-        return trace.rollout.peak + trace.update.peak + 2 * CUDA_CONTEXT_BYTES
-    return max(trace.rollout.peak, trace.update.peak) + CUDA_CONTEXT_BYTES
+        return trace.rollout.peak + trace.update.peak + 2 * (CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES)
+    return max(trace.rollout.peak, trace.update.peak) + CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES
 
 
 def budget_bytes(gpu_memory_gb: float) -> int:
@@ -179,6 +184,6 @@ def apply_fit(cfg: Any) -> FitChoice | None:
     return fit
 
 
-__all__ = ["ALLOCATOR_HEADROOM", "CUDA_CONTEXT_BYTES", "FitChoice", "PlanError", "Planner", "apply_fit",
+__all__ = ["ALLOCATOR_HEADROOM", "CUBLAS_WORKSPACE_BYTES", "CUDA_CONTEXT_BYTES", "FitChoice", "PlanError", "Planner", "apply_fit",
            "budget_bytes", "choose_fit", "configured_recipe", "device_bytes", "micro_batches",
            "predict_update_memory", "rollout_batch", "update_rows"]
