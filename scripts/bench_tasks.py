@@ -44,7 +44,7 @@ TASKS: dict[str, tuple[str, str, int]] = {
     "stackcube": ("StackCube-v1", "stackcube_rlpd", 50),
     "placesphere": ("PlaceSphere-v1", "placesphere_rlpd", 50),
     "peginsertionside": ("PegInsertionSide-v1", "peginsertionside_rlpd", 100),
-    "pokecube": ("PokeCube-v1", "pokecube_ppo", 50),
+    "pokecube": ("PokeCube-v1", "pokecube_rlpd", 50),
     "pusht": ("PushT-v1", "pusht_ppo", 100),
     "rollball": ("RollBall-v1", "rollball_ppo", 80),
 }

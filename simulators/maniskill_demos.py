@@ -24,6 +24,10 @@ step 37-40.
    instead of 36-43), which is what RLPD learns from (docs/tasks.md).
 
 Seeds start at ``seed`` (default 0), far below the held-out evaluation seeds (1,000,000 and up).
+
+A task without a planner solution but with a scripted expert (``EXPERT_TASKS``: PokeCube,
+``simulators.pokecube_expert``) is recorded by the expert instead, in vlarl's env, in ``pd_ee_delta_pos``: no
+planner environment, no conversion, no re-timing (the expert already moves in large steps).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from simulators import pokecube_expert
 from simulators.base import EnvError
 from simulators.maniskill_retime import RETIME_CONTROL, config_for, retime_file
 from simulators.registry import register_demonstrator
@@ -58,6 +63,8 @@ RETIME_TASKS = ("PushCube-v1", "PullCube-v1", "PickCube-v1", "StackCube-v1")
 #: the planner's pace when its path is re-timed, where it differs from ``PLANNER_SPEED``: re-timing sets the pace,
 #: so a fast planner only loses episodes (PickCube: 24 successes of 53 seeds at pace 4, 20 of 20 at 1)
 RETIME_SPEED = {"PickCube-v1": 1.0}
+#: tasks without a planner solution whose demonstrations a scripted expert of vlarl's records (in vlarl's env)
+EXPERT_TASKS = {pokecube_expert.TASK: pokecube_expert}
 JOB = Path(__file__).with_name("maniskill_planner_job.py")
 SETUP_HINT = "bash scripts/setup_planner.sh"
 
@@ -82,10 +89,16 @@ def planner_python() -> Path:
 
 def check_request(task: str, control_mode: str, obs_mode: str, retime: bool = False) -> None:
     """One-line refusals (``EnvError``) for what the planner, the replay or the re-timing cannot do; runs
-    nothing."""
+    nothing. A task of ``EXPERT_TASKS`` is checked by its expert instead."""
+    if task in EXPERT_TASKS:
+        EXPERT_TASKS[task].check_request(control_mode, retime)
+        if obs_mode not in OBS_MODES:
+            raise EnvError(f"env.obs_mode='{obs_mode}' is not recorded; choose one of {list(OBS_MODES)}")
+        return
     if task not in PLANNER_TASKS:
-        raise EnvError(f"env.task='{task}' has no ManiSkill motion-planning solution; choose one of "
-                       f"{list(PLANNER_TASKS)} (or record a scripted expert, scripts/pushcube_expert.py)")
+        raise EnvError(f"env.task='{task}' has no ManiSkill motion-planning solution nor a scripted expert; "
+                       f"choose one of {list(PLANNER_TASKS) + list(EXPERT_TASKS)} (or record a scripted expert, "
+                       f"scripts/pushcube_expert.py)")
     if control_mode not in CONVERTIBLE_CONTROL:
         raise EnvError(f"env.control_mode='{control_mode}' cannot be made from the planner's pd_joint_pos by "
                        f"ManiSkill's replay; choose one of {list(CONVERTIBLE_CONTROL)}")
@@ -214,6 +227,8 @@ class ManiSkillPlanner:
     def speed(self, env_cfg, retime: bool = False) -> float:
         """The planner pace (1 = ManiSkill's own): one whose episodes succeed within ``env_cfg.task``'s time
         limit, or with ``retime`` (the follower sets the pace) ``RETIME_SPEED``'s where the task has one."""
+        if env_cfg.task in EXPERT_TASKS:  # the expert's largest action per axis
+            return 1.0
         if retime and env_cfg.task in RETIME_SPEED:
             return RETIME_SPEED[env_cfg.task]
         return PLANNER_SPEED.get(env_cfg.task, 1.0)
@@ -230,6 +245,12 @@ class ManiSkillPlanner:
         episode can fail where the planner's succeeded, 1 of 20 on PushCube), re-time them in vlarl's env within
         ``time_limit`` steps and return the file of the first ``episodes`` that succeed."""
         self.check(env_cfg, retime)
+        if env_cfg.task in EXPERT_TASKS:
+            h5 = Path(work_dir) / "expert.h5"
+            seeds, tried = EXPERT_TASKS[env_cfg.task].record_expert_demos(
+                env_cfg, episodes, h5, seed=seed, max_attempts=max_attempts, speed=speed,
+                time_limit=time_limit or 50, log=log)
+            return PlannedDemos(h5, len(seeds), tried, len(seeds), seeds)
         planned = episodes + max(1, episodes // 5) if retime else episodes
         made = plan_and_convert(env_cfg.task, planned, env_cfg.control_mode, env_cfg.obs_mode, work_dir,
                                 seed=seed, max_attempts=max_attempts, speed=speed, log=log)

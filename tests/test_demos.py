@@ -29,7 +29,7 @@ def _refusal(capsys, world: Path, args: list[str], match: str) -> None:
 
 
 def test_refusals_are_one_line_exit_2_and_write_nothing(world, capsys, monkeypatch):
-    _refusal(capsys, world, ["output=out", "env=maniskill", "env.task=PokeCube-v1"],
+    _refusal(capsys, world, ["output=out", "env=maniskill", "env.task=PushT-v1"],
              "has no ManiSkill motion-planning solution")
     _refusal(capsys, world, ["output=out", "env=maniskill_pushcube", "env.control_mode=pd_ee_pose"],
              "cannot be made from the planner's pd_joint_pos")

@@ -56,7 +56,7 @@ def test_auto_demos_are_made_once_then_reused_without_the_planner(world, monkeyp
 
 def test_auto_demos_refusals_are_one_line_and_write_nothing(world, capsys, monkeypatch):
     before = tree_hash(world)
-    assert train_main(["experiment=pushcube_rlpd", "env.task=PokeCube-v1"]) == 2
+    assert train_main(["experiment=pushcube_rlpd", "env.task=PushT-v1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "has no ManiSkill motion-planning solution" in err[0], err
     monkeypatch.setenv("VLARL_PLANNER_PYTHON", str(world / "no-such-env" / "python"))

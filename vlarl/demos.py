@@ -246,8 +246,8 @@ def resolve_auto_demos(cfg: Any, root: str | os.PathLike = "outputs", log=print)
     else:
         demonstrator(cfg.env.name).check(planning_env(cfg.env), retime)
         log(f"[{PROG}] algorithm.demos=auto: making {alg.num_demos} demonstrations of {cfg.env.task} "
-            f"({cfg.env.control_mode}/{cfg.env.obs_mode}{', re-timed' if retime else ''}) with the motion "
-            f"planner into {folder} (cached)")
+            f"({cfg.env.control_mode}/{cfg.env.obs_mode}{', re-timed' if retime else ''}) with the env's "
+            f"demonstrator (the motion planner, or a scripted expert) into {folder} (cached)")
         made = make_demos(DemosConfig(output=str(folder), env=cfg.env, episodes=alg.num_demos, lerobot=False,
                                       overwrite=True, retime=retime), log=log)
         log(f"[{PROG}] {made['converted']} of {made['planned']} planned episodes converted"
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     args = console.arguments(argv, USAGE, torch_threads=False)
     if args is None:
         return 0
-    from simulators.base import EnvError
+    from simulators.base import HELD_OUT_SEED_START, EnvError
     from simulators.registry import demonstrator
     from vlarl.collect import check_output
     from vlarl.config import ConfigError
@@ -274,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args)
         if cfg.episodes < 1 or cfg.fps < 1 or cfg.max_attempts < 0 or cfg.speed < 0:
             raise ConfigError("episodes and fps must be >= 1, max_attempts and speed >= 0")
+        last = cfg.seed + (cfg.max_attempts or 3 * cfg.episodes) - 1
+        if cfg.seed < 0 or last >= HELD_OUT_SEED_START:
+            raise ConfigError(f"seed={cfg.seed}: demonstration seeds {cfg.seed}..{last} would reach the evaluation "
+                              f"seeds ({HELD_OUT_SEED_START}+); choose a smaller seed= (>= 0)")
         check_output(cfg)
         demonstrator(cfg.env.name).check(planning_env(cfg.env), retime_choice(cfg.retime, cfg.env))
     except (ConfigError, EnvError) as e:
