@@ -20,13 +20,17 @@ def split_rollout(frames: torch.Tensor, next_frames: torch.Tensor, ended: torch.
 
     frames / next_frames: uint8 [N, B, H, W, 3], the frame each chunk step started from / ended at (the final
     frame where an episode ended); ended: bool [N, B]; success: [N, B], the episode's success where it ended
-    (NaN elsewhere is fine); instructions: B strings. An episode counts when the rollout saw its start: after an
+    (NaN elsewhere is fine); instructions: B strings, or N*B (one per row, time-major; an episode takes its
+    first row's). An episode counts when the rollout saw its start: after an
     end inside the rollout, or at step 0 when ``starts_fresh`` (every env was reset there, as in GRPO groups).
     """
     N, B = ended.shape
     if frames.shape[:2] != (N, B) or next_frames.shape != frames.shape:
         raise ValueError(f"frames {tuple(frames.shape)} / next_frames {tuple(next_frames.shape)} must be "
                          f"[N={N}, B={B}, H, W, 3] like ended")
+    if instructions and len(instructions) not in (B, N * B):
+        raise ValueError(f"got {len(instructions)} instructions for {N} steps x {B} envs; give one per env or one per row")
+    per_row = len(instructions) == N * B and N > 1
     episodes = []
     for b in range(B):
         start = 0 if starts_fresh else None
@@ -34,6 +38,7 @@ def split_rollout(frames: torch.Tensor, next_frames: torch.Tensor, ended: torch.
             if bool(ended[t, b]):
                 if start is not None:
                     ep = torch.cat([frames[start : start + 1, b], next_frames[start : t + 1, b]])
-                    episodes.append(Episode(ep.clone(), instructions[b], bool(torch.nan_to_num(success[t, b]) > 0)))
+                    words = instructions[start * B + b] if per_row else instructions[b]
+                    episodes.append(Episode(ep.clone(), words, bool(torch.nan_to_num(success[t, b]) > 0)))
                 start = t + 1 if t + 1 < N else None
     return episodes

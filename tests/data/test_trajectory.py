@@ -11,7 +11,7 @@ import torch
 from policies.base import ActionSample
 from simulators.base import ChunkStepResult
 from vlarl.data.builder import TrajectoryBuilder
-from vlarl.data.trajectory import Trajectory, map_step_facts
+from vlarl.data.trajectory import Trajectory, index_obs, map_step_facts
 
 T, A, D, S = 2, 1, 3, 4
 CAMS = ("base_camera", "wrist")
@@ -81,3 +81,53 @@ def test_a_missing_fact_is_refused_in_one_line_naming_it():
     with pytest.raises(ValueError, match=r"^PPO needs the trajectory's \['step_rewards', 'next_images.wrist'\]; "
                                          r"vlarl.data.builder.TrajectoryBuilder records them while collecting$"):
         traj.require("step_mask", "step_rewards", "next_images.wrist", why="PPO")
+
+
+def _two_steps(words_at_1: list[str]) -> Trajectory:
+    """Two chunk steps of two envs: the words are ["a", "b"] at step 0 and ``words_at_1`` at step 1."""
+    b = TrajectoryBuilder(stages=1, workers=2, policy_version=0)
+    sample = ActionSample(actions=torch.zeros(2, T, A), logprob=torch.zeros(2, T, A), value=None,
+                          replay={"actions": torch.zeros(2, T, A)})
+    images = {k: v.expand(2, -1, -1, -1) for k, v in _obs(0, 0)["images"].items()}
+    for t, words in enumerate((["a", "b"], words_at_1)):
+        b.add_sample(t, 0, {"state": torch.full((2, D), float(t)), "images": images, "instruction": words},
+                     sample, None)
+        b.add_results(t, 0, [_reply(1.0, 10, None), _reply(2.0, 20, None)])
+    return b.build(2, (torch.zeros(2), None))
+
+
+def test_each_row_keeps_the_words_it_was_sampled_with_when_a_slot_draws_new_ones():
+    """A language task draws its instruction per episode: env 1's words change at step 1. Before, the rollout
+    kept step 0's words for every step, so PPO re-scored step 1 of env 1 under the other instruction."""
+    traj = _two_steps(["a", "c"])
+    assert traj.obs["instruction"] == ["a", "b", "a", "c"]  # per row, time-major
+    flat = traj.flat_obs()
+    assert flat["instruction"] == ["a", "b", "a", "c"] and flat["state"][:, 0].tolist() == [0, 0, 1, 1]
+    assert index_obs(flat, torch.tensor([3, 0]))["instruction"] == ["c", "a"]
+    same = _two_steps(["a", "b"])  # unchanged words: one per env, as every consumer of the rollout reads them
+    assert same.obs["instruction"] == ["a", "b"] and same.flat_obs()["instruction"] == ["a", "b", "a", "b"]
+
+
+def test_an_instruction_list_of_another_length_is_refused_in_one_line():
+    traj = replace(_two_steps(["a", "b"]), obs={**_two_steps(["a", "b"]).obs, "instruction": ["a", "b", "c"]})
+    with pytest.raises(ValueError, match=r"3 strings for 2 steps x 2 envs; .* one per env \(2\) or one per row \(4\)"):
+        traj.flat_obs()
+
+
+def test_grpo_row_operations_keep_the_per_row_words():
+    """GRPO picks env columns and joins rounds of different length: each row keeps its own words."""
+    from vlarl.algorithms.grpo import cat_envs, index_envs
+
+    traj = _two_steps(["a", "c"])
+    assert index_envs(traj, torch.tensor([1])).obs["instruction"] == ["b", "c"]
+    assert index_envs(traj, torch.tensor([0])).obs["instruction"] == ["a"]  # unchanged words: one per env
+    short = index_envs(replace(traj, **{f: getattr(traj, f)[:1] for f in ("logprob", "values", "rewards", "dones",
+                                                                           "truncated", "final_values")},
+                               obs={**traj.obs, "state": traj.obs["state"][:1],
+                                    "images": {k: v[:1] for k, v in traj.obs["images"].items()},
+                                    "instruction": ["a", "b"]},
+                               replay={k: v[:1] for k, v in traj.replay.items()},
+                               **map_step_facts([traj], lambda _, v: v[0][:1])), torch.tensor([1]))
+    joined = cat_envs([traj, short])  # the one-step round is padded with its last step's words
+    assert joined.obs["instruction"] == ["a", "b", "b", "a", "c", "b"]
+    assert joined.flat_obs()["instruction"][4] == "c"

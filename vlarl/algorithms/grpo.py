@@ -43,7 +43,7 @@ from vlarl.algorithms.update import (
     clipped_update_problem,
     uses_kl_reference,
 )
-from vlarl.data.trajectory import Trajectory, map_step_facts
+from vlarl.data.trajectory import Trajectory, instruction_rows, map_step_facts, pack_instructions
 
 SCORES = ("success", "return", "reward_to_go")
 
@@ -166,7 +166,7 @@ def index_envs(traj: Trajectory, envs: torch.Tensor) -> Trajectory:
     obs = {
         "state": traj.obs["state"][:, envs],
         "images": {k: v[:, envs] for k, v in traj.obs["images"].items()},
-        "instruction": [traj.obs["instruction"][int(i)] for i in envs] if traj.obs["instruction"] else [],
+        "instruction": _env_instructions(traj, envs),
     }
     extras = {k: (v[:, envs] if v.ndim >= 2 and v.shape[1] == traj.num_envs else v) for k, v in traj.extras.items()}
     return replace(
@@ -175,6 +175,27 @@ def index_envs(traj: Trajectory, envs: torch.Tensor) -> Trajectory:
         truncated=traj.truncated[:, envs], final_values=traj.final_values[:, envs],
         next_value=traj.next_value[envs], extras=extras, **map_step_facts([traj], lambda _, v: v[0][:, envs]),
     )
+
+
+def _env_instructions(traj: Trajectory, envs: torch.Tensor) -> list[str]:
+    """The instructions of env columns ``envs``, per env or per row as the rollout holds them."""
+    N, B = traj.num_steps, traj.num_envs
+    rows = instruction_rows(traj.obs, N, B)
+    return pack_instructions([rows[t * B + int(i)] for t in range(N) for i in envs], len(envs)) if rows else []
+
+
+def _step_instructions(trajs: list[Trajectory], num_steps: int) -> list[str]:
+    """Per-row instructions of trajectories padded to ``num_steps`` and joined along the env dim (a shorter
+    one repeats its last step's words, as ``pad_steps`` repeats its last step)."""
+    rows = [instruction_rows(t.obs, t.num_steps, t.num_envs) for t in trajs]
+    if not any(rows):
+        return []
+    out = []
+    for step in range(num_steps):
+        for t, r in zip(trajs, rows, strict=True):
+            s, B = min(step, t.num_steps - 1), t.num_envs
+            out.extend(r[s * B:(s + 1) * B] if r else [""] * B)
+    return pack_instructions(out, sum(t.num_envs for t in trajs))
 
 
 def pad_steps(traj: Trajectory, num_steps: int) -> Trajectory:
@@ -198,7 +219,7 @@ def pad_steps(traj: Trajectory, num_steps: int) -> Trajectory:
     extras = {key: (fill(v, pad_value[key]) if key in pad_value else rep(v)) if v.ndim >= 2 and v.shape[0] == N
               else v for key, v in traj.extras.items()}
     return replace(
-        traj, obs={**traj.obs, "state": rep(traj.obs["state"]),
+        traj, obs={**traj.obs, "state": rep(traj.obs["state"]), "instruction": _step_instructions([traj], num_steps),
                    "images": {n: rep(v) for n, v in traj.obs["images"].items()}},
         replay={n: rep(v) for n, v in traj.replay.items()}, logprob=rep(traj.logprob), values=rep(traj.values),
         rewards=fill(traj.rewards, 0.0), dones=fill(traj.dones, 0.0), truncated=fill(traj.truncated, 0.0),
@@ -219,7 +240,7 @@ def cat_envs(trajs: list[Trajectory]) -> Trajectory:
         t0,
         obs={"state": cat([t.obs["state"] for t in trajs]),
              "images": {k: cat([t.obs["images"][k] for t in trajs]) for k in t0.obs["images"]},
-             "instruction": [s for t in trajs for s in t.obs["instruction"]]},
+             "instruction": _step_instructions(trajs, N)},
         replay={k: cat([t.replay[k] for t in trajs]) for k in t0.replay},
         logprob=cat([t.logprob for t in trajs]), values=cat([t.values for t in trajs]),
         rewards=cat([t.rewards for t in trajs]), dones=cat([t.dones for t in trajs]),

@@ -20,7 +20,7 @@ import torch
 
 from policies.base import ActionSample
 from simulators.base import ChunkStepResult
-from vlarl.data.trajectory import Trajectory, cat_obs
+from vlarl.data.trajectory import Trajectory, cat_obs, stack_obs
 
 
 def stage_to_global(parts: list[torch.Tensor], workers: int) -> torch.Tensor:
@@ -181,7 +181,7 @@ class TrajectoryBuilder:
         next_value, last_boot = tail
         final_values.append(last_boot if last_boot is not None else torch.zeros_like(values[-1]))
         return Trajectory(
-            obs=_stack_obs(obs_steps),
+            obs=stack_obs(obs_steps),
             replay={k: torch.stack([r[k] for r in replays]) for k in replays[0]},
             logprob=torch.stack(logprobs),
             values=torch.stack(values),
@@ -211,14 +211,5 @@ class TrajectoryBuilder:
         """Cameras whose next frames are kept (see the class doc)."""
         cams = list(obs.get("images", {}) or {})
         return cams if self.all_images else [k for k in cams if k == self.camera]
-
-def _stack_obs(steps: list[dict[str, Any]]) -> dict[str, Any]:
-    """N observations [B, ...] -> [N, B, ...] (instruction of the first step)."""
-    return {
-        "state": torch.stack([o["state"] for o in steps]),
-        "images": {k: torch.stack([o["images"][k] for o in steps]) for k in steps[0]["images"]},
-        "instruction": list(steps[0]["instruction"]),
-    }
-
 
 __all__ = ["TrajectoryBuilder", "cat_results", "next_inputs", "stage_to_global", "stages_to_global", "step_summary"]

@@ -1,7 +1,10 @@
 """A rollout as a bag of time-major tensors, plus helpers for the nested observation dict.
 
 Shapes (N = chunk steps per env in one iteration, B = envs, T = chunk, A = action dim):
-    obs:        {"state": [N, B, D], "images": {k: [N, B, H, W, 3]}, "instruction": list[str] (B)}
+    obs:        {"state": [N, B, D], "images": {k: [N, B, H, W, 3]}, "instruction": list[str]}
+                "instruction" holds B strings (one per env) when no env's instruction changed during the
+                rollout, else N*B (time-major, step t env b at t*B + b): a language task draws its
+                instruction per episode, so a slot's words change at its reset (``instruction_rows``)
     replay:     {k: [N, B, ...]} as returned by ``Policy.sample``
     logprob:    [N, B, T, A]
     values:     [N, B]
@@ -23,12 +26,39 @@ from typing import Any
 import torch
 
 
+def pack_instructions(rows: list[str], num_envs: int) -> list[str]:
+    """Time-major per-step instructions [N*B] -> the B of the first step when every step has the same words
+    (the common case, and the layout every consumer of one instruction per env reads), else ``rows`` as given."""
+    first = rows[:num_envs]
+    if all(rows[i] == first[i % num_envs] for i in range(len(rows))):
+        return list(first)
+    return list(rows)
+
+
+def instruction_rows(obs: dict[str, Any], num_steps: int, num_envs: int) -> list[str]:
+    """The instruction of every row of a stacked observation, time-major [N*B] (empty when it has none).
+    Why: the policy sampled row (t, b) with the words env b reported at step t; re-scoring it with another
+    step's words (an episode of a language task that drew the other goal) gives the wrong log-prob."""
+    instr = list(obs["instruction"])
+    if not instr:
+        return []
+    if len(instr) == num_envs:
+        return instr * num_steps
+    if len(instr) == num_steps * num_envs:
+        return instr
+    raise ValueError(f"obs['instruction'] has {len(instr)} strings for {num_steps} steps x {num_envs} envs; "
+                     f"it must hold one per env ({num_envs}) or one per row ({num_steps * num_envs})")
+
+
 def stack_obs(obs_list: list[dict[str, Any]]) -> dict[str, Any]:
-    """Stack N observations [B, ...] into [N, B, ...] (instruction kept from the first)."""
+    """Stack N observations [B, ...] into [N, B, ...]; the instructions per env, or per row when any env's
+    changed between steps (``pack_instructions``)."""
+    B = int(obs_list[0]["state"].shape[0])
+    rows = [s for o in obs_list for s in o["instruction"]]
     return {
         "state": torch.stack([o["state"] for o in obs_list]),
         "images": {k: torch.stack([o["images"][k] for o in obs_list]) for k in obs_list[0]["images"]},
-        "instruction": list(obs_list[0]["instruction"]),
+        "instruction": pack_instructions(rows, B) if rows else [],
     }
 
 
@@ -110,7 +140,7 @@ class Trajectory:
     def flat_obs(self) -> dict[str, Any]:
         """obs with [N, B] merged into one batch dim [N*B, ...] (time-major)."""
         N, B = self.num_steps, self.num_envs
-        instr = list(self.obs["instruction"]) * N
+        instr = instruction_rows(self.obs, N, B)
         return {
             "state": self.obs["state"].reshape(N * B, *self.obs["state"].shape[2:]),
             "images": {k: v.reshape(N * B, *v.shape[2:]) for k, v in self.obs["images"].items()},

@@ -77,15 +77,17 @@ class RewardWorker:
         """Critic reward for a trajectory: {"reward", "done_prob", "progress"}, each float32 [N, B].
 
         frames / next_frames: uint8 [N, B, H, W, 3] (start / end of each chunk step); ended, terminated: [N, B];
-        instructions: list of B strings.
+        instructions: B strings (one per env) or N*B (one per row, time-major: a language task's words change at
+        its resets, ``vlarl.data.trajectory.instruction_rows``).
         """
         N, B = frames.shape[:2]
         if next_frames.shape != frames.shape:
             raise ValueError(f"next frames {tuple(next_frames.shape)} must match frames {tuple(frames.shape)} [N, B, H, W, 3]")
-        if len(instructions) != B:
-            raise ValueError(f"got {len(instructions)} instructions for {B} envs")
+        if len(instructions) not in (B, N * B):
+            raise ValueError(f"got {len(instructions)} instructions for {N} steps x {B} envs; give one per env or "
+                             f"one per row")
         ended = ended.bool()
-        instr = [instructions[b] for _ in range(N) for b in range(B)]
+        instr = list(instructions) * N if len(instructions) == B else list(instructions)
         if self._start is not None and self._start.shape != frames.shape[1:]:
             self.reset_state()  # env batch changed shape: start over
         if self.cfg.mode == "delta":
