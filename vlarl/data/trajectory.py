@@ -42,12 +42,14 @@ def instruction_rows(obs: dict[str, Any], num_steps: int, num_envs: int) -> list
     instr = list(obs["instruction"])
     if not instr:
         return []
+    if len(instr) == 1:  # one instruction for the whole batch (a single-task env that reports it once)
+        return instr * (num_steps * num_envs)
     if len(instr) == num_envs:
         return instr * num_steps
     if len(instr) == num_steps * num_envs:
         return instr
     raise ValueError(f"obs['instruction'] has {len(instr)} strings for {num_steps} steps x {num_envs} envs; "
-                     f"it must hold one per env ({num_envs}) or one per row ({num_steps * num_envs})")
+                     f"it must hold one for all, one per env ({num_envs}) or one per row ({num_steps * num_envs})")
 
 
 def stack_obs(obs_list: list[dict[str, Any]]) -> dict[str, Any]:

@@ -7,22 +7,28 @@ can still compose and validate a config.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-_EXPORTS = {
-    "remote": "cluster", "remote_on": "cluster", "start_ray": "cluster", "stop_ray": "cluster",
-    "EnvObs": "pipeline", "StagedRollout": "pipeline", "StepRecord": "pipeline",
-    "PlacementError": "placement", "PlacementPlan": "placement", "WorkerPlacement": "placement",
-    "group_size_of": "placement", "resolve": "placement", "resolve_for_training": "placement",
-}
+_CLUSTER = ("remote", "remote_on", "start_ray", "stop_ray")
+_PIPELINE = ("EnvObs", "StagedRollout", "StepRecord")
+_PLACEMENT = ("PlacementError", "PlacementPlan", "WorkerPlacement", "group_size_of", "resolve",
+              "resolve_for_training")
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'vlarl.scheduler' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"vlarl.scheduler.{module}"), name)
+    if name in _CLUSTER:
+        from vlarl.scheduler import cluster
+
+        return getattr(cluster, name)
+    if name in _PIPELINE:
+        from vlarl.scheduler import pipeline
+
+        return getattr(pipeline, name)
+    if name in _PLACEMENT:
+        from vlarl.scheduler import placement
+
+        return getattr(placement, name)
+    raise AttributeError(f"module 'vlarl.scheduler' has no attribute {name!r}")
 
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted(_CLUSTER + _PIPELINE + _PLACEMENT)
