@@ -131,3 +131,14 @@ def test_grpo_row_operations_keep_the_per_row_words():
     joined = cat_envs([traj, short])  # the one-step round is padded with its last step's words
     assert joined.obs["instruction"] == ["a", "b", "b", "a", "c", "b"]
     assert joined.flat_obs()["instruction"][4] == "c"
+
+
+def test_steps_with_one_instruction_for_the_batch_stack_to_one_per_env():
+    """Several steps that each report one instruction for all B envs stack to B equal words (not N), so the rows
+    read back for every step and env."""
+    from vlarl.data.trajectory import instruction_rows, stack_obs
+
+    steps = [{"state": torch.zeros(4, 2), "images": {}, "instruction": ["push"]} for _ in range(3)]
+    obs = stack_obs(steps)
+    assert obs["instruction"] == ["push"] * 4
+    assert instruction_rows(obs, 3, 4) == ["push"] * 12

@@ -56,7 +56,8 @@ def stack_obs(obs_list: list[dict[str, Any]]) -> dict[str, Any]:
     """Stack N observations [B, ...] into [N, B, ...]; the instructions per env, or per row when any env's
     changed between steps (``pack_instructions``)."""
     B = int(obs_list[0]["state"].shape[0])
-    rows = [s for o in obs_list for s in o["instruction"]]
+    # a step that reports one instruction for the whole batch stands for B equal ones
+    rows = [s for o in obs_list for s in (list(o["instruction"]) * B if len(o["instruction"]) == 1 else o["instruction"])]
     return {
         "state": torch.stack([o["state"] for o in obs_list]),
         "images": {k: torch.stack([o["images"][k] for o in obs_list]) for k in obs_list[0]["images"]},
