@@ -16,6 +16,7 @@ import torch
 
 from policies.critics import Critic
 from vlarl import rewards as R
+from vlarl.data.trajectory import instruction_rows
 from vlarl.scheduler.placement import WorkerPlacement, bind
 from vlarl.scheduler.transport import from_wire, to_wire, trajectory_info
 
@@ -83,11 +84,10 @@ class RewardWorker:
         N, B = frames.shape[:2]
         if next_frames.shape != frames.shape:
             raise ValueError(f"next frames {tuple(next_frames.shape)} must match frames {tuple(frames.shape)} [N, B, H, W, 3]")
-        if len(instructions) not in (B, N * B):
-            raise ValueError(f"got {len(instructions)} instructions for {N} steps x {B} envs; give one per env or "
-                             f"one per row")
+        instr = instruction_rows({"instruction": instructions}, N, B)  # one per env or per row; else one line
+        if not instr:
+            raise ValueError(f"got no instructions for {B} envs; the critic scores each episode against its words")
         ended = ended.bool()
-        instr = list(instructions) * N if len(instructions) == B else list(instructions)
         if self._start is not None and self._start.shape != frames.shape[1:]:
             self.reset_state()  # env batch changed shape: start over
         if self.cfg.mode == "delta":
