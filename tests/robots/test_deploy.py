@@ -37,7 +37,10 @@ def test_deploy_with_policy_server_records_episodes(franky_sim, tmp_path):
     with PolicyServer(Policy.from_pretrained(policy.save_pretrained(tmp_path / "ckpt")), port=0) as server:
         cfg = load_config(["robot=franka_sim", f"robot.franky.ip={franky_sim.host}", f"server=127.0.0.1:{server.port}",
                            "episodes=2", "robot.max_episode_steps=6", "robot.policy_hz=20", "robot.home_on_reset=false",
-                           f"output={tmp_path / 'run'}", "keyboard_stop=false"])
+                           f"output={tmp_path / 'run'}", "keyboard_stop=false",
+                           # this test is about recording: a loaded CI machine once stalled a step past the arm's
+                           # 0.5 s watchdog (an episode cut at 1 step); the watchdog has its own event-driven tests
+                           "robot.safety.watchdog_timeout=30"])
         r, w = os.pipe()
         with os.fdopen(r) as rf, os.fdopen(w, "w"):
             summary = run(cfg, operator_stream=rf)
