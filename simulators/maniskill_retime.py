@@ -56,7 +56,8 @@ class RetimeConfig:
 #: StackCube's path ends at the first success, which needs the gripper open, and the planner's ended with the
 #: command still closed (the grip had already slackened); followed, the fingers kept squeezing the cube: 7 of 10
 #: kept, 9 of 10 with an opening at the last waypoint (``release``).
-TASK_CONFIG = {"PullCube-v1": RetimeConfig(overshoot=0.02), "StackCube-v1": RetimeConfig(release=True)}
+TASK_CONFIG = {"PullCube-v1": RetimeConfig(overshoot=0.02), "StackCube-v1": RetimeConfig(release=True),
+               "PlaceSphere-v1": RetimeConfig(release=True)}
 
 
 def config_for(task: str) -> RetimeConfig:
