@@ -2,7 +2,11 @@
 
 ``env=maniskill_multitask env.tasks=[PushCubeToColor-v1,PushCube-v1,PullCube-v1]``: env slot ``g`` (its global
 index over all env workers, ``worker_index * num_envs + i``, as LIBERO spreads ``task_ids``) runs
-``tasks[g % len(tasks)]``. Each slot's observation carries its task's instruction (``instruction_for``: ManiSkill
+``tasks[(g // task_block) % len(tasks)]``: with ``env.task_block=1`` (the default) consecutive slots run different
+tasks; a GRPO run sets ``env.task_block`` to ``algorithm.group_size`` so that each group (consecutive slots that
+share a reset state) holds one task, and a GRPO config whose groups would mix tasks is refused at load
+(``global_slot_tasks`` / ``grouping_fix``, asked by ``vlarl.config.construct``). A group of the language task
+shares its words too: they are drawn from the episode's seed, which the group shares. Each slot's observation carries its task's instruction (``instruction_for``: ManiSkill
 tasks get vlarl's fixed sentence, e.g. "pull the cube back to the goal region"; the language task reports each
 episode's own). Every slot is a ManiSkill CPU scene stepped by ``simulators.maniskill.ManiSkillEnv``'s code
 (render once per chunk, ``fresh_reset``, camera slices); this module only says which task each scene is.
@@ -63,8 +67,10 @@ class ManiSkillMultiTaskConfig(ManiSkillConfig):
     """ManiSkill's CPU config (``ManiSkillConfig``: control mode, cameras, image size, ...) over several tasks."""
 
     name: str = "maniskill_multitask"
-    task: str = MULTITASK  # a label; slot g runs tasks[g % len(tasks)]
+    task: str = MULTITASK  # a label; slot g runs tasks[(g // task_block) % len(tasks)]
     tasks: list[str] = field(default_factory=list)
+    # consecutive global slots that run one task (GRPO: algorithm.group_size, so a group is one task)
+    task_block: int = 1
     # {task id: {constructor keyword: value}}: each task gets only its own (module doc)
     task_kwargs: dict[str, Any] = field(default_factory=dict)
     # "proprio": the robot's own state dims only (the same layout in every task); "full": ManiSkill's whole state
@@ -75,9 +81,10 @@ STATES = ("proprio", "full")
 
 
 def slot_tasks(cfg: ManiSkillMultiTaskConfig, num_envs: int, worker_index: int) -> list[str]:
-    """The task of each of this worker's ``num_envs`` slots: global slot g runs ``tasks[g % len(tasks)]``."""
-    n = len(cfg.tasks)
-    return [cfg.tasks[(worker_index * num_envs + i) % n] for i in range(num_envs)]
+    """The task of each of this worker's ``num_envs`` slots: global slot g runs
+    ``tasks[(g // task_block) % len(tasks)]``."""
+    n, block = len(cfg.tasks), max(1, int(cfg.task_block))
+    return [cfg.tasks[((worker_index * num_envs + i) // block) % n] for i in range(num_envs)]
 
 
 def task_config(cfg: ManiSkillMultiTaskConfig, task: str) -> ManiSkillConfig:
@@ -110,9 +117,15 @@ class ManiSkillMultiTaskEnv(ManiSkillEnv):
             raise EnvError(f"env.control_mode='' lets each of env.tasks={tasks} use its robot's default controller, "
                            f"so their actions could mean different things; set one, e.g. "
                            f"env.control_mode=pd_ee_delta_pos")
+        if cfg.task_block < 1:
+            raise EnvError(f"env.task_block={cfg.task_block} must be >= 1 (consecutive env slots that run one task)")
         if cfg.num_envs < len(tasks):
             raise EnvError(f"env.num_envs={cfg.num_envs} is fewer than the {len(tasks)} tasks of env.tasks; give "
                            f"every task at least one env (env.num_envs >= {len(tasks)})")
+        if cfg.num_envs < len(tasks) * cfg.task_block:
+            raise EnvError(f"env.num_envs={cfg.num_envs} leaves tasks without an env: env.task_block="
+                           f"{cfg.task_block} gives each of the {len(tasks)} tasks {cfg.task_block} consecutive "
+                           f"slots; set env.num_envs >= {len(tasks) * cfg.task_block} or a smaller env.task_block")
         stray = sorted(k for k in cfg.task_kwargs if k not in tasks)
         if stray:
             raise EnvError(f"env.task_kwargs has {stray}, which are not in env.tasks={tasks}; key it by task, e.g. "
@@ -129,9 +142,22 @@ class ManiSkillMultiTaskEnv(ManiSkillEnv):
         return [s for t in cfg.tasks for s in task_instructions(t)]
 
     @staticmethod
+    def global_slot_tasks(cfg: ManiSkillMultiTaskConfig) -> list[str]:
+        """The task of every global env slot of a run (``cfg.num_envs`` over ``cfg.num_workers``), as the
+        workers' ``slot_tasks`` assign them: what a GRPO config's groups are checked against before a run."""
+        per = cfg.num_envs // max(1, cfg.num_workers)
+        return [t for w in range(max(1, cfg.num_workers)) for t in slot_tasks(cfg, per, w)]
+
+    @staticmethod
+    def grouping_fix(cfg: ManiSkillMultiTaskConfig, group_size: int) -> str:
+        """The override that makes every ``group_size`` consecutive slots one task (the refusal's fix)."""
+        return (f"set env.task_block={group_size} (= algorithm.group_size: slot g runs "
+                f"tasks[(g // task_block) % {len(cfg.tasks)}], so each group's slots run one task)")
+
+    @staticmethod
     def task_configs(cfg: ManiSkillMultiTaskConfig) -> list[tuple[str, ManiSkillMultiTaskConfig]]:
         """(task, a config whose every slot runs it): how an evaluation reports each task on its own."""
-        return [(t, dataclasses.replace(cfg, tasks=[t], task=t,
+        return [(t, dataclasses.replace(cfg, tasks=[t], task=t, task_block=1,
                                         task_kwargs={t: cfg.task_kwargs[t]} if t in cfg.task_kwargs else {}))
                 for t in cfg.tasks]
 

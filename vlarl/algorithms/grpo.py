@@ -1,7 +1,8 @@
 """GRPO for chunked policies: group-relative advantages from episode scores, no critic.
 
 A group is ``group_size`` consecutive envs that start from one shared reset state (the runner gives
-them one reset-state id). Each env plays one episode; its score is the episode's success
+them one reset-state id). In an env that spreads several tasks over its slots, a group must hold one task
+(``mixed_group_problem``, asked at config load). Each env plays one episode; its score is the episode's success
 (``success_once``) or return. Every chunk step of the episode gets the advantage
 
     A = (score - mean(group scores)) / (std(group scores) + eps)     (population std)
@@ -19,6 +20,7 @@ is then credited only with what came after it, which matters with dense rewards 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -365,6 +367,21 @@ def collect_groups(collector: Collector, obs_parts: list[dict[str, Any]]) -> tup
     return selected, obs_parts, steps
 
 
+def mixed_group_problem(alg: Any, slot_tasks: list[str], fix: Callable[[int], str]) -> str | None:
+    """A group is ``group_size`` consecutive global env slots compared with each other; slots of different tasks
+    in one group would rank one task's episodes against another's (a hard task's members always lose). One line
+    naming the first mixed group and the env's ``fix(group_size)``, or None. Members of a pure group share the
+    reset seed, so a task that draws its words per episode from the seed gives them one instruction too."""
+    K = alg.group_size
+    for g in range(len(slot_tasks) // K):
+        members = slot_tasks[g * K:(g + 1) * K]
+        if len(set(members)) > 1:
+            return (f"algorithm.group_size={K} makes env slots {g * K}-{g * K + K - 1} one GRPO group, but they run "
+                    f"different tasks ({', '.join(dict.fromkeys(members))}), so group advantages would compare one "
+                    f"task's episodes with another's; {fix(K)}")
+    return None
+
+
 def validate_grpo(alg: Any, num_envs: int) -> str | None:
     if msg := clipped_update_problem(alg):
         return msg
@@ -385,4 +402,5 @@ def validate_grpo(alg: Any, num_envs: int) -> str | None:
 # GRPO scores undiscounted episodes, each starting at the batch's first step
 register_algorithm(AlgorithmSpec(name="grpo", config=GRPOConfig, update=grpo_update, validate=validate_grpo,
                                  discount=lambda alg: 1.0, collect=collect_groups, fresh_episodes=True,
-                                 uses_reference=uses_kl_reference, check_policy=unused_value_head_problem))
+                                 uses_reference=uses_kl_reference, check_policy=unused_value_head_problem,
+                                 check_slots=mixed_group_problem))

@@ -49,6 +49,38 @@ def env_instructions(env_cfg: Any) -> list[str]:
     return list(klass.instructions(env_cfg)) if isinstance(klass, DeclaresInstructions) else []
 
 
+@runtime_checkable
+class SpreadsTasks(Protocol):
+    """An env class that runs several tasks over its slots (``simulators.maniskill_multitask``): the task of
+    every global slot of a config, and the override that gives each run of ``group_size`` consecutive slots one
+    task, so an algorithm that compares slots (GRPO's groups) can refuse a mix before a run."""
+
+    @staticmethod
+    def global_slot_tasks(cfg: Any) -> list[str]: ...
+
+    @staticmethod
+    def grouping_fix(cfg: Any, group_size: int) -> str: ...
+
+
+def check_slots(alg: Any, env_cfg: Any) -> str | None:
+    """The algorithm's refusal of the env's slot layout (``AlgorithmSpec.check_slots``), or None when the env
+    runs one task everywhere or the algorithm compares no slots."""
+    from simulators.base import EnvError
+    from simulators.registry import env_class
+    from vlarl.algorithms.registry import algorithm_spec
+
+    spec = algorithm_spec(alg.name)
+    if spec.check_slots is None:
+        return None
+    try:
+        klass = env_class(env_cfg.name)
+    except (EnvError, ImportError):  # an unknown env is refused by its own check
+        return None
+    if not isinstance(klass, SpreadsTasks):
+        return None
+    return spec.check_slots(alg, list(klass.global_slot_tasks(env_cfg)), lambda k: klass.grouping_fix(env_cfg, k))
+
+
 def check_policy(policy_cfg: Any, env_cfg: Any, alg: Any = None) -> str | None:
     """Build ``policy_cfg`` on the meta device; the family's own refusal (ValueError/KeyError), then the first
     capability the algorithm needs (``AlgorithmSpec.requires``) that the policy lacks, then the algorithm's own
@@ -141,11 +173,12 @@ def check_reward(reward_cfg: Any) -> str | None:
 
 def validate_by_construction(cfg: Any) -> str | None:
     """The first refusal among algorithm ranges, optimizer, reward and policy, or None."""
-    for problem in (check_algorithm_ranges(cfg.algorithm), check_optimizer(cfg.algorithm), check_reward(cfg.reward)):
+    for problem in (check_algorithm_ranges(cfg.algorithm), check_optimizer(cfg.algorithm), check_reward(cfg.reward),
+                    check_slots(cfg.algorithm, cfg.env)):
         if problem:
             return problem
     return check_policy(cfg.policy, cfg.env, cfg.algorithm)
 
 
-__all__ = ["check_algorithm_ranges", "check_optimizer", "check_policy", "check_reward", "probe_spec",
-           "validate_by_construction"]
+__all__ = ["SpreadsTasks", "check_algorithm_ranges", "check_optimizer", "check_policy", "check_reward", "check_slots",
+           "probe_spec", "validate_by_construction"]
