@@ -27,6 +27,14 @@ metrics (NaN for rows of other tasks, and for every row whose episode did not en
 (``rollout/success_once/<task>``). ``vlarl-eval`` and the runner's evaluations run each task on its own
 (``task_configs``: one config per task with ``tasks=[task]``) and report them in ``eval.json``'s ``tasks``.
 
+A critic that sees the task (``env.critic_state=true``, asymmetric actor-critic): every observation also holds
+``obs["critic_state"]`` float32 [B, C], for a value head only (``policy.value_from=critic_state``), never the actor:
+each slot's full ManiSkill scene state (``get_state()``: every actor's pose and velocity, the goals included, and
+the robot's joints), zero-padded to the longest task's size, then a one-hot of the slot's task (its index in
+``env.tasks``) and a one-hot of the instruction the slot reports (its index in ``instructions(cfg)``: the
+language task's state holds both goals, the words say which counts). C = max sim state + tasks + instructions
+(``spec.critic_state_dim``). It is made with the observation it sits beside (reset, chunk end, ``final_obs``).
+
 ``env.task_kwargs`` is keyed by task: ``+env.task_kwargs.PushCubeToColor-v1.instruction=other`` passes
 ``instruction="other"`` to that task's constructor only.
 """
@@ -75,9 +83,18 @@ class ManiSkillMultiTaskConfig(ManiSkillConfig):
     task_kwargs: dict[str, Any] = field(default_factory=dict)
     # "proprio": the robot's own state dims only (the same layout in every task); "full": ManiSkill's whole state
     state: str = "proprio"
+    # obs["critic_state"]: each slot's full scene state (padded) + task and instruction one-hots (module doc)
+    critic_state: bool = False
 
 
 STATES = ("proprio", "full")
+
+
+@dataclass
+class CriticSceneObs(SceneObs):
+    """A scene's observation plus its privileged ``critic: float32 [C]`` (module doc), made at the same moment."""
+
+    critic: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
 
 
 def slot_tasks(cfg: ManiSkillMultiTaskConfig, num_envs: int, worker_index: int) -> list[str]:
@@ -156,8 +173,9 @@ class ManiSkillMultiTaskEnv(ManiSkillEnv):
 
     @staticmethod
     def task_configs(cfg: ManiSkillMultiTaskConfig) -> list[tuple[str, ManiSkillMultiTaskConfig]]:
-        """(task, a config whose every slot runs it): how an evaluation reports each task on its own."""
-        return [(t, dataclasses.replace(cfg, tasks=[t], task=t, task_block=1,
+        """(task, a config whose every slot runs it): how an evaluation reports each task on its own (without the
+        critic state: an evaluation trains no value head)."""
+        return [(t, dataclasses.replace(cfg, tasks=[t], task=t, task_block=1, critic_state=False,
                                         task_kwargs={t: cfg.task_kwargs[t]} if t in cfg.task_kwargs else {}))
                 for t in cfg.tasks]
 
@@ -185,6 +203,10 @@ class ManiSkillMultiTaskEnv(ManiSkillEnv):
         layouts = self._layouts(gym, render)
         self._keep = [layouts[t]["keep"] for t in self.slot_tasks]
         self.max_episode_steps = int(cfg.max_episode_steps or max(lay["time_limit"] for lay in layouts.values()))
+        # the critic's vector: [scene state, zero-padded to the widest task | task one-hot | instruction one-hot]
+        self._sim_width = max(lay["sim_dim"] for lay in layouts.values())
+        self._critic_words = list(dict.fromkeys(ManiSkillMultiTaskEnv.instructions(cfg)))
+        self._critic_dim = self._sim_width + len(cfg.tasks) + len(self._critic_words)
         first = layouts[self.slot_tasks[0]]
         self.spec = EnvSpec(
             state_dim=first["state_dim"],
@@ -198,6 +220,7 @@ class ManiSkillMultiTaskEnv(ManiSkillEnv):
             instruction=self.instruction,
             critic_cameras=(cfg.critic_camera,) if cfg.critic_camera else (),
             proprio_dims=first["proprio"],
+            critic_state_dim=self._critic_dim if cfg.critic_state else 0,
         )
         self._init_batch()
 
@@ -220,6 +243,7 @@ class ManiSkillMultiTaskEnv(ManiSkillEnv):
                               low=np.asarray(space.low, dtype=np.float32).reshape(-1),
                               high=np.asarray(space.high, dtype=np.float32).reshape(-1),
                               time_limit=_time_limit(env), keep=keep,
+                              sim_dim=int(env.unwrapped.get_state().shape[-1]),
                               proprio=() if keep is not None else proprio)
             finally:
                 if t not in held:
@@ -234,9 +258,30 @@ class ManiSkillMultiTaskEnv(ManiSkillEnv):
         return self._kept(i, super().scene_obs(i, raw))
 
     def _kept(self, i: int, obs: SceneObs) -> SceneObs:
-        """Scene ``i``'s observation with the state dims its task keeps (``env.state``)."""
+        """Scene ``i``'s observation with the state dims its task keeps (``env.state``), and its critic vector
+        under ``env.critic_state`` (of the scene as it is now: the moment the observation was made)."""
         keep = self._keep[i]
-        return obs if keep is None else SceneObs(state=obs.state[keep], images=obs.images)
+        state = obs.state if keep is None else obs.state[keep]
+        if not self.cfg.critic_state:
+            return SceneObs(state=state, images=obs.images) if keep is not None else obs
+        return CriticSceneObs(state=state, images=obs.images, critic=self.critic_vector(i))
+
+    def critic_vector(self, i: int) -> np.ndarray:
+        """Scene ``i``'s privileged state now, float32 [C] (module doc): its full ManiSkill state, zero-padded,
+        then the one-hots of its task and of the instruction it reports."""
+        sim = self.envs[i].unwrapped.get_state().reshape(-1).numpy()
+        out = np.zeros(self._critic_dim, dtype=np.float32)
+        out[:sim.shape[0]] = sim
+        out[self._sim_width + self.cfg.tasks.index(self.slot_tasks[i])] = 1.0
+        if self.instructions[i] in self._critic_words:
+            out[self._sim_width + len(self.cfg.tasks) + self._critic_words.index(self.instructions[i])] = 1.0
+        return out
+
+    def _stack(self, per_env: list[SceneObs]) -> dict[str, Any]:
+        obs = super()._stack(per_env)
+        if self.cfg.critic_state:
+            obs["critic_state"] = torch.from_numpy(np.stack([o.critic for o in per_env]))
+        return obs
 
     def chunk_step(self, actions: torch.Tensor | np.ndarray, observer: Any = None) -> Any:
         """``ManiSkillEnv.chunk_step`` plus ``<metric>/<task>`` episode metrics for every task (module doc)."""
@@ -270,5 +315,5 @@ def _refuse_mixed(layouts: dict[str, dict[str, Any]], cfg: ManiSkillMultiTaskCon
                        f"{cfg.control_mode}/{cfg.obs_mode}; one policy needs one layout: {fix}")
 
 
-__all__ = ["MULTITASK", "PER_TASK_METRICS", "ManiSkillMultiTaskConfig", "ManiSkillMultiTaskEnv", "slot_tasks",
+__all__ = ["MULTITASK", "PER_TASK_METRICS", "CriticSceneObs", "ManiSkillMultiTaskConfig", "ManiSkillMultiTaskEnv", "slot_tasks",
            "task_config"]

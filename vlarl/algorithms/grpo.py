@@ -45,7 +45,7 @@ from vlarl.algorithms.update import (
     clipped_update_problem,
     uses_kl_reference,
 )
-from vlarl.data.trajectory import Trajectory, instruction_rows, map_step_facts, pack_instructions
+from vlarl.data.trajectory import Trajectory, instruction_rows, map_step_facts, pack_instructions, row_tensors
 
 SCORES = ("success", "return", "reward_to_go")
 
@@ -166,7 +166,7 @@ def informative_groups(success: torch.Tensor, group_size: int) -> tuple[torch.Te
 def index_envs(traj: Trajectory, envs: torch.Tensor) -> Trajectory:
     """The sub-trajectory of env columns ``envs`` (all time steps)."""
     obs = {
-        "state": traj.obs["state"][:, envs],
+        **{k: traj.obs[k][:, envs] for k in row_tensors(traj.obs)},
         "images": {k: v[:, envs] for k, v in traj.obs["images"].items()},
         "instruction": _env_instructions(traj, envs),
     }
@@ -221,7 +221,8 @@ def pad_steps(traj: Trajectory, num_steps: int) -> Trajectory:
     extras = {key: (fill(v, pad_value[key]) if key in pad_value else rep(v)) if v.ndim >= 2 and v.shape[0] == N
               else v for key, v in traj.extras.items()}
     return replace(
-        traj, obs={**traj.obs, "state": rep(traj.obs["state"]), "instruction": _step_instructions([traj], num_steps),
+        traj, obs={**traj.obs, **{k: rep(traj.obs[k]) for k in row_tensors(traj.obs)},
+                   "instruction": _step_instructions([traj], num_steps),
                    "images": {n: rep(v) for n, v in traj.obs["images"].items()}},
         replay={n: rep(v) for n, v in traj.replay.items()}, logprob=rep(traj.logprob), values=rep(traj.values),
         rewards=fill(traj.rewards, 0.0), dones=fill(traj.dones, 0.0), truncated=fill(traj.truncated, 0.0),
@@ -240,7 +241,7 @@ def cat_envs(trajs: list[Trajectory]) -> Trajectory:
     cat = lambda xs, d=1: torch.cat(xs, d)  # noqa: E731
     return replace(
         t0,
-        obs={"state": cat([t.obs["state"] for t in trajs]),
+        obs={**{k: cat([t.obs[k] for t in trajs]) for k in row_tensors(t0.obs)},
              "images": {k: cat([t.obs["images"][k] for t in trajs]) for k in t0.obs["images"]},
              "instruction": _step_instructions(trajs, N)},
         replay={k: cat([t.replay[k] for t in trajs]) for k in t0.replay},

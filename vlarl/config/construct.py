@@ -25,7 +25,8 @@ def probe_spec(env_cfg: Any) -> PolicySpec:
     return PolicySpec(state_dim=8, action_dim=7, action_low=[-1.0] * 7, action_high=[1.0] * 7,
                       image_keys=image_keys, image_size=[size, size] if image_keys else None,
                       max_episode_steps=int(getattr(env_cfg, "max_episode_steps", 50) or 50),
-                      task=str(getattr(env_cfg, "task", "")), instruction="probe")
+                      task=str(getattr(env_cfg, "task", "")), instruction="probe",
+                      critic_state_dim=8 if getattr(env_cfg, "critic_state", False) else 0)
 
 
 @runtime_checkable
