@@ -16,8 +16,9 @@ from policies.base import PolicySpec
 
 
 def probe_spec(env_cfg: Any) -> PolicySpec:
-    """A ``PolicySpec`` with the env config's cameras and placeholder sizes (state 8, action 7), enough to
-    build any policy family without starting a simulator."""
+    """A ``PolicySpec`` with the env config's cameras and placeholder sizes (state 8, action 7, and a critic state
+    of 8 where ``env.critic_state`` is set, else none), enough to build any policy family without starting a
+    simulator."""
     obs_mode = str(getattr(env_cfg, "obs_mode", "state"))
     cameras = list(getattr(env_cfg, "cameras", []) or [])
     image_keys = (cameras or ["base_camera"]) if "rgb" in obs_mode else []
