@@ -23,3 +23,4 @@ class PolicySpec:
     max_episode_steps: int = 0
     task: str = ""
     instruction: str = ""
+    critic_state_dim: int = 0  # width of obs["critic_state"] (0: none); the value head of value_from=critic_state

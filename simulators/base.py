@@ -8,6 +8,9 @@ One observation schema everywhere, so policies never learn a simulator's quirks:
         "instruction": list[str] of length B,
     }
 
+and, from an env whose spec says ``critic_state_dim > 0``, ``"critic_state": float32 [B, C]``: a privileged state
+that only a value head reads (asymmetric actor-critic; never a policy input on a real robot).
+
 Chunk semantics (``chunk_step``): a policy emits a chunk of ``T`` actions per env. The env executes
 them in order. When an episode ends at step ``k < T`` the remaining ``T - k - 1`` actions are
 skipped (``step_mask`` is False for them, their rewards are 0), the observation at the end of the
@@ -92,6 +95,9 @@ class EnvSpec:
     # velocities, end-effector pose); the others describe the world (``observation.environment_state``: object
     # poses, goals). Empty: the whole state is proprioception. Read by the dataset writer, not by policies.
     proprio_dims: tuple[int, ...] = ()
+    # width of obs["critic_state"] [B, C], a privileged state only a value head reads (the multi-task env's full
+    # scene state + task one-hot, ``policy.value_from=critic_state``); 0: the env reports none
+    critic_state_dim: int = 0
 
 
 #: EnvSpec fields that are no policy input, so the policy's spec has no copy of them

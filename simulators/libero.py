@@ -55,6 +55,9 @@ class LiberoConfig(EnvConfig):
     name: str = "libero"
     task: str = "libero_spatial"  # suite: libero_spatial, libero_object, libero_goal, libero_10, libero_90
     task_ids: list[int] = field(default_factory=lambda: [0])  # tasks of the suite, spread over envs
+    # consecutive env slots that run one task: slot g runs task_ids[(g // task_block) % len(task_ids)]; a GRPO
+    # recipe sets it to algorithm.group_size so each group compares samples of one task (SimpleVLA-RL's groups)
+    task_block: int = 1
     num_envs: int = 1
     obs_mode: str = "rgb"
     image_size: int = 128
@@ -105,6 +108,13 @@ register_suites("libero", {name: {**s, "env_overrides": {"task": name}} for name
                 task_lister=task_entries)
 
 
+def slot_task_ids(cfg: LiberoConfig, num_envs: int, worker_index: int) -> list[int]:
+    """The task index of each of this worker's ``num_envs`` slots: global slot g runs
+    ``task_ids[(g // task_block) % len(task_ids)]``."""
+    block = max(1, int(cfg.task_block))
+    return [cfg.task_ids[((worker_index * num_envs + i) // block) % len(cfg.task_ids)] for i in range(num_envs)]
+
+
 def quat_to_axis_angle(q: np.ndarray) -> np.ndarray:
     """robosuite quaternion (x, y, z, w) [4] -> axis-angle [3] float32, exactly as LeRobot's LIBERO processor.
 
@@ -132,6 +142,19 @@ class LiberoEnv(RobosuiteScenes):
     FLIP_COLUMNS = True  # LIBERO's frames are rotated 180 degrees
 
     @staticmethod
+    def global_slot_tasks(cfg: LiberoConfig) -> list[str]:
+        """The task of every global env slot of a run (``cfg.num_envs`` over ``cfg.num_workers``), as the workers
+        assign them: what a GRPO config's groups are checked against before a run (``SpreadsTasks``)."""
+        per = cfg.num_envs // max(1, cfg.num_workers)
+        return [f"{cfg.task}/{t}" for w in range(max(1, cfg.num_workers)) for t in slot_task_ids(cfg, per, w)]
+
+    @staticmethod
+    def grouping_fix(cfg: LiberoConfig, group_size: int) -> str:
+        """The override that makes every ``group_size`` consecutive slots one task (the refusal's fix)."""
+        return (f"set env.task_block={group_size} (= algorithm.group_size: slot g runs "
+                f"task_ids[(g // task_block) % {len(cfg.task_ids)}], so each group's slots run one task)")
+
+    @staticmethod
     def validate_config(cfg: LiberoConfig) -> None:
         """Start-up checks: suite, task ids, cameras, observation and reward modes."""
         if cfg.task not in SUITE_MAX_STEPS:
@@ -153,6 +176,8 @@ class LiberoEnv(RobosuiteScenes):
             raise EnvError("env.obs_mode='rgb' needs at least one camera in env.cameras")
         if not cfg.task_ids:
             raise EnvError("env.task_ids is empty; give at least one task index, e.g. [0]")
+        if cfg.task_block < 1:
+            raise EnvError(f"env.task_block={cfg.task_block} must be >= 1 (consecutive env slots that run one task)")
         if cfg.rendering not in RENDERINGS:
             raise EnvError(f"env.rendering='{cfg.rendering}' is unknown; use one of {list(RENDERINGS)}")
         if cfg.rendering == "published" and (cfg.shadows or cfg.reflections or cfg.msaa):
@@ -172,9 +197,7 @@ class LiberoEnv(RobosuiteScenes):
         cams = self._start(cfg, num_envs, worker_index, render, "agentview")
         self.quality = RenderQuality(cfg.shadows, cfg.reflections, cfg.msaa)
         size = max(cfg.image_size, cfg.render_size) if render else cfg.image_size
-        self.task_ids = [
-            cfg.task_ids[(worker_index * num_envs + i) % len(cfg.task_ids)] for i in range(num_envs)
-        ]
+        self.task_ids = slot_task_ids(cfg, num_envs, worker_index)
         self.envs: list[Any] = []
         self.init_states: list[np.ndarray] = []
         self.instructions = []

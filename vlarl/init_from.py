@@ -90,11 +90,16 @@ def load_init_weights(path: str | Path, policy_cfg: Any, spec: PolicySpec, env_c
     probe = make_policy(policy_cfg, spec)
     was = meta.get("config", {}).get("value_from", "hidden")
     now_from = getattr(policy_cfg, "value_from", was)
-    if was != now_from:  # a different value-head input: only the value head starts fresh (SFT never trains it)
+    # a privileged critic state of another width (other tasks, another scene) feeds another value head
+    width_was, width_now = int(meta.get("spec", {}).get("critic_state_dim", 0) or 0), int(spec.critic_state_dim)
+    other_width = now_from == "critic_state" and width_was != width_now
+    if was != now_from or other_width:  # a different value-head input: only the value head starts fresh
         head = probe.value_head_prefixes
         fresh = {k: v for k, v in probe.state_dict().items() if k.startswith(head)}
         state = {**{k: v for k, v in state.items() if not k.startswith(head)}, **fresh}
-        print(f"[vlarl] init_from: policy.value_from={now_from} (checkpoint: {was}); the value head starts fresh")
+        why = f"obs['critic_state'] width {width_now} (checkpoint: {width_was})" if was == now_from else \
+            f"policy.value_from={now_from} (checkpoint: {was})"
+        print(f"[vlarl] init_from: {why}; the value head starts fresh")
     try:
         probe.load_state_dict(state, strict=True)
     except RuntimeError as e:

@@ -60,7 +60,15 @@ from policies.processors.normalize import RunningNormalize
 from policies.registry import register_policy
 from policies.value_head import config_value_support, value_expectation, value_output, with_value_bins
 from policies.vlm.backbone import BACKBONE_CONFIG_NAME
-from policies.vlm.policy_base import DTYPES, PROCESSOR_NAME, VLAPolicy, value_mlp
+from policies.vlm.policy_base import (
+    DTYPES,
+    PROCESSOR_NAME,
+    VALUE_SOURCES,
+    VLAPolicy,
+    critic_state_of,
+    critic_state_width,
+    value_mlp,
+)
 from policies.vlm.tokenizer import build_byte_tokenizer
 
 BOS, PAD = 1, 32000
@@ -159,7 +167,13 @@ class OpenVLAPolicy(VLAPolicy):
 
     def _build_value_head_exact(self) -> nn.Module:
         """On the state (``value_from=state``) or the prompt's last hidden state; K outputs with ``value_bins``."""
-        head = value_mlp(self.spec.state_dim, 256, 2) if self.config.value_from == "state" else value_mlp(self.cfg.llm_dim)
+        src = self.config.value_from
+        if src not in VALUE_SOURCES:
+            raise ValueError(f"policy.value_from='{src}' is unknown; choose one of {VALUE_SOURCES}")
+        if src == "critic_state":
+            head = value_mlp(critic_state_width(self.spec), 256, 2)
+        else:
+            head = value_mlp(self.spec.state_dim, 256, 2) if src == "state" else value_mlp(self.cfg.llm_dim)
         return with_value_bins(head, self.value_support)
 
     def _finish_exact(self) -> None:
@@ -273,6 +287,8 @@ class OpenVLAPolicy(VLAPolicy):
         """What ``evaluate`` returns as the value: [B], or logits [B, K] with a binned head."""
         if self.config.value_from == "state":
             x = self.state_norm.normalize(as_float_tensor(obs["state"], self.device))
+        elif self.config.value_from == "critic_state":
+            x = critic_state_of(obs, self.spec, self.device, h_pre.shape[0])
         else:
             x = h_pre.float()
         return value_output(self.value_head(x), self.value_support)

@@ -12,8 +12,8 @@ The network is the architecture's own (``self.net``, parameter names as in the r
   (env bounds, or the checkpoint's action statistics); a checkpoint fine-tunes on an env with fewer dims than
   its padding (a new embodiment: then running state statistics and env bounds, since its own statistics are
   another robot's), the unused dims masked out of the SFT loss and the likelihoods;
-* value head on the pooled prefix features (``value_from=hidden``) or on the normalized state, scalar or
-  binned (``value_bins``: logits from ``evaluate``, their expectation from ``sample`` / ``value``);
+* value head on the pooled prefix features (``value_from=hidden``), on the normalized state (``state``) or on
+  the env's privileged ``obs["critic_state"]`` (``critic_state``: asymmetric actor-critic), scalar or binned (``value_bins``: logits from ``evaluate``, their expectation from ``sample`` / ``value``);
 * freezing (``freeze_vlm``: train the expert only; ``freeze_vision``), LoRA on the VLM (peft), dtype and
   gradient checkpointing.
 
@@ -42,7 +42,15 @@ from policies.heads.flow import FlowChain, FlowChainConfig
 from policies.inputs import check_images, check_instructions
 from policies.processors import CameraMap, Normalize, PadVector, Processor, RunningNormalize
 from policies.value_head import config_value_support, value_output, with_value_bins
-from policies.vlm.policy_base import DTYPES, PROCESSOR_NAME, VALUE_SOURCES, VLAPolicy, value_mlp
+from policies.vlm.policy_base import (
+    DTYPES,
+    PROCESSOR_NAME,
+    VALUE_SOURCES,
+    VLAPolicy,
+    critic_state_of,
+    critic_state_width,
+    value_mlp,
+)
 
 ARCH_FILE = "backbone_config.json"  # the name VLA checkpoints use for their network's configs
 
@@ -233,7 +241,12 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
         src = self.config.value_from
         if src not in VALUE_SOURCES:
             raise ValueError(f"policy.value_from='{src}' is unknown; choose one of {VALUE_SOURCES}")
-        head = value_mlp(self.spec.state_dim, 256, 2) if src == "state" else value_mlp(prefix_width)
+        if src == "state":
+            head = value_mlp(self.spec.state_dim, 256, 2)
+        elif src == "critic_state":
+            head = value_mlp(critic_state_width(self.spec), 256, 2)
+        else:
+            head = value_mlp(prefix_width)
         return with_value_bins(head, self.value_support)
 
     def _finish_exact(self) -> None:
@@ -343,7 +356,10 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
     def _flow_context(self, obs: dict[str, Any]):
         inputs, state = self.flow_inputs(obs)
         prefix: FlowPrefix = self.net.encode_prefix(inputs)
-        head_in = state if self.config.value_from == "state" else prefix.features
+        src = self.config.value_from
+        head_in = state if src == "state" else prefix.features
+        if src == "critic_state":
+            head_in = critic_state_of(obs, self.spec, self.device, state.shape[0])
         return (prefix, inputs), value_output(self.value_head(head_in.float()), self.value_support)
 
     def _flow_velocity(self, ctx, x: torch.Tensor, t: torch.Tensor):

@@ -56,8 +56,9 @@ def coerce_nested(cfg: Any) -> None:
 class VLATrunkConfig:
     """The keys every VLA family shares: where its value head reads from and how its trunk trains."""
 
-    # value head input: "hidden" (the trunk's state before the actions) or "state" (an MLP critic on the
-    # normalized state vector: asymmetric actor-critic in simulation, decoupled from the trunk)
+    # value head input: "hidden" (the trunk's state before the actions), "state" (an MLP critic on the
+    # normalized state vector, decoupled from the trunk) or "critic_state" (an MLP critic on the env's privileged
+    # obs["critic_state"], which the actor never reads: asymmetric actor-critic in simulation)
     value_from: str = "hidden"
     freeze_vlm: bool = False
     freeze_vision: bool = False
@@ -98,7 +99,32 @@ def value_mlp(dim: int, hidden: int | None = None, layers: int = 1) -> nn.Sequen
     return head
 
 
-VALUE_SOURCES = ("hidden", "state")
+VALUE_SOURCES = ("hidden", "state", "critic_state")
+
+
+def critic_state_width(spec: PolicySpec) -> int:
+    """The width C of the env's ``obs["critic_state"]`` that a ``value_from=critic_state`` head reads; refuses
+    (``ValueError``, one line) an env that reports none."""
+    if spec.critic_state_dim < 1:
+        raise ValueError("policy.value_from=critic_state needs an env that reports obs['critic_state'] (a privileged "
+                         "state for the critic); set env.critic_state=true (env=maniskill_multitask) or use "
+                         "policy.value_from=state")
+    return int(spec.critic_state_dim)
+
+
+def critic_state_of(obs: dict[str, Any], spec: PolicySpec, device: torch.device, batch: int) -> torch.Tensor:
+    """``obs["critic_state"]`` as float32 [B, C] on ``device``: the value head's input under
+    ``value_from=critic_state``; one line when it has another width. An observation without it (``act`` in an
+    evaluation, whose per-task envs report no critic state) gives zeros [batch, C]: no learner reads that value,
+    and a training run's env is checked to report it when the config loads (``critic_state_width``)."""
+    x = obs.get("critic_state")
+    if x is None:
+        return torch.zeros(batch, spec.critic_state_dim, device=device)
+    x = as_float_tensor(x, device)
+    if x.ndim != 2 or x.shape[1] != spec.critic_state_dim:
+        raise ValueError(f"obs['critic_state'] must be [B, {spec.critic_state_dim}] (the policy's "
+                         f"spec.critic_state_dim), got {tuple(x.shape)}")
+    return x
 
 
 class VLAPolicy(Policy, FixedInstructionTokens):
@@ -136,7 +162,8 @@ class BackboneVLAPolicy(VLAPolicy):
 
     def _build_value_head(self) -> nn.Module:
         """``value_from=hidden``: an MLP on the VLM hidden state; ``state``: a 2x256 MLP on the normalized
-        state vector (the trunk then carries no value gradient)."""
+        state vector (the trunk then carries no value gradient); ``critic_state``: a 2x256 MLP on the env's
+        privileged ``obs["critic_state"]``."""
         src = getattr(self.config, "value_from", "hidden")
         if src not in VALUE_SOURCES:
             raise ValueError(f"policy.value_from='{src}' is unknown; choose one of {VALUE_SOURCES}")
@@ -145,12 +172,17 @@ class BackboneVLAPolicy(VLAPolicy):
                 raise ValueError("policy.value_from=state needs a state observation (env.obs_mode with state); "
                                  "use policy.value_from=hidden")
             return value_mlp(self.spec.state_dim, 256, 2)
+        if src == "critic_state":
+            return value_mlp(critic_state_width(self.spec), 256, 2)
         return value_mlp(self.backbone.hidden_size)
 
     def _value(self, h_last: torch.Tensor, obs: dict[str, Any]) -> torch.Tensor:
         """Value [B] from the hidden state before the action tokens, or from the state (``value_from``)."""
-        if getattr(self.config, "value_from", "hidden") == "state":
+        src = getattr(self.config, "value_from", "hidden")
+        if src == "state":
             return self.value_head(self._state(obs).float()).squeeze(-1)
+        if src == "critic_state":
+            return self.value_head(critic_state_of(obs, self.spec, self.device, h_last.shape[0])).squeeze(-1)
         return self.value_head(h_last.float()).squeeze(-1)
 
     def _finish_init(self) -> None:

@@ -115,3 +115,38 @@ def test_init_state_ids_pick_the_standard_states_and_images_are_upright():
     d_raw = np.abs(img - raw).mean()
     assert d_rotated < 2.0 and d_raw > 5 * d_rotated + 5, (d_rotated, d_raw)
     assert a["instruction"][0].startswith("pick up the black bowl")
+
+
+def test_slots_run_task_ids_in_blocks_across_workers():
+    """``env.task_block``: global slot g runs ``task_ids[(g // task_block) % len(task_ids)]``; 1 spreads as before."""
+    from simulators.libero import slot_task_ids
+
+    cfg = LiberoConfig(task_ids=[3, 5, 7], task_block=4, num_envs=12, num_workers=2)
+    assert slot_task_ids(cfg, 6, 0) == [3, 3, 3, 3, 5, 5]
+    assert slot_task_ids(cfg, 6, 1) == [5, 5, 7, 7, 7, 7]
+    assert LiberoEnv.global_slot_tasks(cfg) == ["libero_spatial/3"] * 4 + ["libero_spatial/5"] * 4 + [
+        "libero_spatial/7"] * 4
+    assert slot_task_ids(LiberoConfig(task_ids=[3, 5, 7]), 6, 1) == [3, 5, 7, 3, 5, 7]
+    with pytest.raises(EnvError, match="task_block=0 must be >= 1"):
+        LiberoEnv.validate_config(LiberoConfig(task_block=0))
+
+
+@needs_libero
+def test_grpo_recipe_groups_hold_one_task_and_a_mixed_one_is_refused(tmp_path, monkeypatch, capsys):
+    """SimpleVLA-RL compares the 8 samples of one task's prompt; the LIBERO GRPO recipe's groups (8 consecutive of
+    512 slots over the suite's 10 tasks) each hold one task, and ``env.task_block=1`` is refused in one line."""
+    from tests.helpers.libero_checkpoints import OFT_LIBERO
+    from tests.helpers.refusals import assert_one_line_refusal
+    from vlarl.cli import train_main
+    from vlarl.config import load_train_config
+
+    args = ["experiment=libero_spatial_oft_grpo", f"policy.pretrained_path={OFT_LIBERO}", "policy.unnorm_key=fixture_sim"]
+    cfg = load_train_config(args)
+    K, slots = cfg.algorithm.group_size, LiberoEnv.global_slot_tasks(cfg.env)
+    assert len(slots) == 512 and cfg.env.task_block == K == 8
+    assert all(len(set(slots[i:i + K])) == 1 for i in range(0, 512, K)) and len(set(slots)) == 10
+    monkeypatch.chdir(tmp_path)
+    assert_one_line_refusal(train_main, [*args, "env.task_block=1", f"run_dir={tmp_path}/run"], "vlarl-train",
+                            "algorithm.group_size=8 makes env slots 0-7 one GRPO group, but they run different tasks",
+                            capsys, tmp_path)
+    assert not (tmp_path / "run").exists()

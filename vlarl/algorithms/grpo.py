@@ -1,7 +1,8 @@
 """GRPO for chunked policies: group-relative advantages from episode scores, no critic.
 
 A group is ``group_size`` consecutive envs that start from one shared reset state (the runner gives
-them one reset-state id). Each env plays one episode; its score is the episode's success
+them one reset-state id). In an env that spreads several tasks over its slots, a group must hold one task
+(``mixed_group_problem``, asked at config load). Each env plays one episode; its score is the episode's success
 (``success_once``) or return. Every chunk step of the episode gets the advantage
 
     A = (score - mean(group scores)) / (std(group scores) + eps)     (population std)
@@ -19,6 +20,7 @@ is then credited only with what came after it, which matters with dense rewards 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -43,7 +45,7 @@ from vlarl.algorithms.update import (
     clipped_update_problem,
     uses_kl_reference,
 )
-from vlarl.data.trajectory import Trajectory, instruction_rows, map_step_facts, pack_instructions
+from vlarl.data.trajectory import Trajectory, instruction_rows, map_step_facts, pack_instructions, row_tensors
 
 SCORES = ("success", "return", "reward_to_go")
 
@@ -164,7 +166,7 @@ def informative_groups(success: torch.Tensor, group_size: int) -> tuple[torch.Te
 def index_envs(traj: Trajectory, envs: torch.Tensor) -> Trajectory:
     """The sub-trajectory of env columns ``envs`` (all time steps)."""
     obs = {
-        "state": traj.obs["state"][:, envs],
+        **{k: traj.obs[k][:, envs] for k in row_tensors(traj.obs)},
         "images": {k: v[:, envs] for k, v in traj.obs["images"].items()},
         "instruction": _env_instructions(traj, envs),
     }
@@ -219,7 +221,8 @@ def pad_steps(traj: Trajectory, num_steps: int) -> Trajectory:
     extras = {key: (fill(v, pad_value[key]) if key in pad_value else rep(v)) if v.ndim >= 2 and v.shape[0] == N
               else v for key, v in traj.extras.items()}
     return replace(
-        traj, obs={**traj.obs, "state": rep(traj.obs["state"]), "instruction": _step_instructions([traj], num_steps),
+        traj, obs={**traj.obs, **{k: rep(traj.obs[k]) for k in row_tensors(traj.obs)},
+                   "instruction": _step_instructions([traj], num_steps),
                    "images": {n: rep(v) for n, v in traj.obs["images"].items()}},
         replay={n: rep(v) for n, v in traj.replay.items()}, logprob=rep(traj.logprob), values=rep(traj.values),
         rewards=fill(traj.rewards, 0.0), dones=fill(traj.dones, 0.0), truncated=fill(traj.truncated, 0.0),
@@ -238,7 +241,7 @@ def cat_envs(trajs: list[Trajectory]) -> Trajectory:
     cat = lambda xs, d=1: torch.cat(xs, d)  # noqa: E731
     return replace(
         t0,
-        obs={"state": cat([t.obs["state"] for t in trajs]),
+        obs={**{k: cat([t.obs[k] for t in trajs]) for k in row_tensors(t0.obs)},
              "images": {k: cat([t.obs["images"][k] for t in trajs]) for k in t0.obs["images"]},
              "instruction": _step_instructions(trajs, N)},
         replay={k: cat([t.replay[k] for t in trajs]) for k in t0.replay},
@@ -365,6 +368,21 @@ def collect_groups(collector: Collector, obs_parts: list[dict[str, Any]]) -> tup
     return selected, obs_parts, steps
 
 
+def mixed_group_problem(alg: Any, slot_tasks: list[str], fix: Callable[[int], str]) -> str | None:
+    """A group is ``group_size`` consecutive global env slots compared with each other; slots of different tasks
+    in one group would rank one task's episodes against another's (a hard task's members always lose). One line
+    naming the first mixed group and the env's ``fix(group_size)``, or None. Members of a pure group share the
+    reset seed, so a task that draws its words per episode from the seed gives them one instruction too."""
+    K = alg.group_size
+    for g in range(len(slot_tasks) // K):
+        members = slot_tasks[g * K:(g + 1) * K]
+        if len(set(members)) > 1:
+            return (f"algorithm.group_size={K} makes env slots {g * K}-{g * K + K - 1} one GRPO group, but they run "
+                    f"different tasks ({', '.join(dict.fromkeys(members))}), so group advantages would compare one "
+                    f"task's episodes with another's; {fix(K)}")
+    return None
+
+
 def validate_grpo(alg: Any, num_envs: int) -> str | None:
     if msg := clipped_update_problem(alg):
         return msg
@@ -385,4 +403,5 @@ def validate_grpo(alg: Any, num_envs: int) -> str | None:
 # GRPO scores undiscounted episodes, each starting at the batch's first step
 register_algorithm(AlgorithmSpec(name="grpo", config=GRPOConfig, update=grpo_update, validate=validate_grpo,
                                  discount=lambda alg: 1.0, collect=collect_groups, fresh_episodes=True,
-                                 uses_reference=uses_kl_reference, check_policy=unused_value_head_problem))
+                                 uses_reference=uses_kl_reference, check_policy=unused_value_head_problem,
+                                 check_slots=mixed_group_problem))

@@ -34,6 +34,11 @@ The spec says
   actor across updates (an off-policy replay buffer, Q networks, their optimizers). The actor worker builds
   it once, passes it to every ``update`` as ``state=``, and saves / loads it beside the checkpoint, so a
   resumed run keeps its replay data;
+* ``check_slots(alg_cfg, slot_tasks, fix) -> one line or None`` (optional): an algorithm that compares envs
+  with each other (GRPO's groups) refuses an env whose slots run several tasks in a way its batches would mix;
+  ``slot_tasks`` is the task of every global env slot, ``fix(k)`` the env's own override that gives every ``k``
+  consecutive slots one task
+  (asked at config load of env classes that spread tasks over slots, ``vlarl.config.construct.SpreadsTasks``);
 * ``check_policy(policy, alg_cfg) -> one line or None`` (optional): what ``requires`` cannot say (a pixel replay
   that would not fit in memory, a value head the algorithm would not train), asked at config load of the policy
   built on the meta device after the capabilities, so the refusal is one line before anything is written
@@ -114,6 +119,7 @@ class AlgorithmSpec:
     fresh_episodes: bool = False
     replays_stale_data: bool = False
     check_policy: Callable[[Any, Any], str | None] | None = None
+    check_slots: Callable[[Any, list[str], Callable[[int], str]], str | None] | None = None
     make_state: Callable[[Any, Any, Any], AlgorithmState] | None = None
 
 

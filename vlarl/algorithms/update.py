@@ -23,7 +23,7 @@ from vlarl.algorithms.kl import KL_ESTIMATORS, kl_estimate
 from vlarl.algorithms.losses import ppo_policy_loss_elementwise, value_loss_elementwise
 from vlarl.algorithms.off_policy import behaviour_weights, staleness_mask
 from vlarl.algorithms.spec import AlgorithmConfig
-from vlarl.data.trajectory import Trajectory, index_obs
+from vlarl.data.trajectory import Trajectory, index_obs, row_tensors
 
 
 @dataclass
@@ -80,7 +80,8 @@ class UpdateBatch:
 
 def _to(obs: dict[str, Any], idx: torch.Tensor, device: torch.device) -> dict[str, Any]:
     o = index_obs(obs, idx)
-    return {**o, "state": o["state"].to(device), "images": {k: v.to(device) for k, v in o["images"].items()}}
+    return {**o, **{k: o[k].to(device) for k in row_tensors(o)},
+            "images": {k: v.to(device) for k, v in o["images"].items()}}
 
 
 @torch.no_grad()

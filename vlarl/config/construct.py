@@ -16,8 +16,9 @@ from policies.base import PolicySpec
 
 
 def probe_spec(env_cfg: Any) -> PolicySpec:
-    """A ``PolicySpec`` with the env config's cameras and placeholder sizes (state 8, action 7), enough to
-    build any policy family without starting a simulator."""
+    """A ``PolicySpec`` with the env config's cameras and placeholder sizes (state 8, action 7, and a critic state
+    of 8 where ``env.critic_state`` is set, else none), enough to build any policy family without starting a
+    simulator."""
     obs_mode = str(getattr(env_cfg, "obs_mode", "state"))
     cameras = list(getattr(env_cfg, "cameras", []) or [])
     image_keys = (cameras or ["base_camera"]) if "rgb" in obs_mode else []
@@ -25,7 +26,8 @@ def probe_spec(env_cfg: Any) -> PolicySpec:
     return PolicySpec(state_dim=8, action_dim=7, action_low=[-1.0] * 7, action_high=[1.0] * 7,
                       image_keys=image_keys, image_size=[size, size] if image_keys else None,
                       max_episode_steps=int(getattr(env_cfg, "max_episode_steps", 50) or 50),
-                      task=str(getattr(env_cfg, "task", "")), instruction="probe")
+                      task=str(getattr(env_cfg, "task", "")), instruction="probe",
+                      critic_state_dim=8 if getattr(env_cfg, "critic_state", False) else 0)
 
 
 @runtime_checkable
@@ -47,6 +49,38 @@ def env_instructions(env_cfg: Any) -> list[str]:
     except (EnvError, ImportError):  # an unknown env is refused by its own check
         return []
     return list(klass.instructions(env_cfg)) if isinstance(klass, DeclaresInstructions) else []
+
+
+@runtime_checkable
+class SpreadsTasks(Protocol):
+    """An env class that runs several tasks over its slots (``simulators.maniskill_multitask``): the task of
+    every global slot of a config, and the override that gives each run of ``group_size`` consecutive slots one
+    task, so an algorithm that compares slots (GRPO's groups) can refuse a mix before a run."""
+
+    @staticmethod
+    def global_slot_tasks(cfg: Any) -> list[str]: ...
+
+    @staticmethod
+    def grouping_fix(cfg: Any, group_size: int) -> str: ...
+
+
+def check_slots(alg: Any, env_cfg: Any) -> str | None:
+    """The algorithm's refusal of the env's slot layout (``AlgorithmSpec.check_slots``), or None when the env
+    runs one task everywhere or the algorithm compares no slots."""
+    from simulators.base import EnvError
+    from simulators.registry import env_class
+    from vlarl.algorithms.registry import algorithm_spec
+
+    spec = algorithm_spec(alg.name)
+    if spec.check_slots is None:
+        return None
+    try:
+        klass = env_class(env_cfg.name)
+    except (EnvError, ImportError):  # an unknown env is refused by its own check
+        return None
+    if not isinstance(klass, SpreadsTasks):
+        return None
+    return spec.check_slots(alg, list(klass.global_slot_tasks(env_cfg)), lambda k: klass.grouping_fix(env_cfg, k))
 
 
 def check_policy(policy_cfg: Any, env_cfg: Any, alg: Any = None) -> str | None:
@@ -141,11 +175,12 @@ def check_reward(reward_cfg: Any) -> str | None:
 
 def validate_by_construction(cfg: Any) -> str | None:
     """The first refusal among algorithm ranges, optimizer, reward and policy, or None."""
-    for problem in (check_algorithm_ranges(cfg.algorithm), check_optimizer(cfg.algorithm), check_reward(cfg.reward)):
+    for problem in (check_algorithm_ranges(cfg.algorithm), check_optimizer(cfg.algorithm), check_reward(cfg.reward),
+                    check_slots(cfg.algorithm, cfg.env)):
         if problem:
             return problem
     return check_policy(cfg.policy, cfg.env, cfg.algorithm)
 
 
-__all__ = ["check_algorithm_ranges", "check_optimizer", "check_policy", "check_reward", "probe_spec",
-           "validate_by_construction"]
+__all__ = ["SpreadsTasks", "check_algorithm_ranges", "check_optimizer", "check_policy", "check_reward", "check_slots",
+           "probe_spec", "validate_by_construction"]

@@ -20,7 +20,7 @@ import torch
 
 from policies.base import ActionSample
 from simulators.base import ChunkStepResult
-from vlarl.data.trajectory import Trajectory, cat_obs, stack_obs
+from vlarl.data.trajectory import Trajectory, cat_obs, row_tensors, stack_obs
 
 
 def stage_to_global(parts: list[torch.Tensor], workers: int) -> torch.Tensor:
@@ -93,7 +93,7 @@ def _global_obs(parts: list[dict[str, Any]], workers: int) -> dict[str, Any]:
         m = len(instr[0]) // workers
         instr = [[instr[s][k * m + j] for s in range(S) for j in range(m)] for k in range(workers)]
     return {
-        "state": stage_to_global([p["state"] for p in parts], workers),
+        **{k: stage_to_global([p[k] for p in parts], workers) for k in row_tensors(parts[0])},
         "images": {k: stage_to_global([p["images"][k] for p in parts], workers) for k in parts[0]["images"]},
         "instruction": [x for row in instr for x in row],
     }

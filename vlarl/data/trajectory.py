@@ -2,6 +2,8 @@
 
 Shapes (N = chunk steps per env in one iteration, B = envs, T = chunk, A = action dim):
     obs:        {"state": [N, B, D], "images": {k: [N, B, H, W, 3]}, "instruction": list[str]}
+                and, from an env that reports it, "critic_state": [N, B, C] (a privileged state for the
+                value head only: ``ROW_TENSORS``)
                 "instruction" holds B strings (one per env) when no env's instruction changed during the
                 rollout, else N*B (time-major, step t env b at t*B + b): a language task draws its
                 instruction per episode, so a slot's words change at its reset (``instruction_rows``)
@@ -24,6 +26,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+#: the per-row tensors an observation may hold: the policy's ``state`` and, beside it, an env's privileged
+#: ``critic_state`` [B, C] that only a value head reads (asymmetric actor-critic, ``policy.value_from=critic_state``);
+#: every helper that stacks, joins or cuts rows carries each one present
+ROW_TENSORS = ("state", "critic_state")
+
+
+def row_tensors(obs: dict[str, Any]) -> list[str]:
+    """The ``ROW_TENSORS`` keys that ``obs`` holds."""
+    return [k for k in ROW_TENSORS if obs.get(k) is not None]
 
 
 def pack_instructions(rows: list[str], num_envs: int) -> list[str]:
@@ -59,7 +71,7 @@ def stack_obs(obs_list: list[dict[str, Any]]) -> dict[str, Any]:
     # a step that reports one instruction for the whole batch stands for B equal ones
     rows = [s for o in obs_list for s in (list(o["instruction"]) * B if len(o["instruction"]) == 1 else o["instruction"])]
     return {
-        "state": torch.stack([o["state"] for o in obs_list]),
+        **{k: torch.stack([o[k] for o in obs_list]) for k in row_tensors(obs_list[0])},
         "images": {k: torch.stack([o["images"][k] for o in obs_list]) for k in obs_list[0]["images"]},
         "instruction": pack_instructions(rows, B) if rows else [],
     }
@@ -68,7 +80,7 @@ def stack_obs(obs_list: list[dict[str, Any]]) -> dict[str, Any]:
 def cat_obs(obs_list: list[dict[str, Any]]) -> dict[str, Any]:
     """Concatenate observations of several env workers along the batch dim."""
     return {
-        "state": torch.cat([o["state"] for o in obs_list]),
+        **{k: torch.cat([o[k] for o in obs_list]) for k in row_tensors(obs_list[0])},
         "images": {k: torch.cat([o["images"][k] for o in obs_list]) for k in obs_list[0]["images"]},
         "instruction": [s for o in obs_list for s in o["instruction"]],
     }
@@ -82,7 +94,7 @@ def index_obs(obs: dict[str, Any], idx: torch.Tensor | slice) -> dict[str, Any]:
     else:
         instr = instr[idx]
     return {
-        "state": obs["state"][idx],
+        **{k: obs[k][idx] for k in row_tensors(obs)},
         "images": {k: v[idx] for k, v in obs["images"].items()},
         "instruction": instr,
     }
@@ -145,7 +157,7 @@ class Trajectory:
         N, B = self.num_steps, self.num_envs
         instr = instruction_rows(self.obs, N, B)
         return {
-            "state": self.obs["state"].reshape(N * B, *self.obs["state"].shape[2:]),
+            **{k: self.obs[k].reshape(N * B, *self.obs[k].shape[2:]) for k in row_tensors(self.obs)},
             "images": {k: v.reshape(N * B, *v.shape[2:]) for k, v in self.obs["images"].items()},
             "instruction": instr,
         }

@@ -20,7 +20,7 @@ from policies.base import ActionSample, PolicySpec
 from policies.registry import make_policy
 from simulators.base import ChunkStepResult
 from vlarl.data.builder import TrajectoryBuilder, next_inputs
-from vlarl.data.trajectory import Trajectory, cat_obs, split_obs
+from vlarl.data.trajectory import Trajectory, cat_obs, row_tensors, split_obs
 from vlarl.scheduler import collective
 from vlarl.scheduler.placement import WorkerPlacement, bind
 from vlarl.scheduler.timeline import Spans
@@ -118,7 +118,7 @@ class RolloutWorker:
     def _to_device(self, obs: dict[str, Any]) -> dict[str, Any]:
         obs = from_wire(obs)
         return {
-            "state": obs["state"].to(self.device),
+            **{k: obs[k].to(self.device) for k in row_tensors(obs)},  # the state, and a critic's privileged one
             "images": {k: v.to(self.device) for k, v in obs["images"].items()},
             "instruction": obs["instruction"],
         }
