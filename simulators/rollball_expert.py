@@ -5,7 +5,7 @@ so ``vlarl-demos env=maniskill_rollball env.control_mode=pd_ee_delta_pose`` reco
 RollBall puts a ball (radius 0.035 m) at x in [-0.4, 0.2], y in [0.5, 0.7] and a goal disc (radius 0.1 m) at
 y in [-0.9, -0.7], 1.2-1.6 m away; the Panda stands at (-0.1, 1.0) facing -y, so the ball lies between its base
 and its resting hand. Success is the ball's centre inside the disc (xy) at any step of the 80 allowed. Measured
-here: the ball barely slows once it rolls (0.69 m/s held for 40 steps), so the strike needs direction, not force;
+here: the ball barely slows once it rolls (0.69 m/s held over 20 steps), so the strike needs direction, not force;
 and the ball leaves along the normal of the closed fingers' face it is pushed by, not along the hand's path, so
 the hand must turn (about z) until that face looks at the goal: this is why the expert drives
 ``pd_ee_delta_pose`` (7-d: translation in the robot's base frame, rotation, gripper; 1 = open, -1 = closed).
@@ -25,7 +25,7 @@ poses of the unwrapped ManiSkill env):
 4. hold still while it rolls.
 
 A ball the arm cannot get behind stalls in phase 2 and the episode fails; ``record_expert_demos`` keeps successes
-only. Measured (seeds 0-39, one noise draw): 40 of 40, the ball leaving within 1.9 degrees of the goal's bearing
+only. Measured (seeds 0-39, noise drawn from seed 0): 40 of 40, the ball leaving within 1.9 degrees of the goal's bearing
 (mean 0.7), 48-69 steps per episode.
 """
 
