@@ -26,7 +26,8 @@ step 37-40.
 Seeds start at ``seed`` (default 0), far below the held-out evaluation seeds (1,000,000 and up).
 
 A task without a planner solution but with a scripted expert (``EXPERT_TASKS``: PokeCube,
-``simulators.pokecube_expert``) is recorded by the expert instead, in vlarl's env, in ``pd_ee_delta_pos``: no
+``simulators.pokecube_expert``; RollBall, ``simulators.rollball_expert``, in ``pd_ee_delta_pose``) is recorded by
+the expert instead, in vlarl's env, in the expert's end-effector control mode (PokeCube ``pd_ee_delta_pos``): no
 planner environment, no conversion, no re-timing (the expert already moves in large steps).
 """
 
@@ -39,7 +40,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulators import pokecube_expert
+from simulators import pokecube_expert, rollball_expert
 from simulators.base import EnvError
 from simulators.maniskill_retime import RETIME_CONTROL, config_for, retime_file
 from simulators.registry import register_demonstrator
@@ -64,7 +65,7 @@ RETIME_TASKS = ("PushCube-v1", "PullCube-v1", "PickCube-v1", "StackCube-v1")
 #: so a fast planner only loses episodes (PickCube: 24 successes of 53 seeds at pace 4, 20 of 20 at 1)
 RETIME_SPEED = {"PickCube-v1": 1.0}
 #: tasks without a planner solution whose demonstrations a scripted expert of vlarl's records (in vlarl's env)
-EXPERT_TASKS = {pokecube_expert.TASK: pokecube_expert}
+EXPERT_TASKS = {pokecube_expert.TASK: pokecube_expert, rollball_expert.TASK: rollball_expert}
 JOB = Path(__file__).with_name("maniskill_planner_job.py")
 SETUP_HINT = "bash scripts/setup_planner.sh"
 
