@@ -46,7 +46,7 @@ TASKS: dict[str, tuple[str, str, int]] = {
     "peginsertionside": ("PegInsertionSide-v1", "peginsertionside_rlpd", 100),
     "pokecube": ("PokeCube-v1", "pokecube_rlpd", 50),
     "pusht": ("PushT-v1", "pusht_ppo", 100),
-    "rollball": ("RollBall-v1", "rollball_ppo", 80),
+    "rollball": ("RollBall-v1", "rollball_rlpd", 80),
 }
 BASELINE = Path("examples/baselines/ppo/ppo_cpu.py")
 BASELINE_ENVS = 8  # training and evaluation simulator processes each: its defaults (512 and 8) are sized for a GPU

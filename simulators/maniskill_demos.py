@@ -26,7 +26,8 @@ step 37-40.
 Seeds start at ``seed`` (default 0), far below the held-out evaluation seeds (1,000,000 and up).
 
 A task without a planner solution but with a scripted expert (``EXPERT_TASKS``: PokeCube,
-``simulators.pokecube_expert``) is recorded by the expert instead, in vlarl's env, in ``pd_ee_delta_pos``: no
+``simulators.pokecube_expert``; RollBall, ``simulators.rollball_expert``, in ``pd_ee_delta_pose``) is recorded by
+the expert instead, in vlarl's env, in the expert's end-effector control mode (PokeCube ``pd_ee_delta_pos``): no
 planner environment, no conversion, no re-timing (the expert already moves in large steps).
 """
 
@@ -39,7 +40,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulators import pokecube_expert
+from simulators import pokecube_expert, rollball_expert
 from simulators.base import EnvError
 from simulators.maniskill_retime import RETIME_CONTROL, config_for, retime_file
 from simulators.registry import register_demonstrator
@@ -58,7 +59,8 @@ OBS_MODES = ("state", "rgb")
 PLANNER_SPEED = {"PushCube-v1": 3.0, "PullCube-v1": 3.0, "PickCube-v1": 4.0, "StackCube-v1": 5.0,
                  "PlaceSphere-v1": 4.0, "PegInsertionSide-v1": 2.0, "LiftPegUpright-v1": 3.0}
 #: tasks whose demonstrations are re-timed by default (``retime``): re-timing keeps >= 80% of the planner's
-#: episodes there (PushCube 19 of 20, PickCube 59 of 60, PullCube 20 of 23, StackCube 20 of 23; docs/tasks.md)
+#: episodes there (PushCube 19 of 20, PickCube 59 of 60, PullCube 20 of 23, StackCube 20 of 23, PlaceSphere 230 of
+#: 235; docs/tasks.md)
 RETIME_TASKS = ("PushCube-v1", "PullCube-v1", "PickCube-v1", "StackCube-v1", "PlaceSphere-v1")
 #: the planner's pace when its path is re-timed, where it differs from ``PLANNER_SPEED``: re-timing sets the pace,
 #: so a fast planner only loses episodes (PickCube: 24 successes of 53 seeds at pace 4, 20 of 20 at 1)
@@ -68,7 +70,7 @@ RETIME_SPEED = {"PickCube-v1": 1.0, "PlaceSphere-v1": 1.0}
 #: failed only for that and all 12 succeeded within 8 held steps (docs/tasks.md, "PlaceSphere")
 PLANNER_SETTLE = {"PlaceSphere-v1": 20}
 #: tasks without a planner solution whose demonstrations a scripted expert of vlarl's records (in vlarl's env)
-EXPERT_TASKS = {pokecube_expert.TASK: pokecube_expert}
+EXPERT_TASKS = {pokecube_expert.TASK: pokecube_expert, rollball_expert.TASK: rollball_expert}
 JOB = Path(__file__).with_name("maniskill_planner_job.py")
 SETUP_HINT = "bash scripts/setup_planner.sh"
 

@@ -1,8 +1,8 @@
 """The per-task recipes (``configs/experiment/<task>_*.yaml``, docs/tasks.md): each of the nine tasks has one, it
 composes into a config for that task, and its demonstrations fit it: an RLPD recipe reads ``algorithm.demos=auto``
-on a task and control mode ManiSkill's planner and replay (or, PokeCube, vlarl's scripted expert) can make, a PPO
-recipe learns from the dense reward on a task neither covers; PokeCube's PPO recipe stays as its dense-reward
-baseline."""
+on a task and control mode ManiSkill's planner and replay (or, PokeCube and RollBall, vlarl's scripted experts) can
+make, a PPO recipe learns from the dense reward on a task neither covers; PokeCube's and RollBall's PPO recipes stay
+as their dense-reward baselines."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ TASKS = {"pushcube": "PushCube-v1", "pullcube": "PullCube-v1", "pickcube": "Pick
 RECIPES = {"pushcube": "pushcube_rlpd", "pullcube": "pullcube_rlpd", "pickcube": "pickcube_rlpd",
            "stackcube": "stackcube_rlpd", "placesphere": "placesphere_rlpd",
            "peginsertionside": "peginsertionside_rlpd", "pokecube": "pokecube_rlpd", "pusht": "pusht_ppo",
-           "rollball": "rollball_ppo"}
-BASELINES = {"pokecube": "pokecube_ppo"}  # PPO from the dense reward, beside the task's RLPD recipe
+           "rollball": "rollball_rlpd"}
+BASELINES = {"pokecube": "pokecube_ppo", "rollball": "rollball_ppo"}  # PPO from the dense reward, beside the task's RLPD recipe
 
 
 def test_every_task_has_a_recipe_file():
