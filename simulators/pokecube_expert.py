@@ -21,16 +21,15 @@ trajectory file (``simulators.maniskill_traj_file``): the file ``algorithm.demos
 
 from __future__ import annotations
 
-import copy
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from simulators.base import HELD_OUT_SEED_START, EnvError
-from simulators.maniskill_traj_file import SolvedEpisode, write_episodes
+from simulators.base import EnvError
+from simulators.expert_recording import record_successes
+from simulators.maniskill_traj_file import SolvedEpisode
 
 TASK = "PokeCube-v1"
 CONTROL = "pd_ee_delta_pos"  # the one control mode the expert drives
@@ -94,17 +93,6 @@ def scripted_pokecube_action(u: Any, phase: int, rng: np.random.Generator, speed
     return torch.cat([d.clamp(-speed, speed), torch.tensor([grip])]).float(), phase
 
 
-def recording_env(env_cfg: Any, time_limit: int):
-    """vlarl's env for ``env_cfg`` (one scene) with the sparse reward (RLPD's labels: 1 at the success) and a
-    ``time_limit``-step limit; returns (env, the unwrapped ManiSkill env)."""
-    from simulators.registry import make_env
-
-    cfg = copy.deepcopy(env_cfg)
-    cfg.obs_mode, cfg.reward_mode, cfg.max_episode_steps = "state", "sparse", time_limit
-    env = make_env(cfg, num_envs=1)
-    return env, env.envs[0].unwrapped
-
-
 def play(env: Any, u: Any, seed: int, rng: np.random.Generator, speed: float, time_limit: int) -> SolvedEpisode:
     """One expert episode from ``seed`` until the env ends it or ``time_limit`` steps, cut at its first success
     (``success`` all False when it never succeeds): ``states`` [L + 1, D], ``actions`` [L, 4]."""
@@ -142,35 +130,9 @@ def record_expert_demos(env_cfg: Any, episodes: int, dst: Path, seed: int = 0, m
     expert's noise is drawn from ``seed``). Returns (the kept episodes' seeds, seeds tried). Raises ``EnvError``
     when none succeeds or the seeds would reach the evaluation seeds."""
     check_request(env_cfg.control_mode, False)
-    attempts = max_attempts or 3 * episodes
-    if seed + attempts > HELD_OUT_SEED_START:
-        raise EnvError(f"demonstration seeds {seed}..{seed + attempts - 1} would reach the evaluation seeds "
-                       f"({HELD_OUT_SEED_START}+); choose a smaller seed=")
-    env, u = recording_env(env_cfg, time_limit)
-    rng = np.random.default_rng(seed)
-    kept: list[SolvedEpisode] = []
-    t0, tried = time.time(), 0
-    try:
-        for s in range(seed, seed + attempts):
-            tried += 1
-            e = play(env, u, s, rng, speed, time_limit)
-            ok = bool(e.success.any())
-            log(f"[pokecube expert] seed {s}: {len(e.actions)} steps, {'success' if ok else 'failed, dropped'}")
-            if ok:
-                kept.append(e)
-                if len(kept) == episodes:
-                    break
-    finally:
-        env.close()
-    if not kept:
-        raise EnvError(f"the scripted {TASK} expert solved none of {tried} seeds from {seed}; raise max_attempts")
-    meta = {"env_info": {"env_id": TASK, "max_episode_steps": time_limit,
-                         "env_kwargs": {"control_mode": CONTROL, "obs_mode": "state", "reward_mode": "sparse",
-                                        "sim_backend": "physx_cpu"}},
-            "source": "vlarl scripted expert"}
-    write_episodes(Path(dst), kept, meta, CONTROL)
-    log(f"[pokecube expert] {len(kept)} of {tried} seeds solved ({time.time() - t0:.0f} s)")
-    return [e.seed for e in kept], tried
+    return record_successes(env_cfg, dst, lambda env, u, s, rng: play(env, u, s, rng, speed, time_limit),
+                            task=TASK, control=CONTROL, name="pokecube expert", episodes=episodes, seed=seed,
+                            attempts=max_attempts or 3 * episodes, time_limit=time_limit, log=log)
 
 
 __all__ = ["CONTROL", "TASK", "check_request", "play", "record_expert_demos", "scripted_pokecube_action"]

@@ -32,16 +32,15 @@ only. Measured (seeds 0-39, noise drawn from seed 0): 40 of 40, the ball leaving
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from simulators.base import HELD_OUT_SEED_START, EnvError
-from simulators.maniskill_traj_file import SolvedEpisode, write_episodes
-from simulators.pokecube_expert import recording_env
+from simulators.base import EnvError
+from simulators.expert_recording import record_successes
+from simulators.maniskill_traj_file import SolvedEpisode
 
 TASK = "RollBall-v1"
 CONTROL = "pd_ee_delta_pose"  # the one control mode the expert drives
@@ -187,36 +186,10 @@ def record_expert_demos(env_cfg: Any, episodes: int, dst: Path, seed: int = 0, m
     Returns (the kept episodes' seeds, seeds tried). Raises ``EnvError`` when none succeeds or the seeds would
     reach the evaluation seeds."""
     check_request(env_cfg.control_mode, False)
-    attempts = max_attempts or 2 * episodes
-    if seed + attempts > HELD_OUT_SEED_START:
-        raise EnvError(f"demonstration seeds {seed}..{seed + attempts - 1} would reach the evaluation seeds "
-                       f"({HELD_OUT_SEED_START}+); choose a smaller seed=")
     time_limit = time_limit or TIME_LIMIT
-    env, u = recording_env(env_cfg, time_limit)
-    rng = np.random.default_rng(seed)
-    kept: list[SolvedEpisode] = []
-    t0, tried = time.time(), 0
-    try:
-        for s in range(seed, seed + attempts):
-            tried += 1
-            e = play(env, u, s, rng, time_limit)
-            ok = bool(e.success.any())
-            log(f"[rollball expert] seed {s}: {len(e.actions)} steps, {'success' if ok else 'failed, dropped'}")
-            if ok:
-                kept.append(e)
-                if len(kept) == episodes:
-                    break
-    finally:
-        env.close()
-    if not kept:
-        raise EnvError(f"the scripted {TASK} expert solved none of {tried} seeds from {seed}; raise max_attempts")
-    meta = {"env_info": {"env_id": TASK, "max_episode_steps": time_limit,
-                         "env_kwargs": {"control_mode": CONTROL, "obs_mode": "state", "reward_mode": "sparse",
-                                        "sim_backend": "physx_cpu"}},
-            "source": "vlarl scripted expert"}
-    write_episodes(Path(dst), kept, meta, CONTROL)
-    log(f"[rollball expert] {len(kept)} of {tried} seeds solved ({time.time() - t0:.0f} s)")
-    return [e.seed for e in kept], tried
+    return record_successes(env_cfg, dst, lambda env, u, s, rng: play(env, u, s, rng, time_limit),
+                            task=TASK, control=CONTROL, name="rollball expert", episodes=episodes, seed=seed,
+                            attempts=max_attempts or 2 * episodes, time_limit=time_limit, log=log)
 
 
 __all__ = ["CONTROL", "TASK", "RollBallStrike", "check_request", "play", "record_expert_demos"]
