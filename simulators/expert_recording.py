@@ -30,6 +30,29 @@ def recording_env(env_cfg: Any, time_limit: int):
     return env, env.envs[0].unwrapped
 
 
+def play_episode(env: Any, seed: int, start: Callable[[], Callable[[], Any]], time_limit: int,
+                 source: str) -> SolvedEpisode:
+    """Reset to ``seed``, then ``act = start()`` (the expert, set up on the reset scene) and step ``act()`` (its
+    next action, a tensor [A]) until the env ends the
+    episode, it succeeds, or ``time_limit`` steps: ``states`` [L + 1, D] (the final observation last), ``actions``
+    [L, A], rewards and success flags per step; ``success`` all False when it never succeeds."""
+    obs = env.reset(seed=[seed])
+    act = start()
+    states, actions, rewards, flags = [np.asarray(obs["state"][0], np.float32)], [], [], []
+    for _ in range(time_limit):
+        a = act()
+        res = env.chunk_step(a.reshape(1, 1, -1))
+        actions.append(a.numpy().astype(np.float32))
+        rewards.append(float(res.rewards[0, 0]))
+        flags.append(bool(res.success[0, 0]))
+        last = res.final_obs if res.final_obs is not None else res.obs
+        states.append(np.asarray(last["state"][0], np.float32))
+        if flags[-1] or bool(res.done[0]):
+            break
+    return SolvedEpisode(seed, np.stack(states), np.stack(actions), np.asarray(rewards, np.float32),
+                         np.asarray(flags, bool), source)
+
+
 def record_successes(env_cfg: Any, dst: Path, play: PlayFn, *, task: str, control: str, name: str, episodes: int,
                      seed: int, attempts: int, time_limit: int, log=print) -> tuple[list[int], int]:
     """Play ``play`` from ``seed`` on until ``episodes`` succeed (at most ``attempts`` seeds) and write the
@@ -66,4 +89,4 @@ def record_successes(env_cfg: Any, dst: Path, play: PlayFn, *, task: str, contro
     return [e.seed for e in kept], tried
 
 
-__all__ = ["PlayFn", "record_successes", "recording_env"]
+__all__ = ["PlayFn", "play_episode", "record_successes", "recording_env"]

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from simulators.base import EnvError
-from simulators.expert_recording import record_successes
+from simulators.expert_recording import play_episode, record_successes
 from simulators.maniskill_traj_file import SolvedEpisode
 
 TASK = "PokeCube-v1"
@@ -96,20 +96,17 @@ def scripted_pokecube_action(u: Any, phase: int, rng: np.random.Generator, speed
 def play(env: Any, u: Any, seed: int, rng: np.random.Generator, speed: float, time_limit: int) -> SolvedEpisode:
     """One expert episode from ``seed`` until the env ends it or ``time_limit`` steps, cut at its first success
     (``success`` all False when it never succeeds): ``states`` [L + 1, D], ``actions`` [L, 4]."""
-    obs = env.reset(seed=[seed])
-    states, actions, rewards, flags, phase = [np.asarray(obs["state"][0], np.float32)], [], [], [], 0
-    for _ in range(time_limit):
-        a, phase = scripted_pokecube_action(u, phase, rng, speed)
-        res = env.chunk_step(a.reshape(1, 1, -1))
-        actions.append(a.numpy().astype(np.float32))
-        rewards.append(float(res.rewards[0, 0]))
-        flags.append(bool(res.success[0, 0]))
-        last = res.final_obs if res.final_obs is not None else res.obs
-        states.append(np.asarray(last["state"][0], np.float32))
-        if flags[-1] or bool(res.done[0]):
-            break
-    return SolvedEpisode(seed, np.stack(states), np.stack(actions), np.asarray(rewards, np.float32),
-                         np.asarray(flags, bool), "vlarl's scripted PokeCube expert (simulators/pokecube_expert.py)")
+    def start():
+        phase = 0
+
+        def act():
+            nonlocal phase
+            a, phase = scripted_pokecube_action(u, phase, rng, speed)
+            return a
+        return act
+
+    return play_episode(env, seed, start, time_limit,
+                        "vlarl's scripted PokeCube expert (simulators/pokecube_expert.py)")
 
 
 def check_request(control_mode: str, retime: bool) -> None:
