@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from simulators.maniskill_demos import planner_python
+from tests.helpers.demo_replay import replay_in_vlarl_env
 from tests.helpers.refusals import assert_one_line_refusal
 from vlarl.demos import main
 
@@ -89,31 +90,6 @@ def test_planner_demos_replay_to_success_in_vlarl_env(world, capsys):
         env.close()
 
 
-def _replay_in_vlarl_env(seeds: list[int], episodes, task: str = "PushCube-v1") -> list[bool]:
-    """Each episode's actions, open loop, from its seed in vlarl's own ``task`` env (its time limit, ending
-    at success): whether the task was solved."""
-    from simulators.maniskill import ManiSkillConfig
-    from simulators.registry import make_env
-
-    cfg = ManiSkillConfig(task=task, control_mode="pd_ee_delta_pos", obs_mode="state", reward_mode="sparse")
-    env = make_env(cfg, num_envs=1)
-    solved = []
-    try:
-        for seed, ep in zip(seeds, episodes, strict=True):
-            obs = env.reset(seed=[seed])
-            np.testing.assert_allclose(np.asarray(obs["state"])[0], ep.state[0], atol=1e-4)
-            ok = False
-            for a in ep.actions:
-                res = env.chunk_step(a[None, None, :])
-                if res.done[0]:
-                    ok = bool(res.episode["success_once"][0] > 0.5)
-                    break
-            solved.append(ok)
-    finally:
-        env.close()
-    return solved
-
-
 def test_retimed_planner_demos_are_short_large_steps_that_solve_the_task(world, capsys):
     """PushCube's and PickCube's default (``retime`` unset): the planner's path followed with a few large
     end-effector steps. Against the same seeds' raw conversion (``retime=false``), every re-timed PushCube episode
@@ -139,7 +115,7 @@ def test_retimed_planner_demos_are_short_large_steps_that_solve_the_task(world, 
         assert len(ep.actions) < len(before.actions) / 2, (seed, len(ep.actions), len(before.actions))
         step, step_raw = np.abs(ep.actions[:, :3]).mean(), np.abs(before.actions[:, :3]).mean()
         assert step > 2 * step_raw, (seed, step, step_raw)
-    assert _replay_in_vlarl_env(summary["seeds"], retimed) == [True] * len(retimed)
+    assert replay_in_vlarl_env(summary["seeds"], retimed) == [True] * len(retimed)
 
     pick = ["env=maniskill_pickcube", "env.control_mode=pd_ee_delta_pos", "seed=3", "lerobot=false"]
     assert main(["output=pick", "episodes=1", *pick]) == 0, capsys.readouterr().err
@@ -151,4 +127,4 @@ def test_retimed_planner_demos_are_short_large_steps_that_solve_the_task(world, 
     assert len(ep.actions) <= 30 and len(ep.actions) < raw_length / 2, (len(ep.actions), raw_length)
     assert np.abs(ep.actions[:, :3]).max(axis=1).mean() > 0.3, ep.actions  # large steps, not the planner's crawl
     assert (ep.actions[:, -1] < 0).any() and ep.actions[0, -1] > 0  # opens, then grasps
-    assert _replay_in_vlarl_env(summary["seeds"], [ep], task="PickCube-v1") == [True]
+    assert replay_in_vlarl_env(summary["seeds"], [ep], task="PickCube-v1") == [True]

@@ -13,6 +13,7 @@ import pytest
 
 from simulators.maniskill_demos import drop_failed_replays, planner_python
 from simulators.maniskill_traj_file import SolvedEpisode, write_episodes
+from tests.helpers.demo_replay import replay_in_vlarl_env
 from vlarl.demos import main
 
 
@@ -34,32 +35,6 @@ def test_drop_failed_replays_keeps_successes_renumbered_with_their_seeds(tmp_pat
         assert sorted(f) == ["traj_0", "traj_1"]
         assert np.asarray(f["traj_0"]["obs"]).shape == (4, 3) and (np.asarray(f["traj_0"]["obs"]) == 6).all()
         assert (np.asarray(f["traj_1"]["actions"]) == 8).all()
-
-
-def _replay(seeds: list[int], episodes) -> list[bool]:
-    """Each episode's actions, open loop, from its seed in vlarl's own PlaceSphere env (its 50-step limit,
-    ending at success; the first observation must be the file's): whether the task was solved."""
-    from simulators.maniskill import ManiSkillConfig
-    from simulators.registry import make_env
-
-    cfg = ManiSkillConfig(task="PlaceSphere-v1", control_mode="pd_ee_delta_pos", obs_mode="state",
-                          reward_mode="sparse")
-    env = make_env(cfg, num_envs=1)
-    solved = []
-    try:
-        for seed, e in zip(seeds, episodes, strict=True):
-            obs = env.reset(seed=[seed])
-            np.testing.assert_allclose(np.asarray(obs["state"])[0], e.state[0], atol=1e-4)
-            ok = False
-            for a in e.actions:
-                res = env.chunk_step(a[None, None, :])
-                if res.done[0]:
-                    ok = bool(res.episode["success_once"][0] > 0.5)
-                    break
-            solved.append(ok)
-    finally:
-        env.close()
-    return solved
 
 
 def test_placesphere_retimed_demos_grasp_carry_release_within_the_limit(tmp_path, monkeypatch, capsys):
@@ -89,4 +64,4 @@ def test_placesphere_retimed_demos_grasp_carry_release_within_the_limit(tmp_path
         grip = e.actions[:, -1]
         closed = np.nonzero(grip < 0)[0]
         assert grip[0] > 0 and len(closed) >= 3 and grip[-1] > 0 and closed[-1] < len(grip) - 1  # grasp, release
-    assert _replay(summary["seeds"], episodes) == [True, True]
+    assert replay_in_vlarl_env(summary["seeds"], episodes, task="PlaceSphere-v1") == [True, True]
