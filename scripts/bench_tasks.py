@@ -18,8 +18,9 @@ TensorBoard writer is made to flush every 5 s so the stopped run keeps them. Run
     python scripts/bench_tasks.py --tasks pushcube --parse-only --at-env-steps 15000 \\
         --vlarl-runs pushcube=outputs/rlpd_steps/s0,outputs/rlpd_steps/s1,outputs/rlpd_steps/s2
 
-Prints a markdown table (and the baseline's throughput) and writes ``<out>/bench_tasks.json`` and ``--plot``
-(held-out success against training wall time and against env steps, one column per task). Wall times depend on the
+Prints a markdown table (and the baseline's throughput) and writes ``<out>/bench_tasks.json`` and a plot
+(``--plot``, default ``<out>/bench_tasks.png``: held-out success against training wall time and against env steps,
+one column per task). Wall times depend on the
 machine's load: the load average before and after each baseline run is kept in its ``wall.json``.
 """
 
@@ -391,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-baseline", action="store_true")
     ap.add_argument("--skip-vlarl", action="store_true", help="no vlarl run (rows from --vlarl-runs still read)")
     ap.add_argument("--parse-only", action="store_true", help="tabulate finished runs again")
-    ap.add_argument("--plot", default="docs/img/bench_tasks.png")
+    ap.add_argument("--plot", default=None, help="where the plot goes (default: <out>/bench_tasks.png)")
     ap.add_argument("extra", nargs="*", help="more vlarl-train overrides for vlarl's runs")
     args = ap.parse_args(argv)
 
@@ -459,8 +460,9 @@ def main(argv: list[str] | None = None) -> int:
               f"steps/s of training clock{evals}; load average (1/5/15 min) {loads or '-'}")
     print(f"(load average at the end: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f})")
     if results:
-        plot(results, Path(args.plot), args.budget_minutes, args.target, args.at_env_steps)
-        print(f"wrote {out / 'bench_tasks.json'} and {args.plot}")
+        plot_path = Path(args.plot) if args.plot else out / "bench_tasks.png"
+        plot(results, plot_path, args.budget_minutes, args.target, args.at_env_steps)
+        print(f"wrote {out / 'bench_tasks.json'} and {plot_path}")
     return 0
 
 

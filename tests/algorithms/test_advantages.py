@@ -107,3 +107,53 @@ def test_normalize_advantages_is_global_across_ranks(tmp_path):
     both = torch.cat([torch.load(f"{out}.0"), torch.load(f"{out}.1")])
     full = torch.arange(1.0, 7.0)
     assert both.tolist() == pytest.approx(((full - full.mean()) / full.std()).tolist(), rel=1e-5)
+
+
+def test_grouped_normalization_puts_each_group_on_its_own_scale():
+    """Two tasks' advantages on different scales (PullCube's near 10, the language task's near 0): per group each is
+    zero-mean unit-std, where the batch statistics leave the small task all below zero."""
+    a = torch.tensor([10.0, 12.0, 0.1, 0.3, 14.0, 0.2])
+    groups = ["pull", "pull", "words", "words", "pull", "words"]
+    n = normalize_advantages(a, groups=groups)
+    for g in ("pull", "words"):
+        x = n[[i for i, k in enumerate(groups) if k == g]]
+        assert x.mean().item() == pytest.approx(0.0, abs=1e-6)
+        assert x.std().item() == pytest.approx(1.0, rel=1e-5)
+    whole = normalize_advantages(a)
+    assert (whole[[2, 3, 5]] < 0).all() and n[3].item() > 0
+
+
+def test_grouped_normalization_keeps_masked_entries_and_broadcasts_over_actions():
+    a = torch.tensor([[1.0, 3.0], [5.0, 1000.0], [-2.0, 2.0]])
+    m = torch.tensor([[True, True], [True, False], [True, True]])
+    n = normalize_advantages(a, mask=m, groups=["x", "x", "y"])
+    assert n[1, 1].item() == 1000.0
+    assert n[:2][m[:2]].tolist() == pytest.approx([-1.0, 0.0, 1.0], rel=1e-5)  # 1, 3, 5: mean 3, std 2
+    assert n[2].tolist() == pytest.approx([-2 / 8**0.5, 2 / 8**0.5], rel=1e-5)
+    with pytest.raises(ValueError, match="3 group keys for 2 rows"):
+        normalize_advantages(a[:2], groups=["x", "x", "y"])
+
+
+def _grouped_norm_worker(rank: int, path: str, out: str) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=2)
+    # rank 1 has no row of group "b": its statistics come from rank 0 alone
+    local, groups = ((torch.tensor([1.0, 2.0, 10.0]), ["a", "a", "b"]) if rank == 0 else
+                     (torch.tensor([3.0, 4.0]), ["a", "a"]))
+    torch.save(normalize_advantages(local, groups=groups), f"{out}.{rank}")
+    dist.destroy_process_group()
+
+
+def test_grouped_normalization_is_global_across_ranks(tmp_path):
+    import torch.multiprocessing as mp
+
+    out = str(tmp_path / "adv")
+    mp.start_processes(_grouped_norm_worker, args=(str(tmp_path / "rdzv"), out), nprocs=2, join=True,
+                       start_method="fork")
+    r0, r1 = torch.load(f"{out}.0"), torch.load(f"{out}.1")
+    a = torch.arange(1.0, 5.0)
+    za = (a - a.mean()) / a.std()
+    assert torch.cat([r0[:2], r1]).tolist() == pytest.approx(za.tolist(), rel=1e-5)
+    assert r0[2].item() == pytest.approx(0.0, abs=1e-6)  # one value: its mean

@@ -28,6 +28,7 @@ def test_ppo_recipe_and_grpo_are_selectable():
         (["algorithm.reward_level=action"], "needs algorithm.logprob_level=action or token"),
         (["algorithm.loss_agg_mode=sum"], "algorithm.loss_agg_mode='sum' is unknown"),
         (["algorithm.kl_estimator=k5"], "algorithm.kl_estimator='k5' is unknown"),
+        (["algorithm.norm_adv_by=task"], "algorithm.norm_adv_by='task' is unknown"),
         (["algorithm.value_loss=l1"], "algorithm.value_loss='l1' is unknown"),
         (["algorithm.logprob_level=step"], "algorithm.logprob_level='step' is unknown"),
         (["algorithm.num_minibatches=7"], "must divide the batch"),

@@ -60,8 +60,8 @@ def make_traj(seed: int = 0) -> Trajectory:
         ep_return[t, b] = float(step_rewards[: t + 1, b].sum())
     version = torch.zeros(N, B)
     version[:2] = -3.0  # sampled 3 versions ago
-    return Trajectory(
-        obs={"state": states, "images": {}, "instruction": []},
+    return Trajectory(  # two instructions over the envs (two tasks), for algorithm.norm_adv_by
+        obs={"state": states, "images": {}, "instruction": ["pick" if b < 3 else "place" for b in range(B)]},
         replay={"actions": torch.stack([s.replay["actions"] for s in samples])},
         logprob=logprob,
         values=torch.stack([s.value for s in samples]),
@@ -103,6 +103,7 @@ SHARED = {
     "max_grad_norm": ({}, 0.0),
     "target_kl": ({}, 1e-6),
     "norm_adv": ({}, "flip"),
+    "norm_adv_by": ({"norm_adv": True}, "instruction"),
     "logprob_level": ({}, "token"),
     "loss_agg_mode": ({"logprob_level": "token"}, "traj-mean"),
     "kl_coef": ({}, 1.0),

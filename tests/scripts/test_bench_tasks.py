@@ -99,6 +99,16 @@ def test_parse_only_puts_vlarl_runs_from_their_dirs_beside_the_baseline(tmp_path
     assert plot.stat().st_size > 0
 
 
+def test_without_plot_the_plot_goes_into_out_not_into_docs(tmp_path, monkeypatch):
+    out = tmp_path / "bench"
+    _write_baseline(out / "pushcube" / "maniskill_ppo_seed0", eval_values=[0.0] * 7 + [0.25], iterations=36)
+    monkeypatch.chdir(tmp_path)  # a default under docs/ would land here, relative to the working directory
+    rc = main(["--tasks", "pushcube", "--parse-only", "--budget-minutes", "10", "--out", str(out)])
+    assert rc == 0
+    assert (out / "bench_tasks.png").stat().st_size > 0
+    assert not (tmp_path / "docs").exists()
+
+
 def test_a_baseline_python_with_gymnasium_1_is_refused_in_one_line_and_nothing_is_written(tmp_path, capsys):
     repo = tmp_path / "ManiSkill"
     (repo / "examples/baselines/ppo").mkdir(parents=True)

@@ -9,6 +9,8 @@ reset.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import torch
 import torch.distributed as dist
 
@@ -50,19 +52,65 @@ def bootstrap_truncated(
     return rewards + gamma * torch.where(truncated.bool(), final_values, torch.zeros_like(final_values))
 
 
-def normalize_advantages(adv: torch.Tensor, eps: float = 1e-8, mask: torch.Tensor | None = None) -> torch.Tensor:
+def normalize_advantages(
+    adv: torch.Tensor, eps: float = 1e-8, mask: torch.Tensor | None = None, groups: list[Hashable] | None = None
+) -> torch.Tensor:
     """Zero-mean, unit-std over the whole batch: every real element (``mask``) of every rank.
 
     Where ``torch.distributed`` is initialized, the sums are all-reduced first, so every rank (and
     every placement mode) uses the same global statistics. Masked entries are returned unchanged.
     The std is the unbiased one (n - 1), as in the spine.
+
+    ``groups`` (one key per row of ``adv``, e.g. each row's instruction) normalizes each group by its own
+    statistics instead: in a multi-task batch the task with the largest return spread would otherwise set the
+    step size of every task, and a task whose advantages all sit on one side of the batch mean would be pushed
+    one way whatever its own episodes did.
     """
     m = torch.ones_like(adv, dtype=torch.bool) if mask is None else mask.bool()
+    if groups is None:
+        return _normalize_with(adv, m, _global_stats({None: _stats(adv, m)})[None], eps)
+    if len(groups) != adv.shape[0]:
+        raise ValueError(f"normalize_advantages: {len(groups)} group keys for {adv.shape[0]} rows")
+    rows: dict[Hashable, list[int]] = {}
+    for i, g in enumerate(groups):
+        rows.setdefault(g, []).append(i)
+    masks = {}
+    for g, idx in rows.items():
+        sel = torch.zeros(adv.shape[0], dtype=torch.bool)
+        sel[idx] = True
+        masks[g] = m & sel.view(-1, *([1] * (adv.ndim - 1)))
+    stats = _global_stats({g: _stats(adv, gm) for g, gm in masks.items()})
+    out = adv
+    for g, gm in masks.items():
+        out = torch.where(gm, _normalize_with(adv, gm, stats[g], eps), out)
+    return out
+
+
+def _stats(adv: torch.Tensor, m: torch.Tensor) -> list[float]:
     x = adv[m].double()
-    stats = torch.stack([x.sum(), x.pow(2).sum(), torch.tensor(float(x.numel()), dtype=torch.float64)])
-    if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(stats)
-    s, ss, n = stats.tolist()
+    return [float(x.sum()), float(x.pow(2).sum()), float(x.numel())]
+
+
+def _global_stats(local: dict[Hashable, list[float]]) -> dict[Hashable, list[float]]:
+    """Sum each group's (sum, sum of squares, count) over ranks; a group one rank lacks counts 0 there."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return local
+    if list(local) == [None]:  # one group: a tensor all-reduce, as before groups existed
+        t = torch.tensor(local[None], dtype=torch.float64)
+        dist.all_reduce(t)
+        return {None: t.tolist()}
+    gathered: list[dict] = [{} for _ in range(dist.get_world_size())]
+    dist.all_gather_object(gathered, local)
+    total: dict[Hashable, list[float]] = {g: [0.0, 0.0, 0.0] for g in local}
+    for part in gathered:
+        for g, st in part.items():
+            if g in total:
+                total[g] = [a + b for a, b in zip(total[g], st)]
+    return total
+
+
+def _normalize_with(adv: torch.Tensor, m: torch.Tensor, stats: list[float], eps: float) -> torch.Tensor:
+    s, ss, n = stats
     if n < 1:
         return adv
     mean = s / n

@@ -43,6 +43,9 @@ class ClippedUpdateConfig(AlgorithmConfig):
     skip_nonfinite_grads: bool = True  # skip (and count) an optimizer step whose gradient has NaN/inf
     target_kl: float = 0.1  # stop the epoch loop early when approx KL exceeds this; 0 = never
     norm_adv: bool = True  # zero-mean unit-std over the whole batch (all workers), before minibatching
+    # "batch" | "instruction": with norm_adv, the statistics of the whole batch, or of each instruction's rows
+    # (a multi-task batch: each task's advantages on its own scale, so one task does not set every task's step)
+    norm_adv_by: str = "batch"
     logprob_level: str = "chunk"  # "token" | "action" | "chunk": where the PPO ratio is taken
     loss_agg_mode: str = "token-mean"  # "token-mean" | "seq-mean-token-mean" | "traj-mean"
     kl_coef: float = 0.0  # penalty weight of KL(policy || frozen reference policy); 0 = off
@@ -95,6 +98,19 @@ def _score(policy: Any, batch: UpdateBatch, idx: torch.Tensor, device: torch.dev
     return torch.cat(out) if out else batch.logprob[idx]
 
 
+NORM_ADV_BY = ("batch", "instruction")
+
+
+def advantage_groups(batch: UpdateBatch, by: str) -> list[str] | None:
+    """The key each row's advantage is normalized with: None (the whole batch) or its instruction (one string per
+    row, per env column or one for all, as ``index_obs`` reads them; no instructions = one group)."""
+    if by == "batch":
+        return None
+    instr = batch.obs["instruction"]
+    M = batch.advantages.shape[0]
+    return [instr[i % len(instr)] for i in range(M)] if instr else None
+
+
 def clipped_update(
     policy: Any,
     optimizer: torch.optim.Optimizer,
@@ -114,7 +130,7 @@ def clipped_update(
     adv = batch.advantages.clone()
     if cfg.norm_adv and idx_all.numel():
         amask = keep if adv.ndim == 1 else keep.unsqueeze(-1) & batch.step_mask.bool()
-        adv = normalize_advantages(adv, mask=amask)
+        adv = normalize_advantages(adv, mask=amask, groups=advantage_groups(batch, cfg.norm_adv_by))
     prox = batch.logprob
     if cfg.decoupled and idx_all.numel():
         prox = batch.logprob.clone()
@@ -238,7 +254,8 @@ def choice_problem(alg: Any, key: str, options: tuple[str, ...]) -> str | None:
 
 def clipped_update_problem(alg: Any) -> str | None:
     """The refusals of every algorithm that trains with ``clipped_update`` (PPO, GRPO)."""
-    for key, options in (("logprob_level", LEVELS), ("loss_agg_mode", AGG_MODES), ("kl_estimator", KL_ESTIMATORS)):
+    for key, options in (("logprob_level", LEVELS), ("loss_agg_mode", AGG_MODES), ("kl_estimator", KL_ESTIMATORS),
+                         ("norm_adv_by", NORM_ADV_BY)):
         if msg := choice_problem(alg, key, options):
             return msg
     if alg.num_minibatches < 1:
