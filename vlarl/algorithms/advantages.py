@@ -105,7 +105,7 @@ def _global_stats(local: dict[Hashable, list[float]]) -> dict[Hashable, list[flo
     for part in gathered:
         for g, st in part.items():
             if g in total:
-                total[g] = [a + b for a, b in zip(total[g], st)]
+                total[g] = [a + b for a, b in zip(total[g], st, strict=True)]
     return total
 
 
