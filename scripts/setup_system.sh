@@ -57,7 +57,8 @@ except Exception:
 EOF
 }
 
-find_lvp_icd() { find "$SYS_DIR/mesa" -name 'lvp_icd*.json' 2>/dev/null | head -n1; }
+# no mesa folder (a machine with its own Vulkan device) is no ICD, not an error under pipefail
+find_lvp_icd() { find "$SYS_DIR/mesa" -name 'lvp_icd*.json' 2>/dev/null | head -n1 || true; }
 
 if [ -z "$(find_lvp_icd)" ]; then
   if vulkan_ok; then
