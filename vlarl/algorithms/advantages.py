@@ -71,14 +71,9 @@ def normalize_advantages(
         return _normalize_with(adv, m, _global_stats({None: _stats(adv, m)})[None], eps)
     if len(groups) != adv.shape[0]:
         raise ValueError(f"normalize_advantages: {len(groups)} group keys for {adv.shape[0]} rows")
-    rows: dict[Hashable, list[int]] = {}
-    for i, g in enumerate(groups):
-        rows.setdefault(g, []).append(i)
-    masks = {}
-    for g, idx in rows.items():
-        sel = torch.zeros(adv.shape[0], dtype=torch.bool)
-        sel[idx] = True
-        masks[g] = m & sel.view(-1, *([1] * (adv.ndim - 1)))
+    ids = {g: k for k, g in enumerate(dict.fromkeys(groups))}
+    row_id = torch.tensor([ids[g] for g in groups]).view(-1, *([1] * (adv.ndim - 1)))
+    masks = {g: m & (row_id == k) for g, k in ids.items()}
     stats = _global_stats({g: _stats(adv, gm) for g, gm in masks.items()})
     out = adv
     for g, gm in masks.items():

@@ -23,7 +23,7 @@ from vlarl.algorithms.kl import KL_ESTIMATORS, kl_estimate
 from vlarl.algorithms.losses import ppo_policy_loss_elementwise, value_loss_elementwise
 from vlarl.algorithms.off_policy import behaviour_weights, staleness_mask
 from vlarl.algorithms.spec import AlgorithmConfig
-from vlarl.data.trajectory import Trajectory, index_obs, row_tensors
+from vlarl.data.trajectory import Trajectory, index_obs, instructions_at, row_tensors
 
 
 @dataclass
@@ -106,9 +106,7 @@ def advantage_groups(batch: UpdateBatch, by: str) -> list[str] | None:
     row, per env column or one for all, as ``index_obs`` reads them; no instructions = one group)."""
     if by == "batch":
         return None
-    instr = batch.obs["instruction"]
-    M = batch.advantages.shape[0]
-    return [instr[i % len(instr)] for i in range(M)] if instr else None
+    return instructions_at(batch.obs["instruction"], range(batch.advantages.shape[0])) or None
 
 
 def clipped_update(

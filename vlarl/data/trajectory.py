@@ -86,13 +86,16 @@ def cat_obs(obs_list: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def instructions_at(instr: list[str], rows) -> list[str]:
+    """The instruction of each flat row in ``rows``: ``instr`` holds one per row, one per env column (time-major
+    rows, so row % B is the env) or one for all; none = none."""
+    return [instr[int(i) % len(instr)] for i in rows] if instr else []
+
+
 def index_obs(obs: dict[str, Any], idx: torch.Tensor | slice) -> dict[str, Any]:
     """Rows ``idx`` of a flat observation batch [M, ...]."""
     instr = obs["instruction"]
-    if isinstance(idx, torch.Tensor):
-        instr = [instr[int(i) % len(instr)] for i in idx] if instr else []
-    else:
-        instr = instr[idx]
+    instr = instructions_at(instr, idx) if isinstance(idx, torch.Tensor) else instr[idx]
     return {
         **{k: obs[k][idx] for k in row_tensors(obs)},
         "images": {k: v[idx] for k, v in obs["images"].items()},
