@@ -29,6 +29,7 @@ BUILTIN_FAMILIES: dict[str, str] = {
     "smolvla": "policies.flow_vla",
     "diffusion": "policies.diffusion",
     "noise_steering": "policies.diffusion",
+    "noise_steering_cnn": "policies.diffusion",
     "diffusion_policy": "policies.diffusion_policy",
 }
 BUILTIN_MODULES = sorted(set(BUILTIN_FAMILIES.values()))

@@ -108,11 +108,16 @@ class NoiseSteeringPolicy(Policy):
         self.base = base.eval().requires_grad_(False)
         self.noise_shape = tuple(base.chunk_shape(1)[1:])  # (T, M): the base's own initial noise per sample
         self.noise_spec = noise_spec(base.spec, config.noise_bound, self.noise_shape[-1])
-        actor_cfg = MLPPolicyConfig(hidden_sizes=list(config.hidden_sizes), activation=config.activation,
-                                    chunk_size=config.chunk_size, init_log_std=config.init_log_std, squash=True)
-        self.noise_actor = MLPPolicy(actor_cfg, self.noise_spec)
+        self.noise_actor = self.make_noise_actor(config, self.noise_spec)
         # mean noise 0 at the start: the untrained steering's act() is exactly the base's own act()
         torch.nn.init.zeros_(self.noise_actor.actor[-1].weight)
+
+    def make_noise_actor(self, config: NoiseSteeringConfig, spec: PolicySpec) -> Policy:
+        """The trainable actor over the noise box ``spec``: a tanh-squashed Gaussian MLP on the state (a subclass
+        gives it other inputs, ``policy=noise_steering_cnn``: the cameras and the words)."""
+        return MLPPolicy(MLPPolicyConfig(hidden_sizes=list(config.hidden_sizes), activation=config.activation,
+                                         chunk_size=config.chunk_size, init_log_std=config.init_log_std, squash=True),
+                         spec)
 
     def train(self, mode: bool = True) -> NoiseSteeringPolicy:
         super().train(mode)

@@ -93,3 +93,40 @@ def test_a_replay_buffer_leaves_distribution_argument_checks_on():
     assert torch.distributions.Distribution._validate_args is True  # torch's default (python without -O)
     with pytest.raises(ValueError):
         torch.distributions.Normal(torch.tensor([float("nan")]), torch.tensor([1.0]))
+
+
+def test_rows_keep_their_instructions_through_sampling_and_a_save():
+    """Rows carry their words as ids (one per row, per env or for all); id 0 is the env's own instruction, which
+    demonstration rows recorded without words read; the words survive a save and a replay saved before rows kept
+    words loads with every row on the env's instruction."""
+    from vlarl.algorithms.sac import replay_obs
+
+    replay = MixedReplay(capacity=100, demo_ratio=0.5, default_instruction="push")
+    per_row = _traj()
+    per_row.obs["instruction"] = ["a", "b", "b", "a", "a", "c"]  # N * B = 6 rows, time-major
+    rows = trajectory_transitions(per_row, instructions=replay.instructions)
+    assert replay.instructions.words(rows["instruction"]) == ["a", "b", "b", "a", "a", "c"]
+    per_env = _traj()
+    per_env.obs["instruction"] = ["c", "d"]  # one per env: row r is env r % 2
+    assert replay.instructions.words(trajectory_transitions(per_env, instructions=replay.instructions)
+                                     ["instruction"]) == ["c", "d"] * 3
+    replay.online.extend(rows)
+    ep = Episode(state=np.full((4, 3), -1, np.float32), actions=np.zeros((4, 1), np.float32))
+    replay.add_demos(demo_transitions([ep], chunk_size=2))
+    torch.manual_seed(0)
+    batch = replay.sample(40)
+    words = replay_obs(batch, [], instructions=replay.instructions)["instruction"]
+    demo = batch["is_demo"].tolist()
+    assert all(w == "push" for w, d in zip(words, demo, strict=True) if d)
+    by_state = {tuple(r["state"].tolist()): w for r, w in zip(rows, ["a", "b", "b", "a", "a", "c"], strict=True)}
+    assert all(by_state[tuple(s.tolist())] == w for s, w, d in zip(batch["state"], words, demo, strict=True) if not d)
+    again = MixedReplay(capacity=100, demo_ratio=0.0)
+    again.load_state_dict(replay.state_dict())
+    assert again.instructions.vocab == ["push", "a", "b", "c", "d"]
+    assert again.instructions.words(again.sample(8)["instruction"])[0] in {"a", "b", "c"}
+    old = replay.state_dict()
+    del old["instructions"], old["online"]["rows"]["instruction"]  # as saved before rows kept their words
+    before = MixedReplay(capacity=100, demo_ratio=0.0, default_instruction="push")
+    before.load_state_dict(old)
+    before.online.extend(trajectory_transitions(per_env, instructions=before.instructions))  # the same columns
+    assert set(before.instructions.words(before.sample(64)["instruction"])) == {"push", "c", "d"}

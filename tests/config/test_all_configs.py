@@ -37,6 +37,9 @@ COMPANIONS = {
     # noise steering (DSRL) wraps a saved diffusion policy: {diffusion} is a tiny one written for the test
     "policy/noise_steering": ["policy.base_path={diffusion}"],
     "experiment/pushcube_diffusion_dsrl": ["policy.base_path={diffusion}"],
+    # pixel noise steering wraps a saved base that reads a camera: {pixel_flow} is a tiny SmolVLA written for the test
+    "policy/noise_steering_cnn": ["env=maniskill_pushcube_rgb", "algorithm=dsrl", "policy.base_path={pixel_flow}"],
+    "experiment/multitask_smolvla_dsrl": ["policy.base_path={pixel_flow}"],
 }
 
 
@@ -46,6 +49,18 @@ def _tiny_diffusion(directory: Path) -> Path:
     from vlarl.config.construct import probe_spec
 
     make_policy(DiffusionPolicyConfig(chunk_size=4), probe_spec(None)).save_pretrained(directory)
+    return directory
+
+
+def _tiny_pixel_flow(directory: Path) -> Path:
+    from dataclasses import replace
+
+    from policies.flow_vla import SmolVLAPolicyConfig
+    from policies.registry import make_policy
+    from vlarl.config.construct import probe_spec
+
+    spec = replace(probe_spec(None), image_keys=["base_camera"], image_size=[64, 64])
+    make_policy(SmolVLAPolicyConfig(chunk_size=4, num_steps=2, arch={"empty_cameras": 0}), spec).save_pretrained(directory)
     return directory
 
 
@@ -64,7 +79,8 @@ def test_train_yaml_composes_and_builds(choice, tmp_path):
     key = choice.replace("=", "/")
     opts = [o for prefix, opts in COMPANIONS.items() if key.startswith(prefix) for o in opts]
     diffusion = _tiny_diffusion(tmp_path / "diffusion") if any("{diffusion}" in o for o in opts) else None
-    extra = [o.format(tmp=tmp_path, diffusion=diffusion) for o in opts]
+    pixel_flow = _tiny_pixel_flow(tmp_path / "pixel_flow") if any("{pixel_flow}" in o for o in opts) else None
+    extra = [o.format(tmp=tmp_path, diffusion=diffusion, pixel_flow=pixel_flow) for o in opts]
     cfg = load_train_config([PPO, choice, *extra])  # builds policy (meta), optimizer, algorithm, reward, placement
     group, name = choice.split("=")
     if group == "experiment":

@@ -99,12 +99,14 @@ def make_dsrl_state(policy: Any, cfg: DSRLConfig, spec: Any) -> DSRLState:
     return DSRLState(policy, cfg, spec)
 
 
-def noise_transitions(traj: Trajectory) -> Any:
+def noise_transitions(traj: Trajectory, st: SACState | None = None) -> Any:
     """Chunk transitions [N * B] (``vlarl.algorithms.replay``) whose ``actions`` are the noise the actor chose,
-    with the executed chunk kept as ``env_actions`` [T, A]."""
+    with the executed chunk kept as ``env_actions`` [T, A]; with the frames of the cameras ``st``'s critics read
+    and each row's instruction id in ``st``'s replay (a pixel noise actor, ``policy=noise_steering_cnn``)."""
     if "noise" not in traj.replay:
         raise ValueError("dsrl needs traj.replay['noise']: sample with policy=noise_steering")
-    rows = trajectory_transitions(traj)
+    rows = (trajectory_transitions(traj) if st is None else
+            trajectory_transitions(traj, st.cameras, st.replay.instructions))
     rows.set("env_actions", rows["actions"])
     rows.set("actions", traj.flat(traj.replay["noise"]).float())
     return rows
@@ -178,7 +180,7 @@ def dsrl_update(policy: Any, optimizer: torch.optim.Optimizer, traj: Trajectory,
             return critic_step(policy, st, batch, cfg, generator)
         return aliased_critic_step(policy, dsrl, batch, cfg, generator)
 
-    return replay_update(st, noise_transitions(traj), cfg,
+    return replay_update(st, noise_transitions(traj, st), cfg,
                          lambda steps: soft_steps(policy, optimizer, st, cfg, steps, critic))
 
 

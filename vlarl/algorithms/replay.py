@@ -6,7 +6,10 @@ A transition is one chunk step of one env (T = chunk, A = action dim, D = state 
     terminated [], truncated [], next_state [D] (the final state when the episode ended in this chunk)
 
 and for a pixel critic (``cameras``) also ``images`` and ``next_images``: {camera: uint8 [H, W, 3]}, nested
-TensorDicts, as the env gave them (the next ones from the episode's final observation, as ``next_state``).
+TensorDicts, as the env gave them (the next ones from the episode's final observation, as ``next_state``), and
+``instruction`` [] (int64): the row's words as an id into the replay's ``InstructionIds`` (id 0: the env's own
+instruction, also what rows recorded without words read). Why: a policy over several tasks or instructions scores
+a replayed chunk under the words it was chosen for, not under the env's first instruction.
 
 ``ChunkReplay`` is a ``TensorDictReplayBuffer`` on a ``LazyTensorStorage`` (a ring buffer in memory, uniform
 sampling). ``MixedReplay`` keeps online transitions and demonstrations apart and draws a fixed fraction of
@@ -21,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from vlarl.data.trajectory import Trajectory
+from vlarl.data.trajectory import Trajectory, instructions_at
 
 if TYPE_CHECKING:  # tensordict / torchrl load in ~2 s: only when an off-policy algorithm runs
     from tensordict import TensorDict
@@ -40,6 +43,32 @@ def _torchrl_buffers() -> tuple[Any, Any]:
     finally:
         torch.distributions.Distribution.set_default_validate_args(validate)
     return LazyTensorStorage, TensorDictReplayBuffer
+
+
+class InstructionIds:
+    """The instructions of replayed rows as small ints (a TensorDict holds no strings): ``ids(words)`` gives each
+    its id, adding new words; ``words(ids)`` gives them back. Id 0 is ``default``, the env's own instruction."""
+
+    def __init__(self, default: str = ""):
+        self.vocab: list[str] = [default]
+        self._index = {default: 0}
+
+    def ids(self, words: list[str]) -> torch.Tensor:
+        for w in words:
+            if w not in self._index:
+                self._index[w] = len(self.vocab)
+                self.vocab.append(w)
+        return torch.tensor([self._index[w] for w in words], dtype=torch.int64)
+
+    def words(self, ids: torch.Tensor) -> list[str]:
+        return [self.vocab[i] for i in ids.tolist()]
+
+    def state_dict(self) -> list[str]:
+        return list(self.vocab)
+
+    def load_state_dict(self, vocab: list[str]) -> None:
+        self.vocab = list(vocab)
+        self._index = {w: i for i, w in enumerate(self.vocab)}
 
 
 class ChunkReplay:
@@ -89,12 +118,13 @@ class MixedReplay:
     """Online transitions plus demonstrations; ``demo_ratio`` of every batch comes from the demonstrations
     (when there are any). Returns one batch, online rows first, with ``is_demo`` [n] marking the rest."""
 
-    def __init__(self, capacity: int, demo_ratio: float):
+    def __init__(self, capacity: int, demo_ratio: float, default_instruction: str = ""):
         if not 0.0 <= demo_ratio <= 1.0:
             raise ValueError(f"algorithm.demo_ratio={demo_ratio} must lie in [0, 1]")
         self.online = ChunkReplay(capacity)
         self.demos: ChunkReplay | None = None
         self.demo_ratio = demo_ratio
+        self.instructions = InstructionIds(default_instruction)
 
     def add_demos(self, transitions: TensorDict) -> None:
         self.demos = ChunkReplay(max(1, transitions.batch_size[0]))
@@ -120,22 +150,35 @@ class MixedReplay:
         if n_demo > 0:
             assert self.demos is not None, "no demonstrations and no online data to sample from"
             parts.append(self.demos.sample(n_demo).set("is_demo", torch.ones(n_demo, dtype=torch.bool)))
+        if any("instruction" in p.keys() for p in parts):  # rows recorded without words read the env's (id 0)
+            parts = [p if "instruction" in p.keys() else p.set("instruction", torch.zeros(p.batch_size[0],
+                                                                                        dtype=torch.int64))
+                     for p in parts]
         return torch.cat(parts)
 
     def state_dict(self) -> dict[str, Any]:
         # demonstrations are read again from algorithm.demos on start-up; only online data is saved
-        return {"online": self.online.state_dict()}
+        return {"online": self.online.state_dict(), "instructions": self.instructions.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.online.load_state_dict(state["online"])
+        online = state["online"]
+        if "instructions" in state:
+            self.instructions.load_state_dict(state["instructions"])
+        elif online["rows"] is not None:  # saved before rows kept their words: they read the env's (id 0)
+            online = {**online, "rows": {**online["rows"], "instruction": torch.zeros(
+                _rows_of(online["rows"]), dtype=torch.int64)}}
+        self.online.load_state_dict(online)
 
 
-def trajectory_transitions(traj: Trajectory, cameras: list[str] | tuple[str, ...] = ()) -> TensorDict:
+def trajectory_transitions(traj: Trajectory, cameras: list[str] | tuple[str, ...] = (),
+                           instructions: InstructionIds | None = None) -> TensorDict:
     """Every chunk step of a collected trajectory as transitions [N * B] (time-major).
 
     Needs the trajectory's ``step_rewards`` [N, B, T], ``step_mask`` [N, B, T] and ``next_state`` [N, B, D]
     (recorded by ``vlarl.data.builder.TrajectoryBuilder``) and ``traj.replay['actions']`` [N, B, T, A]; with
-    ``cameras`` also ``traj.obs['images'][k]`` and ``traj.next_images[k]`` [N, B, H, W, 3] of each.
+    ``cameras`` also ``traj.obs['images'][k]`` and ``traj.next_images[k]`` [N, B, H, W, 3] of each. With
+    ``instructions`` every row's words (``traj.obs['instruction']``: one per row, per env or for all) as their ids
+    (a row's next observation is read under the same words: the episode's, where it ended in the chunk).
     """
     missing = [f"obs['images']['{k}']" for k in cameras if k not in traj.obs.get("images", {})]
     missing += ["replay['actions']"] if "actions" not in traj.replay else []
@@ -159,6 +202,9 @@ def trajectory_transitions(traj: Trajectory, cameras: list[str] | tuple[str, ...
         out.set("images", TensorDict({k: traj.flat(traj.obs["images"][k]) for k in cameras}, batch_size=[M]))
         out.set("next_images", TensorDict({k: traj.flat(traj.next_images[k]) for k in cameras},
                                           batch_size=[M]))
+    if instructions is not None:
+        words = instructions_at(list(traj.obs.get("instruction") or []), range(M))
+        out.set("instruction", instructions.ids(words) if words else torch.zeros(M, dtype=torch.int64))
     return out
 
 

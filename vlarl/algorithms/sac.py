@@ -43,7 +43,7 @@ from vlarl.algorithms.critic_files import read_critics, shape_problem
 from vlarl.algorithms.hl_gauss import HLGaussSupport, bins_to_value, hl_gauss_loss
 from vlarl.algorithms.image_aug import shift_batch
 from vlarl.algorithms.q_ensemble import QEnsemble
-from vlarl.algorithms.replay import MixedReplay, demo_transitions, trajectory_transitions
+from vlarl.algorithms.replay import InstructionIds, MixedReplay, demo_transitions, trajectory_transitions
 from vlarl.algorithms.soft_critic_config import (
     RLPDConfig,
     SACConfig,
@@ -173,7 +173,7 @@ class SACState:
         self.target_entropy = cfg.target_entropy_per_dim * T * A
         self.low = torch.tensor(spec.action_low, dtype=torch.float32, device=device)
         self.high = torch.tensor(spec.action_high, dtype=torch.float32, device=device)
-        self.replay = MixedReplay(cfg.buffer_size, sac.demo_ratio)
+        self.replay = MixedReplay(cfg.buffer_size, sac.demo_ratio, spec.instruction)
         if sac.demos:  # with the frames of the critics' cameras for a pixel actor (pixel_demos_problem)
             from vlarl.data.demonstrations import read_demonstrations
 
@@ -197,7 +197,7 @@ class SACState:
         if self.encoder is None:
             return state
         encoder = self.encoder_target if target else self.encoder
-        return encoder(replay_obs(batch, self.cameras, next_obs))
+        return encoder(replay_obs(batch, self.cameras, next_obs, self.replay.instructions))
 
     def state_dict(self, with_replay: bool = True) -> dict[str, Any]:
         """``with_replay=False``: leave the replay out (the robot loop rebuilds it from its recorded episodes)."""
@@ -251,18 +251,16 @@ def make_sac_state(policy: Any, cfg: SACConfig, spec: Any) -> SACState:
     return SACState(policy, cfg, spec)
 
 
-def _obs(state: torch.Tensor) -> dict[str, Any]:
-    return {"state": state, "images": {}, "instruction": []}
-
-
-def replay_obs(batch: Any, cameras: list[str], next_obs: bool = False) -> dict[str, Any]:
-    """A policy observation of a replayed batch: state and the ``cameras``' images (``next_obs``: the next ones);
-    no instruction (the policy uses the env's)."""
-    if not cameras:
-        return _obs(batch["next_state" if next_obs else "state"])
+def replay_obs(batch: Any, cameras: list[str], next_obs: bool = False,
+               instructions: InstructionIds | None = None) -> dict[str, Any]:
+    """A policy observation of a replayed batch: state, the ``cameras``' images (``next_obs``: the next ones) and,
+    when the rows kept them, their instructions (``instructions`` turns their ids back into words; rows without
+    give none, and the policy uses the env's)."""
     prefix = "next_" if next_obs else ""
+    words = (instructions.words(batch["instruction"]) if instructions is not None and "instruction" in batch.keys()
+             else [])
     return {"state": batch[f"{prefix}state"], "images": {k: batch[f"{prefix}images", k] for k in cameras},
-            "instruction": []}
+            "instruction": words}
 
 
 def _clip(params, max_norm: float) -> float:
@@ -276,7 +274,7 @@ def critic_step(policy: Any, st: SACState, batch: Any, cfg: Any, generator: torc
     """One gradient step of every critic on ``batch``, then the polyak update of the targets."""
     a = batch["actions"]
     with torch.no_grad():
-        a2, logp2 = policy.rsample(replay_obs(batch, st.cameras, next_obs=True))
+        a2, logp2 = policy.rsample(replay_obs(batch, st.cameras, True, st.replay.instructions))
         subset = torch.randperm(st.q.num, generator=generator)[:cfg.critic_subset].to(a2.device)
         s2 = st.critic_inputs(batch, next_obs=True, target=True)
         v_next = st.values(st.q_target, s2, a2, subset).min(0).values  # only the subset's members are computed
@@ -307,7 +305,7 @@ def actor_step(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, batc
     """One step of the actor (max mean-ensemble Q - alpha log pi, plus ``bc_weight`` x ``demo_bc_loss``) and of
     the temperature."""
     with frozen(st.shared_params):  # an encoder shared with the critics is theirs: the actor reads it detached
-        actions, logp = policy.rsample(replay_obs(batch, st.cameras))
+        actions, logp = policy.rsample(replay_obs(batch, st.cameras, instructions=st.replay.instructions))
     logp = logp.sum((-2, -1))
     alpha = st.log_alpha.exp().detach()
     with torch.no_grad():  # the critic's encoder is the critic loss's: the actor reads its features without moving it
@@ -357,7 +355,7 @@ def sac_update(policy: Any, optimizer: torch.optim.Optimizer, traj: Trajectory, 
     (an actor and temperature step every ``actor_every``); returns mean diagnostics."""
     st = required_state(state, cfg)
     pretrained = demo_pretrain(policy, optimizer, st, cfg, generator)
-    out = replay_update(st, trajectory_transitions(traj, cameras=st.cameras), cfg,
+    out = replay_update(st, trajectory_transitions(traj, st.cameras, st.replay.instructions), cfg,
                         lambda steps: sac_steps(policy, optimizer, st, cfg, steps, generator))
     return {**pretrained, **out}
 
