@@ -140,3 +140,19 @@ def test_dsrl_from_pixels_follows_the_words_through_the_actor_worker(base_dir):
     assert end > start, (start, end)
     saved = load_file(str(base_dir / "model.safetensors"))
     assert all(torch.equal(policy.base.state_dict()[k], v) for k, v in saved.items())
+
+
+def test_a_replay_of_frames_too_big_is_refused_at_config_load(tmp_path):
+    """DSRL's replay keeps every row's frames: a buffer over the memory bound is refused when the config loads, in
+    one line with the size that fits (before any run directory exists)."""
+    from vlarl.config.loader import ConfigError, load_train_config
+
+    camera_spec = replace(SPEC, image_keys=["base_camera"], image_size=[64, 64], state_dim=25, action_dim=4,
+                          action_low=[-1.0] * 4, action_high=[1.0] * 4)
+    make_policy(SmolVLAPolicyConfig(chunk_size=T, num_steps=2, arch={"empty_cameras": 0, "max_state_dim": 32}),
+                camera_spec).save_pretrained(tmp_path / "base")
+    recipe = ["experiment=multitask_smolvla_dsrl", f"policy.base_path={tmp_path / 'base'}"]
+    assert load_train_config(recipe).algorithm.buffer_size == 30_000  # the recipe's fits
+    with pytest.raises(ConfigError, match=r"buffer_size=200000 would keep 4\.6 GiB .* at most 174762") as e:
+        load_train_config([*recipe, "algorithm.buffer_size=200000"])
+    assert "\n" not in str(e.value)

@@ -35,6 +35,7 @@ from vlarl.algorithms.sac import (
     SoftCriticConfig,
     _clip,
     critic_step,
+    replay_memory_problem,
     replay_update,
     required_state,
     soft_steps,
@@ -190,4 +191,5 @@ def validate_dsrl(alg: DSRLConfig, num_envs: int) -> str | None:
 
 register_algorithm(AlgorithmSpec(name="dsrl", config=DSRLConfig, update=dsrl_update, validate=validate_dsrl,
                                  discount=lambda alg: alg.gamma, requires=(NOISE_STEERING, REPARAMETERIZED),
-                                 make_state=make_dsrl_state, replays_stale_data=True))
+                                 make_state=make_dsrl_state, check_policy=replay_memory_problem,
+                                 replays_stale_data=True))
