@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                             "evaluate (other goal's words)", extra=("+env.task_kwargs.instruction=other",))
     result = {"family": args.family, "sft": sft, "named": named, "other": other,
               "difference": named["success_once"] - other["success_once"], "wall_s": time.time() - t0,
-              "command": "python scripts/make_language_fixture.py " + " ".join(argv or [])}
+              "command": "python scripts/make_language_fixture.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     (work / "result.json").write_text(json.dumps(result, indent=2))
     log(f"success with the named goal's words {named['success_once']:.2f}, with the other goal's words "
         f"{other['success_once']:.2f} ({args.eval_episodes} held-out episodes from seed {args.eval_seed}) -> "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         STAGES.evaluate(run / "checkpoints" / "latest", out / "eval_rl", args.eval_episodes, args.eval_seed,
                         args.eval_envs, "evaluate SFT + PPO")
         result["eval_rl"] = per_task(out / "eval_rl")
-    result.update(wall_s=time.time() - t0, command="python scripts/multitask_sft_rl.py " + " ".join(argv or []))
+    result.update(wall_s=time.time() - t0, command="python scripts/multitask_sft_rl.py " + " ".join(sys.argv[1:] if argv is None else argv))
     (out / "result.json").write_text(json.dumps(result, indent=2))
     for stage in ("eval_sft", "eval_rl"):
         if stage in result:
