@@ -37,7 +37,8 @@ RGB = replace(STATE, image_keys=["base_camera", "hand_camera"], image_size=[64, 
 def test_the_registry_says_which_families_have_each_capability():
     assert {"mlp", "cnn", "noise_steering"} <= set(REPARAMETERIZED.families())
     assert "diffusion" not in REPARAMETERIZED.families()
-    assert NOISE_STEERING.families() == ["noise_steering"]
+    assert NOISE_STEERING.families() == ["noise_steering", "noise_steering_cnn"]
+    assert "noise_steering_cnn" in CRITIC_IMAGE_ENCODER.families()
     assert "cnn" in CRITIC_IMAGE_ENCODER.families() and "mlp" not in CRITIC_IMAGE_ENCODER.families()
     assert {"cnn", "diffusion", "flow_vla"} <= set(SFT.families()) and "mlp" not in SFT.families()
     assert INSTRUCTION_TOKENS.families() == ["ar_vla", "diffusion", "flow_vla", "openvla", "openvla_oft", "pi0", "pi05",

@@ -38,7 +38,8 @@ COMPANIONS = {
     "policy/noise_steering": ["policy.base_path={diffusion}"],
     "experiment/pushcube_diffusion_dsrl": ["policy.base_path={diffusion}"],
     # pixel noise steering wraps a saved base that reads a camera: {pixel_flow} is a tiny SmolVLA written for the test
-    "policy/noise_steering_cnn": ["env=maniskill_pushcube_rgb", "algorithm=dsrl", "policy.base_path={pixel_flow}"],
+    "policy/noise_steering_cnn": ["env=maniskill_pushcube_rgb", "algorithm=dsrl", "algorithm.buffer_size=20000",
+                                  "policy.base_path={pixel_flow}"],
     "experiment/multitask_smolvla_dsrl": ["policy.base_path={pixel_flow}"],
 }
 

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # every registered family -> the class it builds (a family registered without an entry here fails the first test)
 EXPECTED = {
     "mlp": "MLPPolicy", "cnn": "CNNPolicy", "diffusion": "DiffusionPolicy", "noise_steering": "NoiseSteeringPolicy",
+    "noise_steering_cnn": "PixelNoiseSteeringPolicy",
     "ar_vla": "ARVLAPolicy", "openvla": "OpenVLAPolicy", "openvla_oft": "OpenVLAOFTPolicy",
     "flow_vla": "FlowVLAPolicy", "pi0": "PI0Policy", "pi05": "PI05Policy", "smolvla": "SmolVLAPolicy",
     "diffusion_policy": "DiffusionPolicyRL", "pi0fast": "PI0FastPolicy",
@@ -30,12 +31,15 @@ EXPECTED = {
 
 
 def _config(name: str, spec: PolicySpec, tmp_path: Path):
-    """The family's config from its defaults alone (noise steering: plus the frozen base it needs)."""
+    """The family's config from its defaults alone (noise steering: plus the frozen base it needs; from pixels, a
+    base that reads the cameras)."""
     cfg = policy_config_class(name)()
-    if name == "noise_steering":
+    if name in ("noise_steering", "noise_steering_cnn"):
         base = tmp_path / "base"
         torch.manual_seed(0)
-        make_policy(policy_config_class("diffusion")(chunk_size=2), spec).save_pretrained(base)
+        base_cfg = (policy_config_class("diffusion")(chunk_size=2) if name == "noise_steering" else
+                    policy_config_class("smolvla")(chunk_size=2, num_steps=2))
+        make_policy(base_cfg, spec).save_pretrained(base)
         cfg.base_path = str(base)
     return cfg
 
