@@ -267,6 +267,8 @@ def test_critic_lr_moves_only_the_value_head_faster():
 # --- soft actor-critic (SAC, RLPD, DSRL): the replay, critics, temperature and actor keys -------------------------
 
 SQUASHED = MLPPolicyConfig(hidden_sizes=[16, 16], chunk_size=T, squash=True)
+C = 3  # the rollouts' privileged critic_state width (algorithm.critic_obs=critic_state)
+SOFT_SPEC = replace(SPEC, critic_state_dim=C)
 SOFT_BASE = dict(num_steps=1, batch_size=16, buffer_size=64, learning_starts=0, utd_ratio=0.5,
                  critic_hidden_sizes=[16, 16], lr=3e-3, q_lr=3e-3, alpha_lr=3e-3, tau=0.05, gamma=0.9)
 
@@ -296,6 +298,7 @@ SOFT = {
     "hl_gauss_v_min": ({"critic_loss": "hl_gauss"}, -3.0),
     "hl_gauss_v_max": ({"critic_loss": "hl_gauss"}, 4.0),
     "hl_gauss_sigma_ratio": ({"critic_loss": "hl_gauss"}, 2.0),
+    "critic_obs": ({}, "critic_state"),  # the critics read the rollout's privileged critic_state, not the state
 }
 SAC_ONLY = {
     "demos": ({"demos": "{demos_a}", "demo_ratio": 0.5}, "{demos_b}"),
@@ -345,19 +348,20 @@ def soft_traj(policy, noise: bool = False, seed: int = 3) -> Trajectory:
     dones[1, :2] = 1.0
     step_rewards = torch.randn(2, B, T, generator=g)
     keys = ("actions", "noise") if noise else ("actions",)
+    critic_state = torch.randn(3, B, C, generator=g)  # obs, then the next obs of the last step
     return Trajectory(
-        obs={"state": states, "images": {}, "instruction": ["push"] * B},
+        obs={"state": states, "images": {}, "instruction": ["push"] * B, "critic_state": critic_state[:2]},
         replay={k: torch.stack([s.replay[k] for s in samples]) for k in keys},
         logprob=torch.stack([s.logprob for s in samples]), values=torch.zeros(2, B), rewards=step_rewards.sum(-1),
         dones=dones, truncated=torch.zeros(2, B), final_values=torch.zeros(2, B), next_value=torch.zeros(B),
         step_rewards=step_rewards, step_mask=torch.ones(2, B, T, dtype=torch.bool),
-        next_state=torch.randn(2, B, D, generator=g))
+        next_state=torch.randn(2, B, D, generator=g), next_critic_state=critic_state[1:])
 
 
 def train_soft(policy_cfg, cfg) -> torch.Tensor:
     """Two updates of the real ActorWorker on two rollouts; the trained actor's weights and the temperature, flat."""
     torch.manual_seed(0)
-    actor = ActorWorker(policy_cfg, cfg, SPEC, seed=0)
+    actor = ActorWorker(policy_cfg, cfg, SOFT_SPEC, seed=0)
     noise = isinstance(cfg, DSRLConfig)
     for seed in (3, 4):
         actor.train(soft_traj(actor.policy, noise, seed))

@@ -34,6 +34,7 @@ from vlarl.algorithms.sac import (
     SACState,
     SoftCriticConfig,
     _clip,
+    critic_obs_problem,
     critic_step,
     replay_memory_problem,
     replay_update,
@@ -103,11 +104,12 @@ def make_dsrl_state(policy: Any, cfg: DSRLConfig, spec: Any) -> DSRLState:
 def noise_transitions(traj: Trajectory, st: SACState | None = None) -> Any:
     """Chunk transitions [N * B] (``vlarl.algorithms.replay``) whose ``actions`` are the noise the actor chose,
     with the executed chunk kept as ``env_actions`` [T, A]; with the frames of the cameras ``st``'s critics read
-    and each row's instruction id in ``st``'s replay (a pixel noise actor, ``policy=noise_steering_cnn``)."""
+    and each row's instruction id in ``st``'s replay (a pixel noise actor, ``policy=noise_steering_cnn``), and
+    the privileged ``critic_state`` where ``st``'s critics read it (``algorithm.critic_obs=critic_state``)."""
     if "noise" not in traj.replay:
         raise ValueError("dsrl needs traj.replay['noise']: sample with policy=noise_steering")
     rows = (trajectory_transitions(traj) if st is None else
-            trajectory_transitions(traj, st.cameras, st.replay.instructions))
+            trajectory_transitions(traj, st.cameras, st.replay.instructions, st.privileged))
     rows.set("env_actions", rows["actions"])
     rows.set("actions", traj.flat(traj.replay["noise"]).float())
     return rows
@@ -185,11 +187,20 @@ def dsrl_update(policy: Any, optimizer: torch.optim.Optimizer, traj: Trajectory,
                          lambda steps: soft_steps(policy, optimizer, st, cfg, steps, critic))
 
 
+def replay_problem(policy: Any, cfg: DSRLConfig) -> str | None:
+    """At config load: a pixel replay that would not fit in memory, or privileged critics without the env's
+    ``critic_state``."""
+    return replay_memory_problem(policy, cfg) or critic_obs_problem(policy, cfg)
+
+
 def validate_dsrl(alg: DSRLConfig, num_envs: int) -> str | None:
+    if alg.critic_input == "action" and alg.critic_obs == "critic_state":
+        return ("algorithm.critic_input=action decodes replayed states through the base, which reads the state, "
+                "not the critic_state: set algorithm.critic_obs=policy, or algorithm.critic_input=noise")
     return validate_soft_critic(alg) or choice_problem(alg, "critic_input", CRITIC_INPUTS)
 
 
 register_algorithm(AlgorithmSpec(name="dsrl", config=DSRLConfig, update=dsrl_update, validate=validate_dsrl,
                                  discount=lambda alg: alg.gamma, requires=(NOISE_STEERING, REPARAMETERIZED),
-                                 make_state=make_dsrl_state, check_policy=replay_memory_problem,
+                                 make_state=make_dsrl_state, check_policy=replay_problem,
                                  replays_stale_data=True))

@@ -171,21 +171,24 @@ class MixedReplay:
 
 
 def trajectory_transitions(traj: Trajectory, cameras: list[str] | tuple[str, ...] = (),
-                           instructions: InstructionIds | None = None) -> TensorDict:
+                           instructions: InstructionIds | None = None, critic_state: bool = False) -> TensorDict:
     """Every chunk step of a collected trajectory as transitions [N * B] (time-major).
 
     Needs the trajectory's ``step_rewards`` [N, B, T], ``step_mask`` [N, B, T] and ``next_state`` [N, B, D]
     (recorded by ``vlarl.data.builder.TrajectoryBuilder``) and ``traj.replay['actions']`` [N, B, T, A]; with
     ``cameras`` also ``traj.obs['images'][k]`` and ``traj.next_images[k]`` [N, B, H, W, 3] of each. With
     ``instructions`` every row's words (``traj.obs['instruction']``: one per row, per env or for all) as their ids
-    (a row's next observation is read under the same words: the episode's, where it ended in the chunk).
+    (a row's next observation is read under the same words: the episode's, where it ended in the chunk). With
+    ``critic_state`` also ``critic_state`` and ``next_critic_state`` [C] (asymmetric critics,
+    ``algorithm.critic_obs=critic_state``): ``traj.obs['critic_state']`` and ``traj.next_critic_state``.
     """
     missing = [f"obs['images']['{k}']" for k in cameras if k not in traj.obs.get("images", {})]
     missing += ["replay['actions']"] if "actions" not in traj.replay else []
+    missing += ["obs['critic_state']"] if critic_state and "critic_state" not in traj.obs else []
     if missing:
         raise ValueError(f"off-policy replay needs the trajectory's {missing}; the collector records them")
     traj.require("step_rewards", "step_mask", "next_state", *(f"next_images.{k}" for k in cameras),
-                 why="off-policy replay")
+                 *(["next_critic_state"] if critic_state else []), why="off-policy replay")
     from tensordict import TensorDict
 
     M = traj.num_steps * traj.num_envs
@@ -202,6 +205,9 @@ def trajectory_transitions(traj: Trajectory, cameras: list[str] | tuple[str, ...
         out.set("images", TensorDict({k: traj.flat(traj.obs["images"][k]) for k in cameras}, batch_size=[M]))
         out.set("next_images", TensorDict({k: traj.flat(traj.next_images[k]) for k in cameras},
                                           batch_size=[M]))
+    if critic_state:
+        out.set("critic_state", traj.flat(traj.obs["critic_state"]).float())
+        out.set("next_critic_state", traj.flat(traj.next_critic_state).float())
     if instructions is not None:
         words = instructions_at(list(traj.obs.get("instruction") or []), range(M))
         out.set("instruction", instructions.ids(words) if words else torch.zeros(M, dtype=torch.int64))

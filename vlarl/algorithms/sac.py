@@ -66,7 +66,7 @@ def actor_problem(policy: Any, cfg: Any) -> str | None:
     spec's ``requires`` and checked at config load); a pixel actor's replay must fit in memory and its
     demonstrations must hold the frames it reads."""
     return (REPARAMETERIZED.refusal(policy, f"algorithm={cfg.name}") or pixel_demos_problem(policy, cfg)
-            or replay_memory_problem(policy, cfg) or image_shift_problem(policy, cfg)
+            or replay_memory_problem(policy, cfg) or image_shift_problem(policy, cfg) or critic_obs_problem(policy, cfg)
             or unused_value_head_problem(policy, cfg, " (its own critics take algorithm.critic_loss=hl_gauss)"))
 
 
@@ -103,6 +103,20 @@ def image_shift_problem(policy: Any, cfg: SACConfig) -> str | None:
     return None
 
 
+def critic_obs_problem(policy: Any, cfg: SoftCriticConfig) -> str | None:
+    """``algorithm.critic_obs=critic_state`` needs an env that reports ``obs['critic_state']`` (the policy's spec
+    has its width), and no demonstrations (they hold none)."""
+    if getattr(cfg, "critic_obs", "policy") != "critic_state":
+        return None
+    if int(policy.spec.critic_state_dim or 0) < 1:
+        return ("algorithm.critic_obs=critic_state reads obs['critic_state'], which this env does not report: set "
+                "env.critic_state=true (env=maniskill_multitask*) or algorithm.critic_obs=policy")
+    if getattr(cfg, "demo_ratio", 0) > 0:
+        return ("algorithm.critic_obs=critic_state: the demonstrations hold no critic_state to replay; set "
+                "algorithm.demo_ratio=0 algorithm.demos='' or algorithm.critic_obs=policy")
+    return None
+
+
 def replay_memory_problem(policy: Any, cfg: SoftCriticConfig) -> str | None:
     """A pixel replay whose images would not fit in memory (``buffer_size`` x 2 (obs, next obs) x cameras x H x W x
     3 bytes over ``MAX_REPLAY_IMAGE_BYTES``)."""
@@ -127,7 +141,8 @@ class SACState:
 
     def __init__(self, policy: Any, cfg: SoftCriticConfig, spec: Any):
         problem = (actor_problem(policy, cfg) if isinstance(cfg, SACConfig) else
-                   REPARAMETERIZED.refusal(policy, f"algorithm={cfg.name}") or replay_memory_problem(policy, cfg))
+                   REPARAMETERIZED.refusal(policy, f"algorithm={cfg.name}") or replay_memory_problem(policy, cfg)
+                   or critic_obs_problem(policy, cfg))
         if problem:
             raise ValueError(problem)
         sac = cfg if isinstance(cfg, SACConfig) else SACConfig(demo_ratio=0.0)  # no demos, no saved critics
@@ -136,12 +151,18 @@ class SACState:
         self.support = (HLGaussSupport(cfg.hl_gauss_v_min, cfg.hl_gauss_v_max, cfg.hl_gauss_bins,
                                        cfg.hl_gauss_sigma_ratio) if cfg.critic_loss == "hl_gauss" else None)
         out = self.support.num_bins if self.support else 1
+        # asymmetric: the critics read the env's privileged critic_state, the actor its own inputs (its cameras'
+        # frames stay in the replay for the actor's steps and the next-chunk sample of the TD target)
+        self.privileged = cfg.critic_obs == "critic_state"
         # the critics' own image encoder (pixel SAC) or None (the raw state); see ``critic_inputs``
-        self.encoder: nn.Module | None = policy.critic_encoder() if critic_cameras(policy) else None
-        self.cameras = list(self.encoder.image_keys) if self.encoder is not None else []
+        self.encoder: nn.Module | None = (policy.critic_encoder() if critic_cameras(policy) and not self.privileged
+                                          else None)
+        self.cameras = list(self.encoder.image_keys) if self.encoder is not None else critic_cameras(policy)
         if self.encoder is not None:
             self.encoder.to(device)
             D = self.encoder.out_dim
+        if self.privileged:
+            D = int(policy.spec.critic_state_dim)
         self.q = QEnsemble(D + T * A, list(cfg.critic_hidden_sizes), out, cfg.num_critics, cfg.critic_layer_norm)
         self.q.to(device)
         if sac.critics_from:  # e.g. offline IQL's critics, which trained the actor this run starts from
@@ -192,7 +213,10 @@ class SACState:
 
     def critic_inputs(self, batch: Any, next_obs: bool = False, target: bool = False) -> torch.Tensor:
         """What the critics read of a batch's observations (``next_obs``: the next ones): the raw state [B, D], or
-        with an encoder its features of the state and camera images [B, F] (``target``: the polyak copy's)."""
+        with an encoder its features of the state and camera images [B, F] (``target``: the polyak copy's), or
+        with ``algorithm.critic_obs=critic_state`` the env's privileged state [B, C]."""
+        if self.privileged:
+            return batch["next_critic_state" if next_obs else "critic_state"]
         state = batch["next_state" if next_obs else "state"]
         if self.encoder is None:
             return state
@@ -355,7 +379,7 @@ def sac_update(policy: Any, optimizer: torch.optim.Optimizer, traj: Trajectory, 
     (an actor and temperature step every ``actor_every``); returns mean diagnostics."""
     st = required_state(state, cfg)
     pretrained = demo_pretrain(policy, optimizer, st, cfg, generator)
-    out = replay_update(st, trajectory_transitions(traj, st.cameras, st.replay.instructions), cfg,
+    out = replay_update(st, trajectory_transitions(traj, st.cameras, st.replay.instructions, st.privileged), cfg,
                         lambda steps: sac_steps(policy, optimizer, st, cfg, steps, generator))
     return {**pretrained, **out}
 

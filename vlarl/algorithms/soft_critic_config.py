@@ -14,6 +14,7 @@ from vlarl.algorithms.spec import AlgorithmConfig
 from vlarl.algorithms.update import choice_problem
 
 CRITIC_LOSSES = ("mse", "hl_gauss")
+CRITIC_OBS = ("policy", "critic_state")
 
 
 @dataclass
@@ -45,6 +46,10 @@ class SoftCriticConfig(AlgorithmConfig):
     hl_gauss_v_min: float = -0.5
     hl_gauss_v_max: float = 1.5
     hl_gauss_sigma_ratio: float = 0.75  # sigma = this * bin width
+    # what the critics read: "policy" = what the actor reads (the state, or a pixel actor's encoder of its
+    # cameras and words); "critic_state" = the env's privileged obs["critic_state"] (asymmetric actor-critic: the
+    # scene's objects and the task, env.critic_state=true), while the actor still acts from its own inputs
+    critic_obs: str = "policy"
 
 
 @dataclass
@@ -99,7 +104,7 @@ def validate_soft_critic(alg: SoftCriticConfig) -> str | None:
     for ok, msg in checks:
         if not ok:
             return msg
-    return choice_problem(alg, "critic_loss", CRITIC_LOSSES)
+    return choice_problem(alg, "critic_loss", CRITIC_LOSSES) or choice_problem(alg, "critic_obs", CRITIC_OBS)
 
 
 def validate_sac(alg: SACConfig, num_envs: int) -> str | None:

@@ -198,7 +198,10 @@ class TrajectoryBuilder:
         """The typed per-step facts of one chunk step from its W replies (worker order), each [B, ...]."""
         nexts = [r.final_obs if r.final_obs is not None else r.obs for r in results]
         mask = torch.cat([r.step_mask.bool() for r in results])
+        privileged = ({"next_critic_state": torch.cat([torch.as_tensor(o["critic_state"]).float() for o in nexts])}
+                      if "critic_state" in nexts[0] else {})
         return {
+            **privileged,
             "step_mask": mask,
             "step_rewards": torch.cat([r.rewards.float() for r in results]),
             "episode_return": torch.cat([r.episode["return"].float() for r in results]),

@@ -125,6 +125,8 @@ class Trajectory:
         episode_success: [N, B]          that episode's ``success_once`` (NaN else)
         policy_version:  [N, B]          version of the weights that sampled step t (off-policy correction)
         next_state:      [N, B, D]       state after step t; for an episode that ended in it, its final state
+        next_critic_state: [N, B, C]     the same for obs["critic_state"], from an env that reports it (the
+                                         replay's asymmetric critics, ``algorithm.critic_obs=critic_state``)
         next_images:     {camera: uint8 [N, B, H, W, 3]} each camera's frame after step t (the final one
                                          likewise): the process reward's critic and a pixel critic's replay
     """
@@ -144,6 +146,7 @@ class Trajectory:
     episode_success: torch.Tensor | None = None
     policy_version: torch.Tensor | None = None
     next_state: torch.Tensor | None = None
+    next_critic_state: torch.Tensor | None = None
     next_images: dict[str, torch.Tensor] = field(default_factory=dict)
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
 
@@ -178,7 +181,8 @@ class Trajectory:
                              f"records them while collecting")
 
 
-STEP_FACTS = ("step_mask", "step_rewards", "episode_return", "episode_success", "policy_version", "next_state")
+STEP_FACTS = ("step_mask", "step_rewards", "episode_return", "episode_success", "policy_version", "next_state",
+              "next_critic_state")
 
 
 def _step_fact(traj: Trajectory, name: str) -> torch.Tensor | None:
