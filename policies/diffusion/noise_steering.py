@@ -34,6 +34,7 @@ from policies.mlp import MLPPolicy, MLPPolicyConfig
 from policies.registry import policy_class, register_policy, upgrade_saved
 
 BASE_DIR = "base"  # the frozen base policy inside a noise-steering checkpoint
+STEER_MODES = ("noise", "residual")
 
 
 @dataclass
@@ -45,6 +46,11 @@ class NoiseSteeringConfig:
     activation: str = "relu"
     init_log_std: float = 0.0  # noise actor's Gaussian before the tanh: std 1 matches the base's prior N(0, I)
     noise_bound: float = 1.5  # the noise actor's box [-b, b] per noise dimension (DSRL's latent action bound)
+    # what the actor's latent is: "noise" = the base's initial noise (DSRL); "residual" = a correction added to the
+    # base's own chunk (from the zero noise) in env action units, inside [-residual_bound, residual_bound] per
+    # action dim and clamped to the env's box (residual RL: the base's mistakes a noise cannot reach, a residual can)
+    steer: str = "noise"
+    residual_bound: float = 0.5
 
 
 def noise_spec(spec: PolicySpec, bound: float, noise_dim: int | None = None) -> PolicySpec:
@@ -105,9 +111,14 @@ class NoiseSteeringPolicy(Policy):
         if not probing and (base.spec.state_dim != spec.state_dim or base.spec.action_dim != spec.action_dim):
             raise ValueError(f"the base policy was trained for state_dim={base.spec.state_dim}, action_dim="
                              f"{base.spec.action_dim}; this env gives {spec.state_dim}, {spec.action_dim}")
+        if config.steer not in STEER_MODES:
+            raise ValueError(f"policy.steer='{config.steer}' is unknown; choose one of {list(STEER_MODES)}")
+        if config.residual_bound <= 0:
+            raise ValueError(f"policy.residual_bound={config.residual_bound} must be > 0")
         self.base = base.eval().requires_grad_(False)
         self.noise_shape = tuple(base.chunk_shape(1)[1:])  # (T, M): the base's own initial noise per sample
-        self.noise_spec = noise_spec(base.spec, config.noise_bound, self.noise_shape[-1])
+        self.noise_spec = (noise_spec(base.spec, config.noise_bound, self.noise_shape[-1]) if config.steer == "noise"
+                           else noise_spec(base.spec, config.residual_bound))  # [T, A]: one correction per action
         self.noise_actor = self.make_noise_actor(config, self.noise_spec)
         # mean noise 0 at the start: the untrained steering's act() is exactly the base's own act()
         torch.nn.init.zeros_(self.noise_actor.actor[-1].weight)
@@ -125,8 +136,15 @@ class NoiseSteeringPolicy(Policy):
         return self
 
     def decode(self, obs: dict[str, Any], noise: torch.Tensor) -> torch.Tensor:
-        """The frozen base's deterministic chunk from ``noise`` [B, T, M] -> env actions [B, T, A] (no grad)."""
-        return self.base.act(obs, noise=noise)
+        """The frozen base's deterministic chunk from ``noise`` [B, T, M] -> env actions [B, T, A] (no grad); with
+        ``steer=residual`` the latent [B, T, A] is added to the base's chunk from the zero noise, then clamped to
+        the env's box."""
+        if self.config.steer == "noise":
+            return self.base.act(obs, noise=noise)
+        zero = torch.zeros(noise.shape[0], *self.noise_shape, device=noise.device)
+        low = torch.tensor(self.spec.action_low, device=noise.device)
+        high = torch.tensor(self.spec.action_high, device=noise.device)
+        return torch.maximum(torch.minimum(self.base.act(obs, noise=zero) + noise, high), low)
 
     # -- the Policy interface ------------------------------------------------------------------
     @torch.no_grad()
