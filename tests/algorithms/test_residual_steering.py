@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from policies.base import Policy
-from policies.diffusion import DiffusionPolicyConfig
 from policies.registry import make_policy
+from tests.algorithms import test_dsrl
 from tests.algorithms.test_dsrl import SMALL, SPEC, B, D, T, _cfg, _obs
 from tests.helpers.chunk_bandit import one_step_trajectory
 from vlarl.workers.actor_worker import ActorWorker
@@ -18,13 +18,7 @@ from vlarl.workers.actor_worker import ActorWorker
 torch.set_num_threads(1)
 
 
-@pytest.fixture(scope="module")
-def base_dir(tmp_path_factory):
-    """A tiny random-weight diffusion policy saved to disk, as an SFT'd base would be."""
-    torch.manual_seed(0)
-    d = tmp_path_factory.mktemp("base")
-    make_policy(DiffusionPolicyConfig(chunk_size=T), SPEC).save_pretrained(d)
-    return d
+base_dir = test_dsrl.base_dir  # the same saved tiny diffusion base (a module-scoped fixture)
 
 
 def _residual(base_dir, **kw):
