@@ -132,7 +132,7 @@ def collect(policy: Any, env_cfg: Any, cfg: CollectConfig, log=print) -> dict[st
             seeds = [cfg.seed + j for j in range(k, min(k + env.num_envs, max_attempts))]
             for ep in rollout_attempts(policy, env, seeds, cfg.deterministic):
                 ok = passes(ep, cfg.success_only, cfg.max_length) and len(kept) < cfg.episodes
-                attempts.append({"seed": ep.seed, "success": ep.success, "kept": ok,
+                attempts.append({"seed": ep.seed, "success": ep.success, "kept": ok, "instruction": ep.instruction,
                                  **episode_quality(ep.actions, ep.rewards)})
                 if ok:
                     kept.append(ep)

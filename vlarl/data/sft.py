@@ -86,15 +86,17 @@ def fit_state_normalization(policy: Any, episodes: list[Episode]) -> None:
 
 
 def sft_train(policy: Any, episodes: list[Episode], epochs: int, batch_size: int, lr: float, instruction: str,
-              seed: int = 0, log=None) -> list[float]:
-    """Normalization from the demonstrations, then ``epochs`` of ``sft_epoch`` with Adam; mean loss per epoch."""
+              seed: int = 0, log=None, fit_normalization: bool = True) -> list[float]:
+    """Normalization from the demonstrations (``fit_normalization``; off: a trained policy keeps its statistics),
+    then ``epochs`` of ``sft_epoch`` with Adam; mean loss per epoch."""
     if not episodes:
         raise ValueError("no demonstration episodes to fine-tune on; record some first")
     failed = sum(getattr(e, "success", None) is False for e in episodes)
     if failed:  # imitation copies what it is shown: a failed episode would be learned as a way to act
         raise ValueError(f"{failed} of {len(episodes)} demonstration episodes failed; imitate the successful ones "
                          f"only (read_maniskill_h5(..., successful_only=True))")
-    fit_state_normalization(policy, episodes)
+    if fit_normalization:
+        fit_state_normalization(policy, episodes)
     policy.train()
     optimizer = torch.optim.Adam([p for p in policy.parameters() if p.requires_grad], lr=lr)
     generator = torch.Generator().manual_seed(seed)
@@ -119,13 +121,13 @@ def save_policy_dir(policy: Any, env_cfg: Any, out: str | Path) -> Path:
 
 
 def sft_and_save(policy: Any, episodes: list[Episode], env_cfg: Any, out: str | Path, epochs: int, batch_size: int,
-                 lr: float, instruction: str, seed: int = 0,
-                 log: Callable[[int, float], None] | None = None) -> dict[str, Any]:
+                 lr: float, instruction: str, seed: int = 0, log: Callable[[int, float], None] | None = None,
+                 fit_normalization: bool = True) -> dict[str, Any]:
     """``sft_train`` then ``save_policy_dir``: the SFT stage of an experiment script. Returns its record:
     ``episodes``, ``demo_steps`` (actions in them), ``epochs``, ``lr``, ``loss_first`` / ``loss_last`` (mean loss of
     the first and last epoch), ``wall_s``. ``log(epoch, loss)`` is called after each epoch."""
     t0 = time.time()
-    losses = sft_train(policy, episodes, epochs, batch_size, lr, instruction, seed, log)
+    losses = sft_train(policy, episodes, epochs, batch_size, lr, instruction, seed, log, fit_normalization)
     save_policy_dir(policy, env_cfg, out)
     return {"episodes": len(episodes), "demo_steps": sum(len(e.actions) for e in episodes), "epochs": epochs,
             "lr": lr, "loss_first": losses[0], "loss_last": losses[-1], "wall_s": time.time() - t0}

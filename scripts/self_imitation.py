@@ -1,0 +1,148 @@
+"""Improve a saved policy by imitating its own successful episodes, round after round, evaluated per task:
+
+    python scripts/self_imitation.py --base outputs/multitask/sft --demos outputs/multitask/demos/trajectories.h5 \
+        --out outputs/self_imitation [--rounds 2] [--attempts 300] [--sft-epochs 20] [--sft-lr 3e-4] [--seed 0]
+        [--eval-episodes 50] [--eval-envs 8]
+
+Round r (``vlarl.self_imitation.run_round``) starts from the base (r = 0) or the previous round's policy, samples
+``--attempts`` episodes on training seeds (200,000 + 100,000 x seed + r x attempts on; episodes end at the first
+success), keeps the successful ones (``<out>/round<r>/successes``, LeRobot v3.0), fine-tunes on the demonstrations
+(if given) plus every round's kept episodes (``<out>/round<r>/policy``), and ``vlarl-eval`` runs it on held-out seeds
+(1,000,000+), each task on its own (``<out>/round<r>/eval``). ``<out>/result.json`` holds every round's record and
+the per-task success, and a table is printed. A round whose ``round.json`` and evaluation exist is read, not
+redone, so an interrupted command continues where it stopped. Bad arguments: one line, exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from vlarl.experiments import Stages, add_held_out_arguments, add_sft_arguments, check_held_out_seed, prepare
+
+STAGES = Stages("self-imitation")
+log = STAGES.log
+
+
+def per_task(eval_dir: Path) -> dict:
+    """{task: success_once, ...} and the pooled success of a ``vlarl-eval`` output (one task: the pooled one)."""
+    ev = json.loads((eval_dir / "eval.json").read_text())
+    tasks = {t: r["success_once"] for t, r in ev.get("tasks", {}).items()}
+    return {"tasks": tasks, "success_once": ev["success_once"], "success_once_ci95": ev["success_once_ci95"],
+            "episodes": ev["episodes"]}
+
+
+def table(rows: list[tuple[str, dict]]) -> str:
+    """A markdown table of per-task success, one row per policy."""
+    tasks = list(dict.fromkeys(t for _, r in rows for t in r["tasks"]))
+    lines = ["| policy | " + " | ".join(tasks) + " | all |", "|---" * (len(tasks) + 2) + "|"]
+    for name, r in rows:
+        lo, hi = r["success_once_ci95"]
+        lines.append(f"| {name} | " + " | ".join(f"{r['tasks'].get(t, float('nan')):.2f}" for t in tasks)
+                     + f" | {r['success_once']:.2f} [{lo:.2f}, {hi:.2f}] |")
+    return "\n".join(lines)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base", required=True, help="the policy directory to improve (SFT output or a checkpoint)")
+    ap.add_argument("--demos", default="", help="the demonstrations it was fine-tuned on (.h5 or LeRobot folder), "
+                    "imitated again beside its own episodes; none: its own episodes only")
+    ap.add_argument("--out", default="outputs/self_imitation")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--attempts", type=int, default=300, help="sampled episodes per round")
+    ap.add_argument("--num-envs", type=int, default=6, help="envs sampled side by side while collecting")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--eval-base", action="store_true", help="also evaluate the base policy")
+    add_sft_arguments(ap, epochs=20)
+    ap.set_defaults(sft_lr=3e-4)
+    add_held_out_arguments(ap, episodes=50)
+    args = ap.parse_args(argv)
+    check_held_out_seed(ap, args.eval_seed)
+    if min(args.rounds, args.attempts, args.num_envs, args.sft_epochs, args.batch_size) < 1:
+        ap.error("--rounds, --attempts, --num-envs, --sft-epochs and --batch-size must be >= 1")
+    from vlarl.self_imitation import collection_seeds
+
+    try:
+        collection_seeds(args.seed, args.rounds - 1, args.attempts)
+    except ValueError as e:
+        ap.error(str(e))
+    from policies.base import CheckpointError
+    from vlarl.checkpoint import load_env_config
+    from vlarl.checkpoint_files import check_checkpoint
+
+    try:
+        check_checkpoint(args.base)
+    except CheckpointError as e:
+        ap.error(str(e).strip().splitlines()[0])
+    if load_env_config(args.base) is None:
+        ap.error(f"--base {args.base} has no env.json; pass a directory that vlarl-train or an SFT script saved")
+    if args.demos and not Path(args.demos).exists():
+        ap.error(f"--demos {args.demos} does not exist; pass the .h5 file or LeRobot folder the base was trained on")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(list(sys.argv[1:] if argv is None else argv))
+    out = prepare(args.out)
+    t0 = time.time()
+
+    from tqdm import tqdm
+
+    from policies.base import Policy
+    from vlarl.data.demonstrations import read_demonstrations
+    from vlarl.self_imitation import RoundSettings, run_round
+
+    settings = RoundSettings(attempts=args.attempts, num_envs=args.num_envs, epochs=args.sft_epochs, lr=args.sft_lr,
+                             batch_size=args.batch_size, seed=args.seed)
+    cameras = list(Policy.from_pretrained(args.base).spec.image_keys)
+    demos = read_demonstrations(args.demos, cameras=cameras) if args.demos else []
+    log(f"{len(demos)} demonstrations ({args.demos or 'none given'}); {args.rounds} rounds of {args.attempts} "
+        f"sampled episodes")
+    evals: list[tuple[str, dict]] = []
+
+    def evaluate(policy: Path, name: str, where: Path) -> None:
+        if not (where / "eval.json").is_file():
+            STAGES.evaluate(policy, where, args.eval_episodes, args.eval_seed, args.eval_envs, f"evaluate {name}")
+        evals.append((name, per_task(where)))
+
+    if args.eval_base:
+        evaluate(Path(args.base), "base", out / "eval_base")
+    policy, rounds = Path(args.base), []
+    for r in range(args.rounds):
+        rdir = out / f"round{r}"
+        if (rdir / "round.json").is_file():
+            record = json.loads((rdir / "round.json").read_text())
+            log(f"round {r}: finished earlier, read {rdir / 'round.json'}")
+        else:
+            bar = tqdm(total=args.sft_epochs, desc=f"round {r} imitate", unit="epoch")
+
+            def progress(epoch: int, loss: float, bar=bar) -> None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.4f}")
+
+            record = run_round(policy, demos, rdir, settings, r, [out / f"round{k}" / "successes" for k in range(r)],
+                               log, progress)
+            bar.close()
+        c = record["collect"]
+        log(f"round {r}: kept {c['kept']} of {c['attempts']} sampled episodes ({c['success_rate']:.2f}); by "
+            f"instruction {c['kept_by_instruction']} of {c['attempts_by_instruction']}")
+        rounds.append(record)
+        if record["policy"] is None:
+            break
+        policy = Path(record["policy"])
+        evaluate(policy, f"round {r}", rdir / "eval")
+    result = {"rounds": rounds, "evals": dict(evals), "wall_s": time.time() - t0,
+              "command": "python scripts/self_imitation.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+    (out / "result.json").write_text(json.dumps(result, indent=2))
+    if evals:
+        print(table(evals))
+        print(f"({args.eval_episodes} held-out episodes per task from seed {args.eval_seed})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,92 @@
+"""``scripts/self_imitation.py`` / ``vlarl.self_imitation``: a round samples the policy on training seeds, keeps only
+its successful episodes (a LeRobot dataset), fine-tunes on them with the policy's state statistics kept and its env
+unchanged, and evaluates per task on held-out seeds; a finished round is read, not redone; bad arguments are one
+line, exit 2, nothing written. The base is the tiny exact SmolVLA fixture SFT'd on the language task (state input)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from scripts import self_imitation as script
+from tests.helpers.checkpoints import pushcube_checkpoint
+from vlarl.self_imitation import COLLECT_SEED_BASE, collection_seeds
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "language" / "smolvla"
+torch.set_num_threads(1)
+
+
+def test_collection_seeds_are_disjoint_over_rounds_and_seeds_and_below_the_held_out_ones():
+    spans = [collection_seeds(seed, r, 300) for seed in range(3) for r in range(4)]
+    assert spans[0] == (COLLECT_SEED_BASE, COLLECT_SEED_BASE + 300)
+    taken = [s for a, b in spans for s in range(a, b)]
+    assert len(taken) == len(set(taken)) and max(taken) < 1_000_000 and min(taken) >= COLLECT_SEED_BASE
+    with pytest.raises(ValueError, match="rounds x attempts <= 100000"):
+        collection_seeds(0, 400, 300)
+    with pytest.raises(ValueError, match="use seeds 0-7"):
+        collection_seeds(8, 0, 300)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (["--base", "nope"], "does not exist"),
+    (["--base", "{ck}", "--demos", "missing.h5"], "--demos missing.h5 does not exist"),
+    (["--base", "{noenv}"], "has no env.json"),
+    (["--base", "{ck}", "--rounds", "0"], "must be >= 1"),
+    (["--base", "{ck}", "--seed", "9"], "use seeds 0-7"),
+])
+def test_bad_arguments_exit_2_and_write_nothing(tmp_path, monkeypatch, capsys, bad, match):
+    monkeypatch.chdir(tmp_path)
+    pushcube_checkpoint(tmp_path / "ck")
+    shutil.copytree(tmp_path / "ck", tmp_path / "noenv")
+    (tmp_path / "noenv" / "env.json").unlink()
+    before = sorted(tmp_path.rglob("*"))
+    args = [a.format(ck=tmp_path / "ck", noenv=tmp_path / "noenv") for a in bad]
+    with pytest.raises(SystemExit) as exit_info:
+        script.main([*args, "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert match in err[-1]
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+@pytest.mark.sim
+@pytest.mark.skipif(not FIXTURE.is_dir(), reason="make it with scripts/make_language_fixture.py")
+def test_a_round_imitates_only_its_own_successes_then_a_rerun_reads_it(tmp_path, capsys):
+    from policies.base import Policy
+    from vlarl.data.lerobot_v3 import read_episode_table
+
+    out = tmp_path / "si"
+    args = ["--base", str(FIXTURE), "--out", str(out), "--rounds", "1", "--attempts", "6", "--num-envs", "3",
+            "--sft-epochs", "1", "--eval-episodes", "2", "--eval-envs", "2"]
+    assert script.main(args) == 0
+    record = json.loads((out / "round0" / "round.json").read_text())
+    c = record["collect"]
+    first, end = collection_seeds(0, 0, 6)
+    assert c["attempts"] == 6 and c["seeds"] == [first, end] and c["kept"] >= 1
+    assert sum(c["kept_by_instruction"].values()) == c["kept"] and sum(c["attempts_by_instruction"].values()) == 6
+    rows = read_episode_table(out / "round0" / "successes")
+    assert len(rows) == c["kept"] and all(r["success"] is True for r in rows)  # failures are never imitated
+    assert all(first <= r["seed"] < end for r in rows)
+    assert record["own_episodes"] == c["kept"] and record["demo_episodes"] == 0
+    assert record["imitate"]["episodes"] == c["kept"] and record["imitate"]["epochs"] == 1
+
+    tuned = Path(record["policy"])
+    saved, base_env = (json.loads((d / "env.json").read_text()) for d in (tuned, FIXTURE))
+    assert saved.items() >= base_env.items() and saved["ignore_terminations"] is True  # evaluated as the base was
+    assert (tuned / "normalization.json").read_text() == (FIXTURE / "normalization.json").read_text()
+    base, new = Policy.from_pretrained(FIXTURE).state_dict(), Policy.from_pretrained(tuned).state_dict()
+    assert any(not torch.equal(base[k], new[k]) for k in base)  # the fine-tuning changed the weights
+
+    result = json.loads((out / "result.json").read_text())
+    ev = result["evals"]["round 0"]
+    assert ev["episodes"] == 2 and list(ev["tasks"]) == ["PushCubeToColor-v1"]
+    assert "| round 0 |" in capsys.readouterr().out
+
+    stamp = (out / "round0" / "round.json").stat().st_mtime_ns
+    assert script.main(args) == 0  # finished earlier: read, neither collected nor trained again
+    assert "round 0: finished earlier" in capsys.readouterr().out
+    assert (out / "round0" / "round.json").stat().st_mtime_ns == stamp
