@@ -122,6 +122,9 @@ class NoiseSteeringPolicy(Policy):
         self.noise_actor = self.make_noise_actor(config, self.noise_spec)
         # mean noise 0 at the start: the untrained steering's act() is exactly the base's own act()
         torch.nn.init.zeros_(self.noise_actor.actor[-1].weight)
+        # the env's box, where a residual decode clamps (not saved: the spec holds it)
+        self.register_buffer("action_low", torch.tensor(spec.action_low, dtype=torch.float32), persistent=False)
+        self.register_buffer("action_high", torch.tensor(spec.action_high, dtype=torch.float32), persistent=False)
 
     def make_noise_actor(self, config: NoiseSteeringConfig, spec: PolicySpec) -> Policy:
         """The trainable actor over the noise box ``spec``: a tanh-squashed Gaussian MLP on the state (a subclass
@@ -142,9 +145,7 @@ class NoiseSteeringPolicy(Policy):
         if self.config.steer == "noise":
             return self.base.act(obs, noise=noise)
         zero = torch.zeros(noise.shape[0], *self.noise_shape, device=noise.device)
-        low = torch.tensor(self.spec.action_low, device=noise.device)
-        high = torch.tensor(self.spec.action_high, device=noise.device)
-        return torch.maximum(torch.minimum(self.base.act(obs, noise=zero) + noise, high), low)
+        return torch.maximum(torch.minimum(self.base.act(obs, noise=zero) + noise, self.action_high), self.action_low)
 
     # -- the Policy interface ------------------------------------------------------------------
     @torch.no_grad()

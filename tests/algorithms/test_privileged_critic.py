@@ -20,6 +20,7 @@ from tests.helpers.plugins import one_line_refusal, train_refusals
 from vlarl.algorithms.dsrl import validate_dsrl
 from vlarl.algorithms.replay import trajectory_transitions
 from vlarl.algorithms.sac import SACState, critic_obs_problem, sac_update
+from vlarl.algorithms.soft_critic_config import validate_sac
 from vlarl.config.schema import DSRLConfig
 from vlarl.data.trajectory import Trajectory
 
@@ -110,8 +111,9 @@ def test_the_refusals_name_the_fix():
     assert problem.startswith("algorithm.critic_obs=critic_state reads obs['critic_state']") and "env.critic_state=true" in problem
     with pytest.raises(ValueError, match="env.critic_state=true"):
         SACState(policy, PRIVILEGED, SPEC)
-    demos = replace(PRIVILEGED, demos="x.h5", demo_ratio=0.5)
-    assert "demonstrations hold no critic_state" in critic_obs_problem(CNNPolicy(TINY, PSPEC), demos)
+    demos = replace(PRIVILEGED, demos="auto", demo_ratio=0.5)
+    assert "demonstrations hold no critic_state" in validate_sac(demos, 4)  # at config load, before any policy
+    assert critic_obs_problem(CNNPolicy(TINY, PSPEC), demos) is None and validate_sac(PRIVILEGED, 4) is None
     assert "critic_obs='world'" in validate_dsrl(DSRLConfig(critic_obs="world"), 4)
     assert "algorithm.critic_obs=policy" in validate_dsrl(DSRLConfig(critic_obs="critic_state",
                                                                      critic_input="action"), 4)

@@ -105,15 +105,10 @@ def image_shift_problem(policy: Any, cfg: SACConfig) -> str | None:
 
 def critic_obs_problem(policy: Any, cfg: SoftCriticConfig) -> str | None:
     """``algorithm.critic_obs=critic_state`` needs an env that reports ``obs['critic_state']`` (the policy's spec
-    has its width), and no demonstrations (they hold none)."""
-    if getattr(cfg, "critic_obs", "policy") != "critic_state":
-        return None
-    if int(policy.spec.critic_state_dim or 0) < 1:
+    has its width); SAC's config refuses demonstrations beside it (they hold none)."""
+    if cfg.critic_obs == "critic_state" and int(policy.spec.critic_state_dim or 0) < 1:
         return ("algorithm.critic_obs=critic_state reads obs['critic_state'], which this env does not report: set "
                 "env.critic_state=true (env=maniskill_multitask*) or algorithm.critic_obs=policy")
-    if getattr(cfg, "demo_ratio", 0) > 0:
-        return ("algorithm.critic_obs=critic_state: the demonstrations hold no critic_state to replay; set "
-                "algorithm.demo_ratio=0 algorithm.demos='' or algorithm.critic_obs=policy")
     return None
 
 
