@@ -118,15 +118,18 @@ def main(argv: list[str] | None = None) -> int:
             record = json.loads((rdir / "round.json").read_text())
             log(f"round {r}: finished earlier, read {rdir / 'round.json'}")
         else:
-            bar = tqdm(total=args.sft_epochs, desc=f"round {r} imitate", unit="epoch")
+            bars: list = []  # opened at the first epoch, so its clock starts after the collection
 
-            def progress(epoch: int, loss: float, bar=bar) -> None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss:.4f}")
+            def progress(epoch: int, loss: float, bars=bars, r=r) -> None:
+                if not bars:
+                    bars.append(tqdm(total=args.sft_epochs, desc=f"round {r} imitate", unit="epoch"))
+                bars[0].update(1)
+                bars[0].set_postfix(loss=f"{loss:.4f}")
 
             record = run_round(policy, demos, rdir, settings, r, [out / f"round{k}" / "successes" for k in range(r)],
                                log, progress)
-            bar.close()
+            for bar in bars:
+                bar.close()
         c = record["collect"]
         log(f"round {r}: kept {c['kept']} of {c['attempts']} sampled episodes ({c['success_rate']:.2f}); by "
             f"instruction {c['kept_by_instruction']} of {c['attempts_by_instruction']}")
