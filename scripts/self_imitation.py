@@ -57,6 +57,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--num-envs", type=int, default=6, help="envs sampled side by side while collecting")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-base", action="store_true", help="also evaluate the base policy")
+    ap.add_argument("--balance", action="store_true", help="imitate every instruction's kept episodes as often as "
+                    "the most frequent instruction's (repeats)")
     add_sft_arguments(ap, epochs=20)
     ap.set_defaults(sft_lr=3e-4)
     add_held_out_arguments(ap, episodes=50)
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     from vlarl.self_imitation import RoundSettings, run_round
 
     settings = RoundSettings(attempts=args.attempts, num_envs=args.num_envs, epochs=args.sft_epochs, lr=args.sft_lr,
-                             batch_size=args.batch_size, seed=args.seed)
+                             batch_size=args.batch_size, seed=args.seed, balance=args.balance)
     cameras = list(Policy.from_pretrained(args.base).spec.image_keys)
     demos = read_demonstrations(args.demos, cameras=cameras) if args.demos else []
     log(f"{len(demos)} demonstrations ({args.demos or 'none given'}); {args.rounds} rounds of {args.attempts} "

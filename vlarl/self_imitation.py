@@ -41,6 +41,9 @@ class RoundSettings:
     lr: float = 3e-4
     batch_size: int = 32
     seed: int = 0
+    # repeat each instruction's kept episodes up to the most frequent instruction's count, so a task the policy
+    # rarely solves is imitated as often as one it usually solves (over several tasks the easy ones dominate)
+    balance: bool = False
 
 
 def collection_seeds(seed: int, round_index: int, attempts: int) -> tuple[int, int]:
@@ -51,6 +54,14 @@ def collection_seeds(seed: int, round_index: int, attempts: int) -> tuple[int, i
         raise ValueError(f"seed={seed} with {round_index + 1} rounds of {attempts} attempts leaves the collection "
                          f"seeds [{COLLECT_SEED_BASE}, 1,000,000); use seeds 0-7 and rounds x attempts <= {SEED_SPAN}")
     return first, first + attempts
+
+
+def balanced(episodes: list[Any]) -> list[Any]:
+    """``episodes`` with each instruction's repeated ``round(most / count)`` times (``most``: the count of the most
+    frequent instruction), in their order."""
+    counts = Counter(e.instruction for e in episodes)
+    most = max(counts.values(), default=0)
+    return [e for e in episodes for _ in range(max(1, round(most / counts[e.instruction])))]
 
 
 def collect_successes(policy: Any, saved_env: dict[str, Any], out: Path, settings: RoundSettings,
@@ -104,10 +115,12 @@ def run_round(policy_dir: Path, demos: list[Any], round_dir: Path, settings: Rou
     cameras = list(policy.spec.image_keys)
     own = [e for d in [*earlier, dataset] if d.is_dir() for e in read_demonstrations(d, cameras=cameras)]
     if own:
-        record["imitate"] = sft_and_save(policy, [*demos, *own], env_cfg, round_dir / "policy", settings.epochs,
+        imitated = balanced(own) if settings.balance else own
+        record["imitate"] = sft_and_save(policy, [*demos, *imitated], env_cfg, round_dir / "policy", settings.epochs,
                                          settings.batch_size, settings.lr, policy.spec.instruction, settings.seed,
                                          epoch_log, fit_normalization=False)
-        record.update(policy=str(round_dir / "policy"), own_episodes=len(own), demo_episodes=len(demos))
+        record.update(policy=str(round_dir / "policy"), own_episodes=len(own), demo_episodes=len(demos),
+                      imitated_own_episodes=len(imitated))
     else:
         log(f"round {round_index}: no sampled episode succeeded in {collected['attempts']} attempts and no earlier "
             f"round kept one; nothing to imitate (the policy stays {policy_dir})")

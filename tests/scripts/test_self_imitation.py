@@ -14,7 +14,7 @@ import torch
 
 from scripts import self_imitation as script
 from tests.helpers.checkpoints import pushcube_checkpoint
-from vlarl.self_imitation import COLLECT_SEED_BASE, collection_seeds
+from vlarl.self_imitation import COLLECT_SEED_BASE, balanced, collection_seeds
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "language" / "smolvla"
 torch.set_num_threads(1)
@@ -29,6 +29,19 @@ def test_collection_seeds_are_disjoint_over_rounds_and_seeds_and_below_the_held_
         collection_seeds(0, 400, 300)
     with pytest.raises(ValueError, match="use seeds 0-7"):
         collection_seeds(8, 0, 300)
+
+
+def test_balance_repeats_each_instructions_episodes_toward_the_most_frequent_count():
+    import numpy as np
+
+    from vlarl.data.lerobot_v3 import LeRobotEpisode
+
+    eps = [LeRobotEpisode(np.zeros((2, 3)), np.zeros((2, 1)), instruction=w, episode_index=i)
+           for i, w in enumerate(["pull"] * 6 + ["red"] * 2 + ["blue"] * 4)]
+    out = balanced(eps)
+    counts = {w: sum(e.instruction == w for e in out) for w in ("pull", "red", "blue")}
+    assert counts == {"pull": 6, "red": 6, "blue": 8}  # x1, x3, x round(1.5) = 2
+    assert [e.episode_index for e in out[:8]] == [0, 1, 2, 3, 4, 5, 6, 6] and balanced([]) == []
 
 
 @pytest.mark.parametrize("bad, match", [
