@@ -78,7 +78,7 @@ def collect_successes(policy: Any, saved_env: dict[str, Any], out: Path, setting
     first, end = collection_seeds(settings.seed, round_index, settings.attempts)
     cfg = CollectConfig(checkpoint="", output=str(out), env=env_cfg, episodes=settings.attempts, seed=first,
                         max_attempts=settings.attempts, num_envs=settings.num_envs, success_only=True,
-                        deterministic=False, codec="lossless")
+                        deterministic=False, codec="lossless", overwrite=True)  # an unfinished round's is redone
     policy.eval()
     torch.manual_seed(first)  # the sampled chains, so a round is repeatable
     summary = collect(policy, env_cfg, cfg, log=log)

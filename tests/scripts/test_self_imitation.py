@@ -103,3 +103,11 @@ def test_a_round_imitates_only_its_own_successes_then_a_rerun_reads_it(tmp_path,
     assert script.main(args) == 0  # finished earlier: read, neither collected nor trained again
     assert "round 0: finished earlier" in capsys.readouterr().out
     assert (out / "round0" / "round.json").stat().st_mtime_ns == stamp
+
+    # a round killed after its collection (no round.json) is redone whole over what it left
+    (out / "round0" / "round.json").unlink()
+    shutil.rmtree(out / "round0" / "eval")
+    assert script.main(args) == 0
+    again = json.loads((out / "round0" / "round.json").read_text())
+    assert again["collect"]["kept"] == c["kept"] and again["collect"]["seeds"] == c["seeds"]  # the same seeds
+    assert len(read_episode_table(out / "round0" / "successes")) == c["kept"]
