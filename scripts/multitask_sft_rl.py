@@ -22,7 +22,6 @@ import json
 import shutil
 import sys
 import time
-from pathlib import Path
 
 from vlarl.experiments import (
     Stages,
@@ -30,6 +29,7 @@ from vlarl.experiments import (
     add_sft_arguments,
     check_held_out_seed,
     command,
+    per_task,
     prepare,
     split_overrides,
     training_policy,
@@ -38,14 +38,6 @@ from vlarl.experiments import (
 EXPERIMENT = "multitask_smolvla_sft_rl"
 STAGES = Stages("multitask")
 log = STAGES.log
-
-
-def per_task(eval_dir: Path) -> dict:
-    """{task: {success_once, success_once_ci95, episodes}} and the pooled numbers of a ``vlarl-eval`` output."""
-    ev = json.loads((eval_dir / "eval.json").read_text())
-    keys = ("success_once", "success_once_ci95", "success_at_end", "episodes")
-    return {"tasks": {t: {k: r[k] for k in keys} for t, r in ev["tasks"].items()},
-            **{k: ev[k] for k in keys}, "wall_s": ev.get("wall_s")}
 
 
 def main(argv: list[str] | None = None) -> int:

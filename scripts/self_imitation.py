@@ -21,18 +21,17 @@ import sys
 import time
 from pathlib import Path
 
-from vlarl.experiments import Stages, add_held_out_arguments, add_sft_arguments, check_held_out_seed, prepare
+from vlarl.experiments import (
+    Stages,
+    add_held_out_arguments,
+    add_sft_arguments,
+    check_held_out_seed,
+    per_task,
+    prepare,
+)
 
 STAGES = Stages("self-imitation")
 log = STAGES.log
-
-
-def per_task(eval_dir: Path) -> dict:
-    """{task: success_once, ...} and the pooled success of a ``vlarl-eval`` output (one task: the pooled one)."""
-    ev = json.loads((eval_dir / "eval.json").read_text())
-    tasks = {t: r["success_once"] for t, r in ev.get("tasks", {}).items()}
-    return {"tasks": tasks, "success_once": ev["success_once"], "success_once_ci95": ev["success_once_ci95"],
-            "episodes": ev["episodes"]}
 
 
 def table(rows: list[tuple[str, dict]]) -> str:
@@ -41,7 +40,8 @@ def table(rows: list[tuple[str, dict]]) -> str:
     lines = ["| policy | " + " | ".join(tasks) + " | all |", "|---" * (len(tasks) + 2) + "|"]
     for name, r in rows:
         lo, hi = r["success_once_ci95"]
-        lines.append(f"| {name} | " + " | ".join(f"{r['tasks'].get(t, float('nan')):.2f}" for t in tasks)
+        lines.append(f"| {name} | " + " | ".join(f"{r['tasks'][t]['success_once']:.2f}" if t in r["tasks"] else "-"
+                                                  for t in tasks)
                      + f" | {r['success_once']:.2f} [{lo:.2f}, {hi:.2f}] |")
     return "\n".join(lines)
 

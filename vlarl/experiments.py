@@ -90,6 +90,15 @@ class Stages:
         return {**{k: ev[k] for k in keys}, "wall_s": time.time() - t0}
 
 
+def per_task(eval_dir: str | Path) -> dict[str, Any]:
+    """A ``vlarl-eval`` output read per task: ``tasks`` ({task: {success_once, success_once_ci95, success_at_end,
+    episodes}}; a one-task env has its one task there too), the same numbers pooled, and ``wall_s``."""
+    ev = json.loads((Path(eval_dir) / "eval.json").read_text())
+    keys = ("success_once", "success_once_ci95", "success_at_end", "episodes")
+    return {"tasks": {t: {k: r[k] for k in keys} for t, r in ev["tasks"].items()},
+            **{k: ev[k] for k in keys}, "wall_s": ev.get("wall_s")}
+
+
 def training_policy(overrides: list[str], seed: int) -> tuple[Any, Any, Any]:
     """(config, policy spec, policy) as ``vlarl-train <overrides>`` builds them: the config loaded and validated,
     the spec read from one probe env, the policy initialized after ``torch.manual_seed(seed)``."""

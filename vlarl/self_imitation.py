@@ -2,8 +2,8 @@
 
 One round (the online phase of iRe-VLA, ReST-EM's improve step, rejection-sampling fine-tuning):
 
-1. **collect**: the policy samples episodes (``Policy.sample``: its flow / denoising chain from random noise, the
-   exploration it would have in RL rollouts) from training seeds; an episode ends at its first success, and only
+1. **collect**: the policy samples episodes (``Policy.sample``: for a flow VLA its chain with the SDE noise, the
+   exploration its RL rollouts have) from training seeds; an episode ends at its first success, and only
    successful episodes are kept (``vlarl.collect``: a LeRobot v3.0 dataset per round, frames included);
 2. **imitate**: the policy of the previous round is fine-tuned with its own ``sft_loss`` on the demonstrations plus
    every round's kept episodes so far, with its state statistics held fixed (as ``freeze_state_norm`` holds them
@@ -64,17 +64,15 @@ def balanced(episodes: list[Any]) -> list[Any]:
     return [e for e in episodes for _ in range(max(1, round(most / counts[e.instruction])))]
 
 
-def collect_successes(policy: Any, saved_env: dict[str, Any], out: Path, settings: RoundSettings,
-                      round_index: int, log=print) -> dict[str, Any]:
-    """Sample ``settings.attempts`` episodes of ``policy`` on the env of ``saved_env`` (a policy directory's
-    env.json) with episodes ending at the first success (``ignore_terminations`` off where the env has it), and write the successful ones to ``out`` (LeRobot v3.0, lossless frames). Returns the summary: ``kept``,
-    ``attempts``, ``success_rate``, ``seeds``, per-instruction ``kept_by_instruction`` / ``attempts_by_instruction``."""
+def collect_successes(policy: Any, env_cfg: Any, out: Path, settings: RoundSettings, round_index: int,
+                      log=print) -> dict[str, Any]:
+    """Sample ``settings.attempts`` episodes of ``policy`` on ``env_cfg`` and write the successful ones to ``out``
+    (LeRobot v3.0, lossless frames). Returns the summary: ``kept``, ``attempts``, ``success_rate``, ``seeds``,
+    per-instruction ``kept_by_instruction`` / ``attempts_by_instruction``."""
     import torch
 
     from vlarl.collect import CollectConfig, collect
-    from vlarl.evaluation.cli import _env_from_saved
 
-    env_cfg = _env_from_saved({**saved_env, "ignore_terminations": False})  # a field the env lacks is dropped
     first, end = collection_seeds(settings.seed, round_index, settings.attempts)
     cfg = CollectConfig(checkpoint="", output=str(out), env=env_cfg, episodes=settings.attempts, seed=first,
                         max_attempts=settings.attempts, num_envs=settings.num_envs, success_only=True,
@@ -90,9 +88,10 @@ def collect_successes(policy: Any, saved_env: dict[str, Any], out: Path, setting
 
 def run_round(policy_dir: Path, demos: list[Any], round_dir: Path, settings: RoundSettings, round_index: int,
               earlier: list[Path], log=print, epoch_log=None) -> dict[str, Any]:
-    """One round from the policy in ``policy_dir``: collect into ``round_dir/successes``, then fine-tune it on
-    ``demos`` (may be empty) plus the kept episodes of this and the ``earlier`` rounds' datasets (``sft_loss``, its state statistics
-    kept) into ``round_dir/policy`` with the same env. Writes and returns ``round_dir/round.json``. A round after
+    """One round from the policy in ``policy_dir``: collect into ``round_dir/successes`` (episodes end at the first
+    success: ``ignore_terminations`` off where the env has it), then fine-tune it on ``demos`` (may be empty) plus
+    the kept episodes of this and the ``earlier`` rounds' datasets (``sft_loss``, its state statistics kept) into
+    ``round_dir/policy`` with the env it was saved with. Writes and returns ``round_dir/round.json``. A round after
     which no episode has been kept saves no policy (``policy`` is None in the record)."""
     from policies.base import Policy
     from vlarl.checkpoint import load_env_config
@@ -106,10 +105,11 @@ def run_round(policy_dir: Path, demos: list[Any], round_dir: Path, settings: Rou
         raise ValueError(f"'{policy_dir}' has no env.json; self-imitation collects on the env a policy directory "
                          f"was trained for (vlarl-train checkpoints and vlarl.data.sft.save_policy_dir have one)")
     env_cfg = _env_from_saved(saved)
+    collect_env = _env_from_saved({**saved, "ignore_terminations": False})  # a field the env lacks is dropped
     policy = Policy.from_pretrained(policy_dir)
     round_dir.mkdir(parents=True, exist_ok=True)
     dataset = round_dir / "successes"
-    collected = collect_successes(policy, saved, dataset, settings, round_index, log)
+    collected = collect_successes(policy, collect_env, dataset, settings, round_index, log)
     record: dict[str, Any] = {"round": round_index, "from": str(policy_dir), "settings": asdict(settings),
                               "collect": collected, "collect_s": time.time() - t0, "policy": None}
     cameras = list(policy.spec.image_keys)
