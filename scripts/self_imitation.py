@@ -2,15 +2,17 @@
 
     python scripts/self_imitation.py --base outputs/multitask/sft --demos outputs/multitask/demos/trajectories.h5 \
         --out outputs/self_imitation [--rounds 2] [--attempts 300] [--sft-epochs 20] [--sft-lr 3e-4] [--seed 0]
-        [--eval-episodes 50] [--eval-envs 8]
+        [--eval-episodes 50] [--eval-envs 8] [--eval-base] [--final-episodes 100]
 
 Round r (``vlarl.self_imitation.run_round``) starts from the base (r = 0) or the previous round's policy, samples
 ``--attempts`` episodes on training seeds (200,000 + 100,000 x seed + r x attempts on; episodes end at the first
 success), keeps the successful ones (``<out>/round<r>/successes``, LeRobot v3.0), fine-tunes on the demonstrations
 (if given) plus every round's kept episodes (``<out>/round<r>/policy``), and ``vlarl-eval`` runs it on held-out seeds
 (1,000,000+), each task on its own (``<out>/round<r>/eval``). ``<out>/result.json`` holds every round's record and
-the per-task success, and a table is printed. A round whose ``round.json`` and evaluation exist is read, not
-redone, so an interrupted command continues where it stopped. Bad arguments: one line, exit 2, nothing written.
+the per-task success, and a table is printed. ``--final-episodes N`` evaluates the newest round's policy (and the
+base with ``--eval-base``) once more on N episodes per task into ``<out>/final``: the number a learning claim quotes,
+while the rounds' own evaluations follow the progress more cheaply. A round whose ``round.json`` and evaluation exist
+is read, not redone, so an interrupted command continues where it stopped. Bad arguments: one line, exit 2, nothing written.
 """
 
 from __future__ import annotations
@@ -62,10 +64,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
     add_sft_arguments(ap, epochs=20)
     ap.set_defaults(sft_lr=3e-4)
     add_held_out_arguments(ap, episodes=50)
+    ap.add_argument("--final-episodes", type=int, default=0, help="after the last round, evaluate its policy (and the "
+                    "base, with --eval-base) again on this many held-out episodes per task into <out>/final "
+                    "(scripts/seed_table.py reads them); 0: no final evaluation")
     args = ap.parse_args(argv)
     check_held_out_seed(ap, args.eval_seed)
     if min(args.rounds, args.attempts, args.num_envs, args.sft_epochs, args.batch_size) < 1:
         ap.error("--rounds, --attempts, --num-envs, --sft-epochs and --batch-size must be >= 1")
+    if args.final_episodes < 0:
+        ap.error(f"--final-episodes={args.final_episodes}: use 0 (none) or a number of episodes per task, e.g. 100")
     from vlarl.self_imitation import collection_seeds
 
     try:
@@ -106,10 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         f"sampled episodes")
     evals: list[tuple[str, dict]] = []
 
-    def evaluate(policy: Path, name: str, where: Path) -> None:
+    def evaluate(policy: Path, name: str, where: Path, episodes: int = args.eval_episodes) -> dict:
         if not (where / "eval.json").is_file():
-            STAGES.evaluate(policy, where, args.eval_episodes, args.eval_seed, args.eval_envs, f"evaluate {name}")
+            STAGES.evaluate(policy, where, episodes, args.eval_seed, args.eval_envs, f"evaluate {name}")
         evals.append((name, per_task(where)))
+        return evals[-1][1]
 
     if args.eval_base:
         evaluate(Path(args.base), "base", out / "eval_base")
@@ -140,7 +148,17 @@ def main(argv: list[str] | None = None) -> int:
             break
         policy = Path(record["policy"])
         evaluate(policy, f"round {r}", rdir / "eval")
-    result = {"rounds": rounds, "evals": dict(evals), "wall_s": time.time() - t0,
+    final = {}
+    if args.final_episodes and policy != Path(args.base):  # the newest policy a round saved
+        shown = len(evals)
+        final = {"episodes": args.final_episodes, "policy": str(policy),
+                 "last": evaluate(policy, "last round, final", out / "final" / "last", args.final_episodes)}
+        if args.eval_base:
+            final["base"] = evaluate(Path(args.base), "base, final", out / "final" / "base", args.final_episodes)
+        print(table(evals[shown:]))
+        print(f"({args.final_episodes} held-out episodes per task from seed {args.eval_seed})")
+        evals = evals[:shown]
+    result = {"rounds": rounds, "evals": dict(evals), "final": final, "wall_s": time.time() - t0,
               "command": "python scripts/self_imitation.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     (out / "result.json").write_text(json.dumps(result, indent=2))
     if evals:

@@ -99,6 +99,32 @@ def per_task(eval_dir: str | Path) -> dict[str, Any]:
             **{k: ev[k] for k in keys}, "wall_s": ev.get("wall_s")}
 
 
+
+def seed_spread(base: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per task and pooled: the base's success, each run's (one RL seed each, ``per_task`` records on the same
+    held-out seeds), their mean and sample standard deviation, min and max, and the mean gain over the base.
+    One line naming the fix when the runs were evaluated on other tasks or episode counts than the base."""
+    import statistics
+
+    if not runs:
+        raise ValueError("no runs given; pass one evaluation folder per RL seed")
+    counts = lambda r: {t: x["episodes"] for t, x in r["tasks"].items()}  # noqa: E731
+    for r in runs:
+        if counts(r) != counts(base):
+            raise ValueError(f"a run was evaluated on {counts(r)} episodes per task but the base on {counts(base)}; "
+                             f"evaluate both on the same tasks and held-out seeds")
+
+    def spread(b: float, xs: list[float]) -> dict[str, Any]:
+        mean = statistics.fmean(xs)
+        return {"base": b, "seeds": xs, "mean": mean, "std": statistics.stdev(xs) if len(xs) > 1 else 0.0,
+                "min": min(xs), "max": max(xs), "gain": mean - b}
+
+    tasks = {t: spread(base["tasks"][t]["success_once"], [r["tasks"][t]["success_once"] for r in runs])
+             for t in base["tasks"]}
+    return {"tasks": tasks, "all": spread(base["success_once"], [r["success_once"] for r in runs]),
+            "episodes": counts(base), "runs": len(runs)}
+
+
 def training_policy(overrides: list[str], seed: int) -> tuple[Any, Any, Any]:
     """(config, policy spec, policy) as ``vlarl-train <overrides>`` builds them: the config loaded and validated,
     the spec read from one probe env, the policy initialized after ``torch.manual_seed(seed)``."""
@@ -165,4 +191,4 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
 
 
 __all__ = ["BIN", "Stages", "add_held_out_arguments", "add_sft_arguments", "check_held_out_seed", "command", "prepare",
-           "read_metrics", "sft_rl_parser", "split_overrides", "training_policy"]
+           "read_metrics", "seed_spread", "sft_rl_parser", "split_overrides", "training_policy"]

@@ -50,6 +50,7 @@ def test_balance_repeats_each_instructions_episodes_toward_the_most_frequent_cou
     (["--base", "{noenv}"], "has no env.json"),
     (["--base", "{ck}", "--rounds", "0"], "must be >= 1"),
     (["--base", "{ck}", "--seed", "9"], "use seeds 0-7"),
+    (["--base", "{ck}", "--final-episodes", "-1"], "use 0 (none) or a number of episodes per task"),
 ])
 def test_bad_arguments_exit_2_and_write_nothing(tmp_path, monkeypatch, capsys, bad, match):
     monkeypatch.chdir(tmp_path)
@@ -74,7 +75,7 @@ def test_a_round_imitates_only_its_own_successes_then_a_rerun_reads_it(tmp_path,
 
     out = tmp_path / "si"
     args = ["--base", str(FIXTURE), "--out", str(out), "--rounds", "1", "--attempts", "6", "--num-envs", "3",
-            "--sft-epochs", "1", "--eval-episodes", "2", "--eval-envs", "2"]
+            "--sft-epochs", "1", "--eval-episodes", "2", "--eval-envs", "2", "--final-episodes", "3"]
     assert script.main(args) == 0
     record = json.loads((out / "round0" / "round.json").read_text())
     c = record["collect"]
@@ -97,7 +98,12 @@ def test_a_round_imitates_only_its_own_successes_then_a_rerun_reads_it(tmp_path,
     result = json.loads((out / "result.json").read_text())
     ev = result["evals"]["round 0"]
     assert ev["episodes"] == 2 and list(ev["tasks"]) == ["PushCubeToColor-v1"]
-    assert "| round 0 |" in capsys.readouterr().out
+    final = result["final"]  # the newest policy once more, on more held-out episodes
+    assert final["policy"] == record["policy"] and final["episodes"] == 3 and "base" not in final
+    assert final["last"]["tasks"]["PushCubeToColor-v1"]["episodes"] == 3
+    assert json.loads((out / "final" / "last" / "eval.json").read_text())["seeds"][0] == 1_000_000
+    printed = capsys.readouterr().out
+    assert "| round 0 |" in printed and "| last round, final |" in printed
 
     stamp = (out / "round0" / "round.json").stat().st_mtime_ns
     assert script.main(args) == 0  # finished earlier: read, neither collected nor trained again
