@@ -67,6 +67,28 @@ def untied_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return state
 
 
+
+def _read_saved(d: Path) -> tuple[str, dict[str, Any], PolicySpec]:
+    """(policy name, saved config dict, spec) of a ``save_pretrained`` directory, older layouts upgraded; a
+    missing file or a foreign config is a ``CheckpointError`` naming the fix."""
+    from policies.registry import policy_class, upgrade_saved
+
+    if not d.is_dir():
+        raise CheckpointError(f"policy checkpoint '{d}' does not exist or is not a directory")
+    missing = [f for f in CHECKPOINT_FILES if not (d / f).is_file()]
+    if missing:
+        raise CheckpointError(
+            f"policy checkpoint '{d}' is missing {missing}; point at a directory written by "
+            f"save_pretrained (e.g. <run_dir>/checkpoints/latest)"
+        )
+    try:
+        name, saved = upgrade_saved(json.loads((d / CONFIG_NAME).read_text()))
+        policy_class(name)
+        return name, saved, _dataclass_from_dict(PolicySpec, saved["spec"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"checkpoint file '{d / CONFIG_NAME}' is not a policy config ({e}); "
+                              f"re-save the policy with save_pretrained") from None
+
 class Policy(nn.Module, abc.ABC):
     """Base class; subclasses set ``name`` and ``config_class`` and register with ``register_policy``."""
 
@@ -155,24 +177,11 @@ class Policy(nn.Module, abc.ABC):
         configs) rebuilds itself from its own files."""
         from safetensors.torch import load_file
 
-        from policies.registry import policy_class, upgrade_saved
+        from policies.registry import policy_class
 
         d = Path(directory)
-        if not d.is_dir():
-            raise CheckpointError(f"policy checkpoint '{d}' does not exist or is not a directory")
-        missing = [f for f in CHECKPOINT_FILES if not (d / f).is_file()]
-        if missing:
-            raise CheckpointError(
-                f"policy checkpoint '{d}' is missing {missing}; point at a directory written by "
-                f"save_pretrained (e.g. <run_dir>/checkpoints/latest)"
-            )
-        try:
-            name, saved = upgrade_saved(json.loads((d / CONFIG_NAME).read_text()))
-            klass = policy_class(name)
-            spec = _dataclass_from_dict(PolicySpec, saved["spec"])
-        except (ValueError, KeyError, TypeError) as e:
-            raise CheckpointError(f"checkpoint file '{d / CONFIG_NAME}' is not a policy config ({e}); "
-                                  f"re-save the policy with save_pretrained") from None
+        name, saved, spec = _read_saved(d)
+        klass = policy_class(name)
         if cls is not Policy and not issubclass(klass, cls):
             raise CheckpointError(f"'{d}' holds a '{name}' policy, not a {cls.__name__}")
         known = {f.name for f in fields(klass.config_class)}
@@ -193,6 +202,12 @@ class Policy(nn.Module, abc.ABC):
                                   f"use another checkpoint") from None
         policy.load_state_dict(state)
         return policy
+
+    @staticmethod
+    def saved_spec(directory: str | os.PathLike) -> PolicySpec:
+        """The spec a checkpoint directory was saved with (its cameras, its instruction), read from its config
+        without building the policy or reading its weights."""
+        return _read_saved(Path(directory))[2]
 
     @classmethod
     def _restore(cls, config: Any, spec: PolicySpec, directory: Path) -> Policy:

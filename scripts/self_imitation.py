@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = RoundSettings(attempts=args.attempts, num_envs=args.num_envs, epochs=args.sft_epochs, lr=args.sft_lr,
                              batch_size=args.batch_size, seed=args.seed, balance=args.balance)
-    cameras = list(Policy.from_pretrained(args.base).spec.image_keys)
+    cameras = list(Policy.saved_spec(args.base).image_keys)
     demos = read_demonstrations(args.demos, cameras=cameras) if args.demos else []
     log(f"{len(demos)} demonstrations ({args.demos or 'none given'}); {args.rounds} rounds of {args.attempts} "
         f"sampled episodes")

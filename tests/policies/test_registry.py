@@ -15,6 +15,7 @@ from vla_helpers import make_obs
 
 from policies import Policy, PolicySpec, available_policies, make_policy, policy_class, policy_config_class
 from policies.registry import upgrade_saved
+from policies.spec import CheckpointError
 from policies.vlm.backbone import BackboneConfig
 
 torch.set_num_threads(1)
@@ -74,6 +75,18 @@ def test_from_pretrained_overrides_fields_and_refuses_unknown_ones(vla_spec, tmp
         Policy.from_pretrained(tmp_path, likelyhood="flow_noise")
     assert "\n" not in str(e.value)
 
+
+
+def test_saved_spec_reads_the_spec_without_building_the_policy(vla_spec, tmp_path, monkeypatch):
+    cfg = policy_config_class("smolvla")(arch={"empty_cameras": 1})
+    make_policy(cfg, vla_spec).save_pretrained(tmp_path / "ck")
+    (tmp_path / "ck" / "model.safetensors").write_bytes(b"not weights")  # never read
+    monkeypatch.setattr(Policy, "_restore", lambda *a: pytest.fail("saved_spec built the policy"))
+    spec = Policy.saved_spec(tmp_path / "ck")
+    assert (spec.image_keys, spec.state_dim, spec.instruction) == (vla_spec.image_keys, vla_spec.state_dim,
+                                                                   vla_spec.instruction)
+    with pytest.raises(CheckpointError, match="is missing"):
+        Policy.saved_spec(tmp_path)
 
 def test_make_policy_refuses_another_familys_config(vla_spec):
     cfg = policy_config_class("pi0")()
