@@ -32,6 +32,7 @@ from simulators.maniskill import (
     _camera_slices,
     _import_maniskill,
     _make_quietly,
+    _step_unrendered,
     _time_limit,
     check_task_config,
     instruction_for,
@@ -48,6 +49,10 @@ class ManiSkillGPUConfig(ManiSkillConfig):
     sim_backend: str = "physx_cuda"
     num_envs: int = 256
     num_workers: int = 1
+    # obs_mode=rgb: True renders every scene's cameras at every control step (ManiSkill's own step); False
+    # renders them at the chunk boundary and at the step where an episode ends, as env=maniskill does by
+    # default. True here until a GPU run has measured the other (docs/gpu.md); the CPU backend tests both.
+    render_every_step: bool = True
 
 
 def sim_backends(cfg: ManiSkillGPUConfig) -> tuple[str, str | None]:
@@ -96,6 +101,8 @@ class ManiSkillGPUEnv(SteppedEnv):
         if render_backend:
             kwargs["render_backend"] = render_backend
         self._render = render
+        self._render_at_boundaries = cfg.obs_mode == "rgb" and not cfg.render_every_step
+        self._info: dict[str, Any] | None = None  # the last unrendered step's info, rendered at the boundary
         env = _make_quietly(gym, cfg.task, kwargs)
         if cfg.obs_mode == "rgb":
             from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper
@@ -127,6 +134,7 @@ class ManiSkillGPUEnv(SteppedEnv):
         self._seed_desc = "from 0"
         self._obs: Obs = first  # the simulator's current observation of every scene
         self._final: Obs | None = None  # rows latched at each scene's last executed step (see step_once)
+        self._ended = torch.zeros(num_envs, dtype=torch.bool, device=self.device)  # rows latched in this chunk
         self.stepper = ChunkStepper(num_envs, low, high, self.max_episode_steps, self.device,
                                     ignore_terminations=cfg.ignore_terminations)
 
@@ -165,49 +173,85 @@ class ManiSkillGPUEnv(SteppedEnv):
         if reset_state_ids is not None:
             raw = self._group_initial_states(list(reset_state_ids))
         obs = self._convert(raw)
-        self._obs, self._final = obs, None
+        self._obs, self._final, self._info = obs, None, None
+        self._ended = torch.zeros(B, dtype=torch.bool, device=self.device)
         self.stepper.start_episodes()
         return obs
 
     # -- the per-step protocol of the chunk stepper -----------------------------------------------
     def step_once(self, actions: torch.Tensor, active: torch.Tensor) -> StepOutcome:
         """Step all scenes (a GPU batch cannot pause one); a scene whose episode ended keeps simulating
-        until the chunk boundary, so its observation is latched at its last active step for ``observe``."""
+        until the chunk boundary, so its observation is latched at its last active step for ``observe``.
+        Rendering at boundaries, a step renders only when an active scene's episode ends in it."""
         B, dev = self.num_envs, self.device
         try:
-            obs, r, term, trunc, info = self.env.step(actions)
+            if self._render_at_boundaries:
+                obs, r, term, trunc, info = _step_unrendered(self.env, actions)
+            else:
+                obs, r, term, trunc, info = self.env.step(actions)
         except Exception as e:
             raise SimulatorCrash(
                 f"ManiSkillGPUEnv ({self.num_envs} envs, worker {self.worker_index}, task '{self.cfg.task}', "
                 f"seeds {self._seed_desc}) crashed in step: {type(e).__name__}: {e}"
             ) from e
-        cur = self._convert(obs)
-        if self._final is None and not bool(active.all()):  # from now on some rows stop following the sim
-            self._final = {"state": self._obs["state"].clone(),
-                           "images": {k: v.clone() for k, v in self._obs["images"].items()}}
-        if self._final is not None:
-            self._final["state"][active] = cur["state"][active]
-            for k in self._final["images"]:
-                self._final["images"][k][active] = cur["images"][k][active]
-        self._obs = cur
+        term = torch.as_tensor(term, device=dev).reshape(B).bool()
+        trunc = torch.as_tensor(trunc, device=dev).reshape(B).bool()
+        if self._render_at_boundaries:
+            self._info = info
+            ends = active & self._ends(term, trunc)
+            if bool(ends.any()):  # their final observation is this step's: render it now
+                self._obs = self._rendered()
+                self._latch(ends)
+                self._ended |= ends
+        else:
+            cur = self._convert(obs)
+            if self._final is None and not bool(active.all()):  # from now on some rows stop following the sim
+                self._latch(active)  # the first latch copies every row as of the previous step
+            self._obs = cur
+            if self._final is not None:
+                self._latch(active)
         success = info["success"].reshape(B).bool() if "success" in info else torch.zeros(B, dtype=torch.bool,
                                                                                            device=dev)
-        return StepOutcome(
-            reward=torch.as_tensor(r, device=dev).float().reshape(B),
-            terminated=torch.as_tensor(term, device=dev).reshape(B).bool(),
-            truncated=torch.as_tensor(trunc, device=dev).reshape(B).bool(),
-            success=success,
-        )
+        return StepOutcome(reward=torch.as_tensor(r, device=dev).float().reshape(B), terminated=term,
+                           truncated=trunc, success=success)
+
+    def _ends(self, term: torch.Tensor, trunc: torch.Tensor) -> torch.Tensor:
+        """bool [B]: the scenes whose episode ends at this step, as the chunk stepper will decide after it (the
+        env's flags, terminations unless ignored, and the time limit)."""
+        ends = trunc | (term & (not self.stepper.ignore_terminations))
+        limit = self.stepper.max_episode_steps
+        return ends | (self.stepper.length + 1 >= limit) if limit > 0 else ends
+
+    def _rendered(self) -> Obs:
+        """Every scene's observation now: the cameras rendered through ManiSkill's ``get_obs`` with the last
+        step's ``info`` and flattened as FlattenRGBD does (the scenes have not moved since that step)."""
+        info, self._info = self._info, None
+        return self._convert(self.env.observation(self.base.get_obs(info)))
+
+    def _latch(self, rows: torch.Tensor) -> None:
+        """Copy ``rows`` of the current observation into ``_final`` (made from it at the first call of a chunk)."""
+        if self._final is None:
+            self._final = {"state": self._obs["state"].clone(),
+                           "images": {k: v.clone() for k, v in self._obs["images"].items()}}
+            return
+        self._final["state"][rows] = self._obs["state"][rows]
+        for k in self._final["images"]:
+            self._final["images"][k][rows] = self._obs["images"][k][rows]
 
     def observe(self) -> Obs:
+        if self._info is not None:  # steps since the last picture: render the boundary
+            self._obs = self._rendered()
         if self._final is None:
             return self._obs
+        if self._render_at_boundaries:  # the rows still running follow the sim; ended ones keep their latch
+            self._latch(~self._ended)
         return {**self._final, "instruction": [self.instruction] * self.num_envs}
 
     def end_chunk(self, done: torch.Tensor, episode: dict[str, torch.Tensor]) -> None:
         """Partial reset of the finished scenes (ManiSkill's ``env_idx``), back to their group's initial state
         when ``reset_state_ids`` pinned one."""
         self._final = None
+        self._ended = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         idx = done.nonzero().flatten()
         if idx.numel() == 0:
             return
