@@ -16,6 +16,10 @@ from vlarl.experiments import per_task, seed_spread
 TASKS = ("PushCubeToColor-v1", "PushCube-v1", "PullCube-v1")
 
 
+def per_task_counts(successes: tuple[int, ...]) -> dict[str, int]:
+    return dict(zip(TASKS, successes, strict=True))
+
+
 def write_eval(folder: Path, successes: dict[str, int], episodes: int = 100) -> Path:
     """An eval.json in the layout vlarl-eval writes for a multi-task env (the keys per_task reads)."""
     folder.mkdir(parents=True)
@@ -29,8 +33,8 @@ def write_eval(folder: Path, successes: dict[str, int], episodes: int = 100) -> 
 
 
 def test_spread_over_seeds_per_task_and_pooled(tmp_path):
-    base = per_task(write_eval(tmp_path / "base", dict(zip(TASKS, (20, 50, 70)))))
-    runs = [per_task(write_eval(tmp_path / f"s{i}", dict(zip(TASKS, ks))))
+    base = per_task(write_eval(tmp_path / "base", per_task_counts((20, 50, 70))))
+    runs = [per_task(write_eval(tmp_path / f"s{i}", per_task_counts(ks)))
             for i, ks in enumerate([(40, 70, 90), (30, 60, 95), (50, 65, 85)])]
     out = seed_spread(base, runs)
     color = out["tasks"]["PushCubeToColor-v1"]
@@ -45,8 +49,8 @@ def test_spread_over_seeds_per_task_and_pooled(tmp_path):
 
 
 def test_the_script_prints_the_table_and_writes_json(tmp_path, capsys):
-    base = write_eval(tmp_path / "base", dict(zip(TASKS, (20, 50, 70))))
-    runs = [write_eval(tmp_path / f"s{i}", dict(zip(TASKS, ks))) for i, ks in enumerate([(40, 70, 90), (30, 60, 95)])]
+    base = write_eval(tmp_path / "base", per_task_counts((20, 50, 70)))
+    runs = [write_eval(tmp_path / f"s{i}", per_task_counts(ks)) for i, ks in enumerate([(40, 70, 90), (30, 60, 95)])]
     assert seed_table.main(["--base", str(base), *map(str, runs), "--json", str(tmp_path / "t.json")]) == 0
     text = capsys.readouterr().out
     assert "| PushCubeToColor-v1 | 0.20 | 0.40 | 0.30 | 0.35 +- 0.07 | 0.30-0.40 | +15.0 |" in text
@@ -61,9 +65,9 @@ def test_the_script_prints_the_table_and_writes_json(tmp_path, capsys):
     ("other_tasks", "evaluate both on the same tasks and held-out seeds"),
 ])
 def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys, case, match):
-    base = write_eval(tmp_path / "base", dict(zip(TASKS, (20, 50, 70))))
+    base = write_eval(tmp_path / "base", per_task_counts((20, 50, 70)))
     run = {"no_eval": lambda: tmp_path,
-           "fewer_episodes": lambda: write_eval(tmp_path / "r", dict(zip(TASKS, (3, 5, 7))), episodes=30),
+           "fewer_episodes": lambda: write_eval(tmp_path / "r", per_task_counts((3, 5, 7)), episodes=30),
            "other_tasks": lambda: write_eval(tmp_path / "r", {"PushCube-v1": 50})}[case]()
     with pytest.raises(SystemExit) as info:
         seed_table.main(["--base", str(base), str(run)])
