@@ -67,7 +67,6 @@ def untied_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return state
 
 
-
 def _read_saved(d: Path) -> tuple[str, dict[str, Any], PolicySpec]:
     """(policy name, saved config dict, spec) of a ``save_pretrained`` directory, older layouts upgraded; a
     missing file or a foreign config is a ``CheckpointError`` naming the fix."""
@@ -88,6 +87,7 @@ def _read_saved(d: Path) -> tuple[str, dict[str, Any], PolicySpec]:
     except (ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"checkpoint file '{d / CONFIG_NAME}' is not a policy config ({e}); "
                               f"re-save the policy with save_pretrained") from None
+
 
 class Policy(nn.Module, abc.ABC):
     """Base class; subclasses set ``name`` and ``config_class`` and register with ``register_policy``."""

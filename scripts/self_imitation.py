@@ -12,7 +12,8 @@ success), keeps the successful ones (``<out>/round<r>/successes``, LeRobot v3.0)
 the per-task success, and a table is printed. ``--final-episodes N`` evaluates the newest round's policy (and the
 base with ``--eval-base``) once more on N episodes per task into ``<out>/final``: the number a learning claim quotes,
 while the rounds' own evaluations follow the progress more cheaply. A round whose ``round.json`` and evaluation exist
-is read, not redone, so an interrupted command continues where it stopped. Bad arguments: one line, exit 2, nothing written.
+is read, not redone, so an interrupted command continues where it stopped. Bad arguments: one line, exit 2, nothing
+written.
 """
 
 from __future__ import annotations

@@ -99,7 +99,6 @@ def per_task(eval_dir: str | Path) -> dict[str, Any]:
             **{k: ev[k] for k in keys}, "wall_s": ev.get("wall_s")}
 
 
-
 def seed_spread(base: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per task and pooled: the base's success, each run's (one RL seed each, ``per_task`` records on the same
     held-out seeds), their mean and sample standard deviation, min and max, and the mean gain over the base.
