@@ -165,7 +165,6 @@ class ChunkStepper:
         rewards = xp.zeros((B, T), "float32")
         terminated, truncated, step_mask, success = (xp.zeros((B, T), "bool") for _ in range(4))
         done = xp.zeros((B,), "bool")
-        limit = self.max_episode_steps
         for group in self._groups(env.one_env_at_a_time):
             for t in range(T):
                 active = group & ~done
@@ -177,9 +176,7 @@ class ChunkStepper:
                 self.length += stepped
                 step_mask[:, t] |= stepped
                 success[:, t] |= out.success & stepped
-                term = active & out.terminated if not self.ignore_terminations else done & False
-                trunc = out.truncated | (self.length >= limit) if limit > 0 else out.truncated
-                trunc = active & trunc & ~term
+                term, trunc = self.end_flags(active, out.terminated, out.truncated, self.length)
                 terminated[:, t] |= term
                 truncated[:, t] |= trunc
                 done |= term | trunc
@@ -188,6 +185,15 @@ class ChunkStepper:
                 if (done | ~group).all():  # every episode of the group has ended
                     break
         return self._finish(env, rewards, terminated, truncated, step_mask, success, done)
+
+    def end_flags(self, active: Array, terminated: Array, truncated: Array, length: Array) -> tuple[Array, Array]:
+        """(terminated, truncated), bool [B]: which ``active`` episodes end at a step the env flagged so, with
+        ``length`` steps each after it. The one end rule: a termination unless terminations are ignored, else the
+        env's truncation or our time limit (never both)."""
+        term = active & terminated if not self.ignore_terminations else active & False
+        limit = self.max_episode_steps
+        trunc = truncated | (length >= limit) if limit > 0 else truncated
+        return term, active & trunc & ~term
 
     def _groups(self, one_at_a_time: bool) -> list[Array]:
         """bool [B] masks of the envs stepped together: all at once, or each alone (``one_env_at_a_time``)."""

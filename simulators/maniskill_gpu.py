@@ -198,7 +198,7 @@ class ManiSkillGPUEnv(SteppedEnv):
         trunc = torch.as_tensor(trunc, device=dev).reshape(B).bool()
         if self._render_at_boundaries:
             self._info = info
-            ends = active & self._ends(term, trunc)
+            ends = torch.logical_or(*self.stepper.end_flags(active, term, trunc, self.stepper.length + 1))
             if bool(ends.any()):  # their final observation is this step's: render it now
                 self._obs = self._rendered()
                 self._latch(ends)
@@ -214,13 +214,6 @@ class ManiSkillGPUEnv(SteppedEnv):
                                                                                            device=dev)
         return StepOutcome(reward=torch.as_tensor(r, device=dev).float().reshape(B), terminated=term,
                            truncated=trunc, success=success)
-
-    def _ends(self, term: torch.Tensor, trunc: torch.Tensor) -> torch.Tensor:
-        """bool [B]: the scenes whose episode ends at this step, as the chunk stepper will decide after it (the
-        env's flags, terminations unless ignored, and the time limit)."""
-        ends = trunc | (term & (not self.stepper.ignore_terminations))
-        limit = self.stepper.max_episode_steps
-        return ends | (self.stepper.length + 1 >= limit) if limit > 0 else ends
 
     def _rendered(self) -> Obs:
         """Every scene's observation now: the cameras rendered through ManiSkill's ``get_obs`` with the last
