@@ -112,16 +112,18 @@ def main(argv: list[str] | None = None) -> int:
     demos = read_demonstrations(args.demos, cameras=cameras) if args.demos else []
     log(f"{len(demos)} demonstrations ({args.demos or 'none given'}); {args.rounds} rounds of {args.attempts} "
         f"sampled episodes")
-    evals: list[tuple[str, dict]] = []
+    evals: list[tuple[str, dict]] = []  # the rounds' evaluations, on --eval-episodes per task
+    finals: list[tuple[str, dict]] = []  # the final ones, on --final-episodes per task
 
-    def evaluate(policy: Path, name: str, where: Path, episodes: int = args.eval_episodes) -> dict:
+    def evaluate(policy: Path, name: str, where: Path, into: list, episodes: int = args.eval_episodes) -> dict:
+        """Per-task success of ``policy`` from ``where`` (evaluated there first unless an earlier run did)."""
         if not (where / "eval.json").is_file():
             STAGES.evaluate(policy, where, episodes, args.eval_seed, args.eval_envs, f"evaluate {name}")
-        evals.append((name, per_task(where)))
-        return evals[-1][1]
+        into.append((name, per_task(where)))
+        return into[-1][1]
 
     if args.eval_base:
-        evaluate(Path(args.base), "base", out / "eval_base")
+        evaluate(Path(args.base), "base", out / "eval_base", evals)
     policy, rounds = Path(args.base), []
     for r in range(args.rounds):
         rdir = out / f"round{r}"
@@ -148,17 +150,16 @@ def main(argv: list[str] | None = None) -> int:
         if record["policy"] is None:
             break
         policy = Path(record["policy"])
-        evaluate(policy, f"round {r}", rdir / "eval")
+        evaluate(policy, f"round {r}", rdir / "eval", evals)
     final = {}
     if args.final_episodes and policy != Path(args.base):  # the newest policy a round saved
-        shown = len(evals)
         final = {"episodes": args.final_episodes, "policy": str(policy),
-                 "last": evaluate(policy, "last round, final", out / "final" / "last", args.final_episodes)}
+                 "last": evaluate(policy, "last round, final", out / "final" / "last", finals, args.final_episodes)}
         if args.eval_base:
-            final["base"] = evaluate(Path(args.base), "base, final", out / "final" / "base", args.final_episodes)
-        print(table(evals[shown:]))
+            final["base"] = evaluate(Path(args.base), "base, final", out / "final" / "base", finals,
+                                     args.final_episodes)
+        print(table(finals))
         print(f"({args.final_episodes} held-out episodes per task from seed {args.eval_seed})")
-        evals = evals[:shown]
     result = {"rounds": rounds, "evals": dict(evals), "final": final, "wall_s": time.time() - t0,
               "command": "python scripts/self_imitation.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     (out / "result.json").write_text(json.dumps(result, indent=2))
