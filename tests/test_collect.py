@@ -58,6 +58,7 @@ def test_quality_statistics_and_filters():
     assert not passes(ep, success_only=True, max_length=0) and not passes(ep, False, 4)
 
 
+@pytest.mark.heavy
 @pytest.mark.sim
 def test_collect_writes_pinned_episodes_with_their_quality(world, capsys):
     args = ["checkpoint=ck", "output=ds", "episodes=3", "seed=10", "success_only=false", "env.max_episode_steps=6",

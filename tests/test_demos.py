@@ -45,6 +45,7 @@ def test_refusals_are_one_line_exit_2_and_write_nothing(world, capsys, monkeypat
     _refusal(capsys, world, ["output=out", "env=maniskill_pushcube"], "scripts/setup_planner.sh")
 
 
+@pytest.mark.heavy
 def test_planner_demos_replay_to_success_in_vlarl_env(world, capsys):
     if not planner_python().exists():
         pytest.skip("the motion planner's environment is not installed: bash scripts/setup_planner.sh")
@@ -90,6 +91,7 @@ def test_planner_demos_replay_to_success_in_vlarl_env(world, capsys):
         env.close()
 
 
+@pytest.mark.heavy
 def test_retimed_planner_demos_are_short_large_steps_that_solve_the_task(world, capsys):
     """PushCube's and PickCube's default (``retime`` unset): the planner's path followed with a few large
     end-effector steps. Against the same seeds' raw conversion (``retime=false``), every re-timed PushCube episode

@@ -23,6 +23,7 @@ def world(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.heavy
 def test_auto_demos_are_made_once_then_reused_without_the_planner(world, monkeypatch):
     if not planner_python().exists():
         pytest.skip("the motion planner's environment is not installed: bash scripts/setup_planner.sh")

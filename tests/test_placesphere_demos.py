@@ -37,6 +37,7 @@ def test_drop_failed_replays_keeps_successes_renumbered_with_their_seeds(tmp_pat
         assert (np.asarray(f["traj_1"]["actions"]) == 8).all()
 
 
+@pytest.mark.heavy
 def test_placesphere_retimed_demos_grasp_carry_release_within_the_limit(tmp_path, monkeypatch, capsys):
     """``vlarl-demos env=maniskill_placesphere`` re-times by default at ManiSkill's own planner pace. Seeds 5-7:
     without the held last command the planner fails seed 5 (the sphere still rolls at its last step) and needs

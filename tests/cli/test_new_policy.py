@@ -133,6 +133,7 @@ def test_a_plugin_policy_refuses_what_it_cannot_do(plugin, tmp_path):
     assert not (tmp_path / "never").exists() and not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.heavy
 @pytest.mark.sim
 def test_a_plugin_policy_trains_through_vlarl_train(plugin, tmp_path):
     run_dir = tmp_path / "run"

@@ -115,6 +115,7 @@ def test_a_plugin_simulator_refuses_keys_it_does_not_have(plugin, tmp_path):
     assert not (tmp_path / "never").exists()
 
 
+@pytest.mark.heavy
 def test_a_plugin_simulator_trains_through_vlarl_train(trained):
     run_dir, p = trained
     assert p.returncode == 0, f"vlarl-train failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"

@@ -66,6 +66,7 @@ def _run(cmd: list[str], timeout: int = 900) -> subprocess.CompletedProcess:
     return p
 
 
+@pytest.mark.heavy
 @needs_libero
 @pytest.mark.parametrize("recipe", [pytest.param(r, marks=[] if "pi05" in r else [pytest.mark.slow])
                                     for r in sorted(RECIPES)])

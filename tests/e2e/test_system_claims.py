@@ -38,6 +38,7 @@ def vla_run(tmp_path_factory):
     return run_dir, final
 
 
+@pytest.mark.heavy
 def test_vla_trains_through_the_runner_and_checkpoints(vla_run):
     from vlarl.checkpoint import latest_checkpoint
     from vlarl.checkpoint_files import check_checkpoint
@@ -49,6 +50,7 @@ def test_vla_trains_through_the_runner_and_checkpoints(vla_run):
     assert json.loads((ckpt / "config.json").read_text())["policy"] == "flow_vla"
 
 
+@pytest.mark.heavy
 def test_vla_checkpoint_exports_and_reloads_to_the_same_actions(vla_run, tmp_path):
     from policies.base import Policy
     from vlarl.export import export_checkpoint, obs_from_inputs, random_inputs
@@ -90,6 +92,7 @@ def ray_local():
     ray.shutdown()
 
 
+@pytest.mark.heavy
 def test_collocated_and_hybrid_are_bit_identical(ray_local, tmp_path):
     from tests.scheduler.mode_helpers import assert_same_trajectory, run_iterations
 

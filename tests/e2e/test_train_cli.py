@@ -35,6 +35,7 @@ def trained_run(tmp_path_factory):
     return run_dir
 
 
+@pytest.mark.heavy
 def test_training_writes_checkpoint_metrics_eval_and_video(trained_run):
     ckpt = trained_run / "checkpoints" / "latest"
     for f in ("model.safetensors", "config.json", "normalization.json", "env.json", "trainer_state.pt"):
@@ -57,6 +58,7 @@ def test_training_writes_checkpoint_metrics_eval_and_video(trained_run):
     assert (trained_run / "config.yaml").is_file()
 
 
+@pytest.mark.heavy
 def test_resume_continues_from_checkpoint(trained_run):
     _run([str(BIN / "vlarl-train"), f"resume={trained_run}", "total_env_steps=80", "eval.video_episodes=0"])
     rows = [json.loads(line) for line in (trained_run / "metrics.jsonl").read_text().splitlines()]
@@ -66,6 +68,7 @@ def test_resume_continues_from_checkpoint(trained_run):
     assert state_link.name == "iter_000004"
 
 
+@pytest.mark.heavy
 def test_vlarl_eval_on_checkpoint_is_reproducible(trained_run, tmp_path, capsys):
     """The console script in a child process and its function in this one give the same episodes (two
     processes, no shared random state; one interpreter start-up fewer than two children)."""
@@ -98,6 +101,7 @@ def test_train_refuses_bad_input_and_writes_nothing(args, needle, tmp_path, caps
     assert not run_dir.exists()
 
 
+@pytest.mark.heavy
 def test_train_refuses_to_overwrite_an_existing_run(trained_run, capsys):
     before = (trained_run / "config.yaml").read_text()
     assert train_main([f"run_dir={trained_run}"]) == 2

@@ -32,6 +32,7 @@ def _train_rows(cmd: list[str], run_dir: Path) -> list[dict]:
     return [r for r in rows if "iteration" in r]
 
 
+@pytest.mark.heavy
 def test_the_actor_trains_on_rewards_the_critic_changed(tmp_path, monkeypatch):
     """A real RGB run with a tiny critic (reward.critic_weight=0.5): every batch the actor worker receives is the
     scored one, whose rewards are env_weight x the collected env rewards + critic_weight x the critic's, and

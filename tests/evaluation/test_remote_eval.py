@@ -13,6 +13,7 @@ pytest.importorskip("websockets", reason="the policy server needs the robot extr
 pytest.importorskip("msgpack", reason="the policy server needs the robot extra (pip install -e .[robot])")
 
 
+@pytest.mark.heavy
 def test_server_address_evaluates_like_the_checkpoint(pushcube_checkpoint, tmp_path, capsys):
     from policies.base import Policy
     from robots.policy_server import PolicyServer

@@ -77,6 +77,7 @@ def test_plan_cli_prints_the_table_and_refuses_bad_numbers(capsys):
     assert "| full/fp32/no-ckpt | 32 |" in out and "| yes |" in out and "fit 1000 GB: full/fp32/no-ckpt" in out
 
 
+@pytest.mark.heavy
 def test_recipes_order_and_what_each_knob_saves():
     """pi0 (tiny): checkpointing, then bf16, then fewer trained weights; each saves what it should."""
     cfg = load_train_config([PPO, "policy=pi0", "policy.freeze_vlm=false", "env.num_envs=4", "env.num_workers=2",

@@ -65,6 +65,7 @@ def test_swapping_the_instruction_changes_the_goal_reached():
                               f"(nearer red with red words {to_red.tolist()}, with blue words {to_blue.tolist()})")
 
 
+@pytest.mark.heavy
 @pytest.mark.skipif(not FIXTURE.is_dir(), reason="make it with scripts/make_language_fixture.py")
 def test_vlarl_eval_swaps_the_words_with_a_task_kwarg(tmp_path):
     """``vlarl-eval checkpoint=<fixture> +env.task_kwargs.instruction=other``: the saved env config is kept and the

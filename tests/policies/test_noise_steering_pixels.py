@@ -111,6 +111,7 @@ def test_the_replay_keeps_each_rows_frames_and_words(base_dir):
     assert torch.equal(rows["actions"], traj.replay["noise"][0])
 
 
+@pytest.mark.heavy
 def test_dsrl_from_pixels_follows_the_words_through_the_actor_worker(base_dir):
     """The reward asks for the base's decode of noise -0.8 under "left" and +0.8 under "right"; frames and states
     are random. Through the real ActorWorker the noise actor learns to steer by the words: the rows' instructions

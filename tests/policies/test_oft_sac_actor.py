@@ -97,6 +97,7 @@ def test_squash_false_is_the_ppo_gaussian_as_before(vla_spec, obs):
     assert torch.equal(plain.act(obs), plain.stats.unnormalize(mean.clamp(-1, 1)))
 
 
+@pytest.mark.heavy
 def test_sac_through_the_actor_worker_learns_an_image_bandit():
     """``algorithm=sac`` with the squashed tiny OFT on the pixel SAC bandit (tests/algorithms/test_sac_pixels: the
     best chunk is +0.5 on reddish frames, -0.5 on bluish ones, only the image tells which). The backbone is NOT

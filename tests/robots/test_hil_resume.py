@@ -138,6 +138,7 @@ def _check_finished_run(out: Path, budget: int, before: dict[str, dict]) -> list
     return rows
 
 
+@pytest.mark.heavy
 @pytest.mark.robot
 def test_sigkill_of_the_actor_loses_no_recorded_episode_and_the_run_resumes(franky_sim, tmp_path):
     out, budget = tmp_path / "run", 4

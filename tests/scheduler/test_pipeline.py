@@ -42,6 +42,7 @@ def test_staged_env_worker_matches_unstaged():
         two.close()
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("overlap", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_every_sub_batch_gets_its_own_actions_in_order(ray_local, overlap):
     cfg = load_train_config([PPO, "policy.hidden_sizes=[8]"])
@@ -72,6 +73,7 @@ def test_every_sub_batch_gets_its_own_actions_in_order(ray_local, overlap):
             ray.kill(a)
 
 
+@pytest.mark.heavy
 def test_tail_values_are_each_stages_next_values_computed_as_that_stage_ends(ray_local):
     """The last record carries V(next obs) in global row order, equal to the rollout's value of the
     final observations; with overlap, stage 0's values do not wait for stage 1's last simulation (here

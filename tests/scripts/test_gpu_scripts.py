@@ -222,6 +222,7 @@ def test_memory_estimate_adds_weights_grads_adamw_and_activations():
     assert est.lora_parameters(lin, rank=2) == 2 * (6 + 4)  # only the named projection gets an adapter
 
 
+@pytest.mark.heavy
 def test_vla_table_dry_run_measures_and_predicts_every_row(tmp_path, capsys):
     """The device command's dry run: each model in a child process with the packages the GPU image lacks made
     unimportable, chunk times at two batch sizes, four updates (LoRA/full x grad-ckpt off/on) with a prediction

@@ -67,6 +67,7 @@ def test_bad_arguments_exit_2_and_write_nothing(tmp_path, monkeypatch, capsys, b
     assert sorted(tmp_path.rglob("*")) == before
 
 
+@pytest.mark.heavy
 @pytest.mark.sim
 @pytest.mark.skipif(not FIXTURE.is_dir(), reason="make it with scripts/make_language_fixture.py")
 def test_a_round_imitates_only_its_own_successes_then_a_rerun_reads_it(tmp_path, capsys):

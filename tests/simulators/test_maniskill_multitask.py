@@ -79,6 +79,7 @@ def test_episode_metrics_are_reported_per_task(env):
     assert summary["success_once"] == 0.0  # the pooled metric is the plain one
 
 
+@pytest.mark.heavy
 def test_evaluation_runs_and_reports_every_task_on_its_own():
     """``evaluate`` of a multi-task config: one plan per task (every slot of its env runs that task), the same
     held-out seeds per task, eval.json's ``tasks`` holding each."""

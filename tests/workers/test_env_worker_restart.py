@@ -40,6 +40,7 @@ def _kill_on_collect(monkeypatch, at_calls: set[int]) -> list[int]:
     return calls
 
 
+@pytest.mark.heavy
 def test_killed_env_worker_is_restarted_and_the_run_finishes(tmp_path, monkeypatch, capsys):
     calls = _kill_on_collect(monkeypatch, {2})  # during the second iteration's rollout
     cfg = load_train_config(SMALL)

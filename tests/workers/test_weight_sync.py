@@ -74,6 +74,7 @@ def test_checkpoint_keeps_the_version(tmp_path):
     assert again.version == 1 and state["iteration"] == 1
 
 
+@pytest.mark.heavy
 def test_collective_sync_over_gloo_arrives_identical_and_versioned():
     """placement.weight_sync=collective: the actor broadcasts over a real Gloo group to a rollout worker in
     another Ray process; after each update the rollout holds bit-identical tensors and the actor's version."""

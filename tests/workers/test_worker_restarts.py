@@ -50,6 +50,7 @@ def _training_rows(run_dir) -> list[dict]:
     return [r for r in read_metrics(run_dir) if "faults/episodes_dropped" in r]
 
 
+@pytest.mark.heavy
 def test_killed_rollout_worker_is_recreated_and_the_run_finishes(tmp_path, monkeypatch, capsys):
     calls = _kill_on_collect(monkeypatch, 2, "rollout")  # as the second iteration's rollout starts
     cfg = load_train_config([*SMALL, "total_env_steps=48", "checkpoint_every=100"])
@@ -70,6 +71,7 @@ def test_killed_rollout_worker_is_recreated_and_the_run_finishes(tmp_path, monke
     assert len(warning) == 1 and "collecting iteration 1 again" in warning[0], warning
 
 
+@pytest.mark.heavy
 def test_killed_actor_worker_is_restored_from_its_checkpoint_and_the_run_finishes(tmp_path, monkeypatch, capsys):
     calls = _kill_on_collect(monkeypatch, 4, "actor")  # after 3 updates; the last checkpoint holds 2
     cfg = load_train_config([*SMALL, "checkpoint_every=2", "keep_checkpoints=0"])
@@ -91,6 +93,7 @@ def test_killed_actor_worker_is_restored_from_its_checkpoint_and_the_run_finishe
     assert "restoring it from checkpoint iter_000002" in out and "1 update(s) lost" in out, out[-2000:]
 
 
+@pytest.mark.heavy
 def test_a_death_past_the_limit_stops_with_one_line_and_the_resume_command(tmp_path, monkeypatch):
     _kill_on_collect(monkeypatch, 2, "actor")
     cfg = load_train_config([*SMALL, "total_env_steps=48", "faults.max_worker_deaths=1"])
