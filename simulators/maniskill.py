@@ -450,6 +450,12 @@ def _make_quietly(gym: Any, task: str, kwargs: dict[str, Any]) -> Any:
             "~/.maniskill/data here (or set MS_ASSET_DIR), or pick a task that works offline "
             f"(docs/maniskill_tasks.md)"
         )) from e
+    except TypeError as e:  # a keyword the task's constructor lacks: most likely one of env.task_kwargs
+        bad = re.search(r"unexpected keyword argument '([^']+)'", str(e))
+        if bad is None:
+            raise
+        raise EnvError(f"ManiSkill task '{task}' takes no argument '{bad.group(1)}' (from env.task_kwargs?); drop it "
+                       f"or name one its constructor has") from e
     except ImportError as e:
         raise EnvError(
             f"ManiSkill task '{task}' could not import a package it needs ({e}); install it with "

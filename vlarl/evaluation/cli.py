@@ -70,6 +70,44 @@ def _env_from_saved(saved: dict[str, Any]) -> Any:
     return klass(**{k: v for k, v in saved.items() if k in names})
 
 
+def _saved_env_overrides(args: list[str]) -> tuple[list[str], list[str]]:
+    """(the arguments to compose, the ``env.<key>=value`` ones held back): a checkpoint's own env (its env.json,
+    used when no ``env=`` is given) takes the user's env keys, checked against that env's fields, not the default
+    env group's (so ``env.tasks=[PushCube-v1]`` reaches a multi-task checkpoint's env)."""
+    from vlarl.evaluation.remote import is_server_address
+
+    keys = {a.split("=", 1)[0].lstrip("+~"): a.split("=", 1)[-1] for a in args}
+    ck = keys.get("checkpoint")
+    if "env" in keys or not ck or is_server_address(ck) or not (Path(ck) / "env.json").is_file():
+        return args, []
+    held = [a for a in args if a.lstrip("+~").startswith("env.")]
+    return [a for a in args if a not in held], held
+
+
+def _with_overrides(env_cfg: Any, overrides: list[str]) -> Any:
+    """``env_cfg`` with ``env.<key>=value`` overrides applied; an unknown key is one line naming the valid ones."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    from vlarl.config import ConfigError
+    from vlarl.config.loader import friendly_error
+
+    conf, parser = OmegaConf.structured(env_cfg), OverridesParser.create()
+    for o in overrides:
+        key = o.split("=", 1)[0]
+        if key.startswith("~"):
+            raise ConfigError(f"'{o}': a checkpoint's env keeps all its keys; set {key[1:]}=<value> instead")
+        try:
+            value = parser.parse_overrides([o])[0].value()  # as Hydra reads it when composing: lists, numbers
+            OmegaConf.update(conf, key.lstrip("+")[len("env."):], value, merge=True)
+        except Exception as exc:
+            raise ConfigError(f"'{o}' on the checkpoint's env ({env_cfg.name}): {friendly_error(exc, None)}") from exc
+    try:
+        return OmegaConf.to_object(conf)
+    except Exception as exc:
+        raise ConfigError(friendly_error(exc, None)) from exc
+
+
 def main(args: list[str]) -> int:
     if args and args[0] == "--compare":
         return compare_main(args[1:])
@@ -93,6 +131,7 @@ def main(args: list[str]) -> int:
         if "checkpoint" not in given:
             raise ConfigError("missing checkpoint=<policy directory> (e.g. <run_dir>/checkpoints/latest)")
         import_plugins(plugins)  # before composing: a plugin's env/policy schema must be in Hydra's store
+        args, env_overrides = _saved_env_overrides(args)
         cfg = load_eval_config(args)
         if cfg.episodes < 1 or cfg.num_envs < 1 or cfg.video_episodes < 0:
             raise ConfigError("episodes and num_envs must be >= 1 and video_episodes >= 0")
@@ -105,7 +144,9 @@ def main(args: list[str]) -> int:
         policy = RemotePolicy(cfg.checkpoint) if remote else Policy.from_pretrained(cfg.checkpoint)
         saved = None if remote else load_env_config(cfg.checkpoint)
         saved_cfg = _env_from_saved(saved) if saved else None
-        user_env = {k: getattr(cfg.env, k) for k in user_env_keys}
+        if env_overrides:
+            saved_cfg = _with_overrides(saved_cfg, env_overrides)
+        user_env = {k: getattr(saved_cfg if env_overrides else cfg.env, k) for k in user_env_keys}
         suite = get_suite(cfg.suite) if cfg.suite else None
         if suite is not None:
             env_cfg = build_env_config(suite, saved_cfg, user_env)
