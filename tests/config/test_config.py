@@ -51,3 +51,21 @@ def test_pipeline_benchmark_workload_is_a_flow_vla_on_state_pushcube():
     assert type(cfg.policy).__name__ == "SmolVLAPolicyConfig" and cfg.policy.chunk_size == 2
     assert cfg.policy.name == "smolvla" and cfg.policy.arch["vlm"]["text_config"]["hidden_size"] == 256
     assert cfg.env.num_envs == 64 and cfg.env.obs_mode == "state"
+
+
+def test_resume_overrides_read_values_as_a_fresh_run_does(tmp_path):
+    """A resumed run's overrides are parsed by Hydra's grammar, like the first run's: a list stays a list, a
+    number a number, ``null`` None, an empty value the empty string."""
+    from vlarl.config import load_saved_config
+    from vlarl.config.loader import to_yaml
+
+    fresh = load_train_config([*pinned([PPO]), "env=maniskill_multitask_rgb"])
+    (tmp_path / "config.yaml").write_text(to_yaml(fresh))
+    back = load_saved_config(tmp_path, ["env.tasks=[PullCube-v1,PushCube-v1]", "time_limit_minutes=7",
+                                        "init_from=", "+env.task_kwargs.PushCube-v1.instruction=other"])
+    assert list(back.env.tasks) == ["PullCube-v1", "PushCube-v1"]
+    assert back.time_limit_minutes == 7 and back.init_from == ""
+    assert back.env.task_kwargs == {"PushCube-v1": {"instruction": "other"}}
+    assert list(fresh.env.tasks) != list(back.env.tasks)
+    with pytest.raises(ConfigError, match="no_such_key"):
+        load_saved_config(tmp_path, ["env.no_such_key=[1,2]"])

@@ -258,6 +258,17 @@ def to_yaml(cfg: Any) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
+def apply_override(conf: Any, override: str, strip: str = "") -> None:
+    """Set one ``key=value`` override on the OmegaConf ``conf``, its value read as Hydra reads it when composing
+    (lists, numbers, null, quoted strings): a resumed run and a checkpoint's env then take ``env.tasks=[a,b]`` as
+    the list a fresh run gets. ``strip`` is a prefix the key loses first (``env.`` for an env config alone)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    key = override.split("=", 1)[0].lstrip("+")
+    value = OverridesParser.create().parse_overrides([override])[0].value()
+    OmegaConf.update(conf, key[len(strip):] if key.startswith(strip) else key, value, merge=True)
+
+
 def load_saved_config(run_dir: str | Path, overrides: list[str] | None = None) -> Any:
     """Re-load the config a run was started with (``<run_dir>/config.yaml``) plus new overrides."""
     path = Path(run_dir) / "config.yaml"
@@ -285,10 +296,10 @@ def load_saved_config(run_dir: str | Path, overrides: list[str] | None = None) -
         for o in overrides or []:
             if "=" not in o:
                 raise ConfigError(f"override '{o}' must look like key=value")
-            key, value = o.split("=", 1)
+            key = o.split("=", 1)[0]
             if key in GROUPS:
                 raise ConfigError(f"cannot switch {key}= on resume; start a new run instead")
-            OmegaConf.update(merged, key.lstrip("+"), OmegaConf.create({"v": value}).v if value else value, merge=True)
+            apply_override(merged, o)
         obj = OmegaConf.to_object(merged)
     except ConfigError:
         raise

@@ -76,9 +76,8 @@ def _saved_env_overrides(args: list[str]) -> tuple[list[str], list[str]]:
     env group's (so ``env.tasks=[PushCube-v1]`` reaches a multi-task checkpoint's env)."""
     from vlarl.evaluation.remote import is_server_address
 
-    keys = {a.split("=", 1)[0].lstrip("+~"): a.split("=", 1)[-1] for a in args}
-    ck = keys.get("checkpoint")
-    if "env" in keys or not ck or is_server_address(ck) or not (Path(ck) / "env.json").is_file():
+    ck = next((a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("checkpoint=")), None)
+    if any(a.lstrip("+~").split("=", 1)[0] == "env" for a in args) or not ck or is_server_address(ck) or not (Path(ck) / "env.json").is_file():
         return args, []
     held = [a for a in args if a.lstrip("+~").startswith("env.")]
     return [a for a in args if a not in held], held
@@ -86,20 +85,18 @@ def _saved_env_overrides(args: list[str]) -> tuple[list[str], list[str]]:
 
 def _with_overrides(env_cfg: Any, overrides: list[str]) -> Any:
     """``env_cfg`` with ``env.<key>=value`` overrides applied; an unknown key is one line naming the valid ones."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
     from vlarl.config import ConfigError
-    from vlarl.config.loader import friendly_error
+    from vlarl.config.loader import apply_override, friendly_error
 
-    conf, parser = OmegaConf.structured(env_cfg), OverridesParser.create()
+    conf = OmegaConf.structured(env_cfg)
     for o in overrides:
         key = o.split("=", 1)[0]
         if key.startswith("~"):
             raise ConfigError(f"'{o}': a checkpoint's env keeps all its keys; set {key[1:]}=<value> instead")
         try:
-            value = parser.parse_overrides([o])[0].value()  # as Hydra reads it when composing: lists, numbers
-            OmegaConf.update(conf, key.lstrip("+")[len("env."):], value, merge=True)
+            apply_override(conf, o, strip="env.")
         except Exception as exc:
             raise ConfigError(f"'{o}' on the checkpoint's env ({env_cfg.name}): {friendly_error(exc, None)}") from exc
     try:
