@@ -1,7 +1,8 @@
 """One tiny exact SmolVLA over three ManiSkill tasks from pixels and words: demonstrations, SFT, evaluation per task,
 and (with --rl-env-steps) PPO from the SFT policy, evaluated per task again.
 
-    python scripts/multitask_sft_rl.py --out outputs/multitask [--demos 20] [--sft-epochs 40] [--rl-env-steps 0]
+    python scripts/multitask_sft_rl.py --out outputs/multitask [--demos 20] [--task-demos TASK=N ...]
+        [--sft-epochs 40] [--rl-env-steps 0]
         [-- key=value ...]   (overrides of experiment=multitask_smolvla_sft_rl, for SFT's policy and vlarl-train)
 
 1. demonstrations of every task of ``env=maniskill_multitask_rgb`` with frames, robot state and instructions
@@ -45,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="outputs/multitask")
     ap.add_argument("--demos", type=int, default=20, help="demonstrations per task")
+    ap.add_argument("--task-demos", action="append", default=[], metavar="TASK=N",
+                    help="a task's own demonstration count (repeatable), e.g. PushCubeToColor-v1=150")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rl-env-steps", type=int, default=0, help="PPO env steps after SFT; 0 = no RL stage")
     add_sft_arguments(ap, epochs=40)
@@ -53,19 +56,32 @@ def main(argv: list[str] | None = None) -> int:
     check_held_out_seed(ap, args.eval_seed)
     if args.demos < 1 or args.sft_epochs < 1 or args.rl_env_steps < 0:
         ap.error("--demos and --sft-epochs must be >= 1, --rl-env-steps >= 0")
-    out = prepare(args.out)
+    task_demos = {}
+    for item in args.task_demos:
+        task, _, n = item.partition("=")
+        if not n.isdigit():
+            ap.error(f"--task-demos {item}: write TASK=N with N a whole number, e.g. PushCubeToColor-v1=150")
+        task_demos[task] = int(n)
+    out = prepare(args.out, create=False)  # made once the config and the counts are checked
     t0 = time.time()
 
     from tqdm import tqdm
 
+    from simulators.base import EnvError
     from vlarl.data.demonstrations import read_maniskill_h5
     from vlarl.data.sft import sft_and_save
-    from vlarl.multitask_demos import TRAJECTORY_FILE, build_multitask_demos
+    from vlarl.multitask_demos import TRAJECTORY_FILE, build_multitask_demos, episodes_per_task
 
     cfg, spec, policy = training_policy([f"experiment={EXPERIMENT}", *overrides], args.seed)
+    try:
+        episodes_per_task(list(cfg.env.tasks), args.demos, task_demos)
+    except EnvError as e:
+        ap.error(str(e))
+    out.mkdir(parents=True, exist_ok=True)
     demos = out / "demos" / TRAJECTORY_FILE
     if not demos.is_file():
-        made = build_multitask_demos(cfg.env, out / "demos", args.demos, seed=args.seed, log=log)
+        made = build_multitask_demos(cfg.env, out / "demos", args.demos, seed=args.seed, log=log,
+                                     task_episodes=task_demos)
         (out / "demos" / "summary.json").write_text(json.dumps(made, indent=2))
     episodes = read_maniskill_h5(demos, cameras=list(spec.image_keys))
     bar = tqdm(total=args.sft_epochs, desc="sft", unit="epoch")

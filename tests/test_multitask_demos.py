@@ -37,7 +37,8 @@ def built(tmp_path_factory):
     cache = cache_folder(state_config(cfg, "PushCube-v1"), N, root, retime=True)
     cache.mkdir(parents=True)
     record_demos(cache / "trajectories.h5", N, seed=100, task="pushcube", log=lambda m: None)
-    summary = build_multitask_demos(cfg, root / "out", N, root=root, seed=0, log=lambda m: None)
+    summary = build_multitask_demos(cfg, root / "out", N, root=root, seed=0, log=lambda m: None,
+                                    task_episodes={"PushCubeToColor-v1": N + 1})  # the language task: one more
     return cfg, summary, root / "out" / "trajectories.h5"
 
 
@@ -52,7 +53,9 @@ def test_each_row_holds_its_task_instruction_frames_and_robot_state(built):
         names = sorted(f, key=lambda k: int(k.split("_")[1]))
         rows = [(f[k].attrs["task"], f[k].attrs["instruction"], int(f[k].attrs["seed"]), np.asarray(f[k]["obs"]),
                  np.asarray(f[k]["images/base_camera"]), np.asarray(f[k]["actions"])) for k in names]
-    assert [r[0] for r in rows] == ["PushCubeToColor-v1", "PushCube-v1"] * N  # tasks interleaved
+    # tasks interleaved; the language task's own count (N + 1) runs on after PushCube's N
+    assert [r[0] for r in rows] == ["PushCubeToColor-v1", "PushCube-v1"] * N + ["PushCubeToColor-v1"]
+    assert summary["tasks"]["PushCubeToColor-v1"]["kept"] == N + 1 and summary["tasks"]["PushCube-v1"]["kept"] == N
     assert {r[1] for r in rows if r[0] == "PushCube-v1"} == {instruction_for("PushCube-v1")}
     assert all(r[1] in task_instructions("PushCubeToColor-v1") for r in rows if r[0] == "PushCubeToColor-v1")
     for _task, _words, _seed, states, frames, actions in rows:
@@ -107,3 +110,16 @@ def test_demonstrations_in_another_control_mode_are_refused(built, tmp_path):
         check_control_mode(h5, cfg, "PushCube-v1")
     assert "recorded in pd_joint_delta_pos but env.control_mode=pd_ee_delta_pos" in str(e.value)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("own, needle", [({"PullCube-v1": 3}, "does not run"), ({"PushCube-v1": 0}, "at least one")])
+def test_a_count_for_a_task_the_env_does_not_run_is_refused_before_any_work(tmp_path, own, needle):
+    from simulators.base import EnvError
+    from simulators.maniskill_multitask import ManiSkillMultiTaskConfig
+    from vlarl.multitask_demos import build_multitask_demos
+
+    cfg = ManiSkillMultiTaskConfig(tasks=list(TASKS), control_mode="pd_ee_delta_pos", obs_mode="rgb", image_size=SIZE,
+                                   num_envs=2, reward_mode="sparse")
+    with pytest.raises(EnvError, match=needle):
+        build_multitask_demos(cfg, tmp_path / "out", N, root=tmp_path, task_episodes=own)
+    assert not (tmp_path / "out").exists()

@@ -33,10 +33,10 @@ def split_overrides(argv: list[str] | None = None) -> tuple[list[str], list[str]
     return argv[:i], argv[i + 1:]
 
 
-def prepare(out: str | Path) -> Path:
+def prepare(out: str | Path, create: bool = True) -> Path:
     """The prologue before a script's first stage: the rendering env of ``scripts/setup_system.sh`` (child
-    processes inherit it), one torch thread (2-core machines), and the output folder, created; returns it
-    resolved."""
+    processes inherit it), one torch thread (2-core machines), and the output folder, created unless ``create``
+    is false (a script that still validates its input makes it afterwards); returns it resolved."""
     import torch
 
     from vlarl import system_env
@@ -44,7 +44,8 @@ def prepare(out: str | Path) -> Path:
     system_env.apply()
     torch.set_num_threads(1)
     path = Path(out).resolve()
-    path.mkdir(parents=True, exist_ok=True)
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
     return path
 
 

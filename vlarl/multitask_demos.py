@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import json
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -138,12 +139,28 @@ def interleave(per_task: list[list[SolvedEpisode]]) -> list[SolvedEpisode]:
     return [eps[k] for k in range(longest) for eps in per_task if k < len(eps)]
 
 
+def episodes_per_task(tasks: list[str], episodes: int, task_episodes: Mapping[str, int] | None = None
+                      ) -> dict[str, int]:
+    """How many demonstrations each task gets: ``episodes``, or its own count in ``task_episodes`` (a task whose
+    policy must learn more from them, such as the one where only the words name the goal)."""
+    own = dict(task_episodes or {})
+    unknown = sorted(set(own) - set(tasks))
+    if unknown:
+        raise EnvError(f"demonstration counts for {unknown}, which env.tasks={list(tasks)} does not run; name one "
+                       f"of those tasks")
+    counts = {t: int(own.get(t, episodes)) for t in tasks}
+    if min(counts.values(), default=1) < 1:
+        raise EnvError(f"every task needs at least one demonstration, got {counts}")
+    return counts
+
+
 def build_multitask_demos(env_cfg: Any, out: str | Path, episodes: int, root: str | Path = "outputs", seed: int = 0,
-                          log=print) -> dict[str, Any]:
+                          log=print, task_episodes: Mapping[str, int] | None = None) -> dict[str, Any]:
     """Write ``out`` (a folder): ``trajectories.h5`` (+ ``.json``) with ``episodes`` demonstrations of every task
-    of ``env_cfg`` (a ``maniskill_multitask`` config with ``obs_mode=rgb``) as the module doc says. Returns a
-    summary: per task the source, the episodes kept after the replay and their steps. Refusals (an env that renders
-    no camera, a task without a demonstrator, another control mode) are ``EnvError``s before anything is written."""
+    of ``env_cfg`` (a ``maniskill_multitask`` config with ``obs_mode=rgb``; ``task_episodes`` gives a task its own
+    count) as the module doc says. Returns a summary: per task the source, the episodes kept after the replay and
+    their steps. Refusals (an env that renders no camera, a task without a demonstrator, another control mode, a
+    count for a task the env does not run) are ``EnvError``s before anything is written."""
     from simulators.maniskill_multitask import ManiSkillMultiTaskEnv
     from simulators.maniskill_rerender import rerender_file
 
@@ -155,6 +172,7 @@ def build_multitask_demos(env_cfg: Any, out: str | Path, episodes: int, root: st
                        f"env.obs_mode=rgb")
     ManiSkillMultiTaskEnv.validate_config(env_cfg)
     kinds = {t: source_kind(env_cfg, t) for t in env_cfg.tasks}  # a task without a demonstrator: before any work
+    counts = episodes_per_task(list(env_cfg.tasks), episodes, task_episodes)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"tasks": {}, "control_mode": env_cfg.control_mode, "image_size": env_cfg.image_size}
@@ -162,7 +180,7 @@ def build_multitask_demos(env_cfg: Any, out: str | Path, episodes: int, root: st
     with tempfile.TemporaryDirectory(prefix=".multitask-demos-", dir=out) as tmp:
         work = Path(tmp)
         for task, one in ManiSkillMultiTaskEnv.task_configs(env_cfg):
-            src = state_demos(env_cfg, task, episodes, work, root, seed, log)
+            src = state_demos(env_cfg, task, counts[task], work, root, seed, log)
             check_control_mode(src, env_cfg, task)
             rendered = work / f"{task}_rgb.h5"
             replays = rerender_file(src, rendered, copy.deepcopy(one), log=log)
@@ -181,5 +199,6 @@ def build_multitask_demos(env_cfg: Any, out: str | Path, episodes: int, root: st
     return summary
 
 
-__all__ = ["TRAJECTORY_FILE", "build_multitask_demos", "check_control_mode", "expert_for", "interleave",
+__all__ = ["TRAJECTORY_FILE", "build_multitask_demos", "check_control_mode", "episodes_per_task", "expert_for",
+           "interleave",
            "read_rendered", "source_kind", "state_demos"]
