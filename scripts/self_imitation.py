@@ -2,7 +2,7 @@
 
     python scripts/self_imitation.py --base outputs/multitask/sft --demos outputs/multitask/demos/trajectories.h5 \
         --out outputs/self_imitation [--rounds 2] [--attempts 300] [--sft-epochs 20] [--sft-lr 3e-4] [--seed 0]
-        [--eval-episodes 50] [--eval-envs 8] [--eval-base] [--final-episodes 100]
+        [--eval-episodes 50] [--eval-envs 8] [--eval-base] [--final-episodes 100] [--validation-seed 100000]
 
 Round r (``vlarl.self_imitation.run_round``) starts from the base (r = 0) or the previous round's policy, samples
 ``--attempts`` episodes on training seeds (200,000 + 100,000 x seed + r x attempts on; episodes end at the first
@@ -11,7 +11,10 @@ success), keeps the successful ones (``<out>/round<r>/successes``, LeRobot v3.0)
 (1,000,000+), each task on its own (``<out>/round<r>/eval``). ``<out>/result.json`` holds every round's record and
 the per-task success, and a table is printed. ``--final-episodes N`` evaluates the newest round's policy (and the
 base with ``--eval-base``) once more on N episodes per task into ``<out>/final``: the number a learning claim quotes,
-while the rounds' own evaluations follow the progress more cheaply. A round whose ``round.json`` and evaluation exist
+while the rounds' own evaluations follow the progress more cheaply. With ``--validation-seed S`` the rounds (and the
+base) are evaluated on validation seeds S+ instead (``<out>/round<r>/eval_validation``), and the final evaluation
+goes to the one that did best there (``<out>/final/best``; ``result.json``'s ``final.chosen``): a later round can
+undo an earlier one's gain, and choosing by the held-out seeds themselves would flatter the number. A round whose ``round.json`` and evaluation exist
 is read, not redone, so an interrupted command continues where it stopped. Bad arguments: one line, exit 2, nothing
 written.
 """
@@ -35,6 +38,15 @@ from vlarl.experiments import (
 
 STAGES = Stages("self-imitation")
 log = STAGES.log
+#: [first, last + 1) of the seeds --validation-seed may use: above every demonstration seed, below the collection
+#: seeds (vlarl.self_imitation.COLLECT_SEED_BASE) and the held-out ones (1,000,000+)
+VALIDATION_SEEDS = (100_000, 200_000)
+
+
+def choose(scores: list[tuple[str, float]]) -> str:
+    """The name with the highest validation success; a tie goes to the later one (the round that imitated more)."""
+    best = max(score for _, score in scores)
+    return [name for name, score in scores if score == best][-1]
 
 
 def table(rows: list[tuple[str, dict]]) -> str:
@@ -68,12 +80,20 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--final-episodes", type=int, default=0, help="after the last round, evaluate its policy (and the "
                     "base, with --eval-base) again on this many held-out episodes per task into <out>/final "
                     "(scripts/seed_table.py reads them); 0: no final evaluation")
+    ap.add_argument("--validation-seed", type=int, default=0, help="evaluate the rounds (and the base) on validation "
+                    f"seeds from this one ({VALIDATION_SEEDS[0]:,}+: neither collected from nor held out) and give "
+                    "the final evaluation the round that did best there; 0: the rounds on held-out seeds, the last "
+                    "round final")
     args = ap.parse_args(argv)
     check_held_out_seed(ap, args.eval_seed)
     if min(args.rounds, args.attempts, args.num_envs, args.sft_epochs, args.batch_size) < 1:
         ap.error("--rounds, --attempts, --num-envs, --sft-epochs and --batch-size must be >= 1")
     if args.final_episodes < 0:
         ap.error(f"--final-episodes={args.final_episodes}: use 0 (none) or a number of episodes per task, e.g. 100")
+    lo, hi = VALIDATION_SEEDS
+    if args.validation_seed and not lo <= args.validation_seed <= hi - args.eval_episodes:
+        ap.error(f"--validation-seed={args.validation_seed} with {args.eval_episodes} episodes leaves the validation "
+                 f"seeds [{lo:,}, {hi:,}); use e.g. --validation-seed {lo}")
     from vlarl.self_imitation import collection_seeds
 
     try:
@@ -115,15 +135,21 @@ def main(argv: list[str] | None = None) -> int:
     evals: list[tuple[str, dict]] = []  # the rounds' evaluations, on --eval-episodes per task
     finals: list[tuple[str, dict]] = []  # the final ones, on --final-episodes per task
 
-    def evaluate(policy: Path, name: str, where: Path, into: list, episodes: int = args.eval_episodes) -> dict:
+    validating = args.validation_seed > 0
+    round_seed, round_eval = (args.validation_seed, "eval_validation") if validating else (args.eval_seed, "eval")
+    candidates: dict[str, Path] = {}  # what a validation-chosen final evaluation may pick, by name
+
+    def evaluate(policy: Path, name: str, where: Path, into: list, episodes: int = args.eval_episodes,
+                 seed: int = round_seed) -> dict:
         """Per-task success of ``policy`` from ``where`` (evaluated there first unless an earlier run did)."""
         if not (where / "eval.json").is_file():
-            STAGES.evaluate(policy, where, episodes, args.eval_seed, args.eval_envs, f"evaluate {name}")
+            STAGES.evaluate(policy, where, episodes, seed, args.eval_envs, f"evaluate {name}")
         into.append((name, per_task(where)))
+        candidates[name] = policy
         return into[-1][1]
 
     if args.eval_base:
-        evaluate(Path(args.base), "base", out / "eval_base", evals)
+        evaluate(Path(args.base), "base", out / ("eval_base_validation" if validating else "eval_base"), evals)
     policy, rounds = Path(args.base), []
     for r in range(args.rounds):
         rdir = out / f"round{r}"
@@ -150,14 +176,23 @@ def main(argv: list[str] | None = None) -> int:
         if record["policy"] is None:
             break
         policy = Path(record["policy"])
-        evaluate(policy, f"round {r}", rdir / "eval", evals)
-    final = {}
-    if args.final_episodes and policy != Path(args.base):  # the newest policy a round saved
-        final = {"episodes": args.final_episodes, "policy": str(policy),
-                 "last": evaluate(policy, "last round, final", out / "final" / "last", finals, args.final_episodes)}
+        evaluate(policy, f"round {r}", rdir / round_eval, evals)
+    final: dict = {}
+    chosen = choose([(n, e["success_once"]) for n, e in evals]) if validating and evals else None
+    if chosen is not None:
+        policy = candidates[chosen]
+        final.update(chosen=chosen, validation={n: e["success_once"] for n, e in evals},
+                     validation_seed=args.validation_seed)
+        log(f"chosen on {args.eval_episodes} validation episodes per task from seed {args.validation_seed}: "
+            f"{chosen} ({dict(evals)[chosen]['success_once']:.2f})")
+    if args.final_episodes and (policy != Path(args.base) or chosen == "base"):
+        name, folder = ("chosen", "best") if validating else ("last round", "last")
+        final.update(episodes=args.final_episodes, policy=str(policy),
+                     last=evaluate(policy, f"{name}, final", out / "final" / folder, finals, args.final_episodes,
+                                   args.eval_seed))
         if args.eval_base:
             final["base"] = evaluate(Path(args.base), "base, final", out / "final" / "base", finals,
-                                     args.final_episodes)
+                                     args.final_episodes, args.eval_seed)
         print(table(finals))
         print(f"({args.final_episodes} held-out episodes per task from seed {args.eval_seed})")
     result = {"rounds": rounds, "evals": dict(evals), "final": final, "wall_s": time.time() - t0,
@@ -165,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     (out / "result.json").write_text(json.dumps(result, indent=2))
     if evals:
         print(table(evals))
-        print(f"({args.eval_episodes} held-out episodes per task from seed {args.eval_seed})")
+        print(f"({args.eval_episodes} {'validation' if validating else 'held-out'} episodes per task from seed "
+              f"{round_seed})")
     return 0
 
 

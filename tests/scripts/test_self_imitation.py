@@ -44,6 +44,14 @@ def test_balance_repeats_each_instructions_episodes_toward_the_most_frequent_cou
     assert [e.episode_index for e in out[:8]] == [0, 1, 2, 3, 4, 5, 6, 6] and balanced([]) == []
 
 
+def test_the_validation_choice_takes_the_best_and_a_tie_goes_to_the_later_round():
+    assert script.choose([("base", 0.3), ("round 0", 0.5), ("round 1", 0.4)]) == "round 0"
+    assert script.choose([("base", 0.3), ("round 0", 0.5), ("round 1", 0.5)]) == "round 1"
+    assert script.choose([("base", 0.6), ("round 0", 0.5)]) == "base"
+    lo, hi = script.VALIDATION_SEEDS
+    assert lo > 0 and hi <= COLLECT_SEED_BASE  # neither a demonstration, a collection nor a held-out seed
+
+
 @pytest.mark.parametrize("bad, match", [
     (["--base", "nope"], "does not exist"),
     (["--base", "{ck}", "--demos", "missing.h5"], "--demos missing.h5 does not exist"),
@@ -51,6 +59,8 @@ def test_balance_repeats_each_instructions_episodes_toward_the_most_frequent_cou
     (["--base", "{ck}", "--rounds", "0"], "must be >= 1"),
     (["--base", "{ck}", "--seed", "9"], "use seeds 0-7"),
     (["--base", "{ck}", "--final-episodes", "-1"], "use 0 (none) or a number of episodes per task"),
+    (["--base", "{ck}", "--validation-seed", "5"], "leaves the validation seeds [100,000, 200,000)"),
+    (["--base", "{ck}", "--validation-seed", "199990"], "with 50 episodes leaves the validation seeds"),
 ])
 def test_bad_arguments_exit_2_and_write_nothing(tmp_path, monkeypatch, capsys, bad, match):
     monkeypatch.chdir(tmp_path)
@@ -118,3 +128,16 @@ def test_a_round_imitates_only_its_own_successes_then_a_rerun_reads_it(tmp_path,
     again = json.loads((out / "round0" / "round.json").read_text())
     assert again["collect"]["kept"] == c["kept"] and again["collect"]["seeds"] == c["seeds"]  # the same seeds
     assert len(read_episode_table(out / "round0" / "successes")) == c["kept"]
+
+    # chosen on validation seeds: the rounds and the base evaluated there, the best one once more on held-out seeds
+    assert script.main([*args, "--eval-base", "--validation-seed", "100000"]) == 0
+    result = json.loads((out / "result.json").read_text())
+    final = result["final"]
+    scores = {n: e["success_once"] for n, e in result["evals"].items()}
+    assert final["validation"] == scores and set(scores) == {"base", "round 0"}
+    assert final["chosen"] == script.choose(list(scores.items()))
+    assert final["policy"] == str({"base": FIXTURE, "round 0": Path(again["policy"])}[final["chosen"]])
+    for where, first in [(out / "round0" / "eval_validation", 100_000), (out / "eval_base_validation", 100_000),
+                         (out / "final" / "best", 1_000_000)]:
+        assert json.loads((where / "eval.json").read_text())["seeds"][0] == first
+    assert "| chosen, final |" in capsys.readouterr().out
