@@ -2,7 +2,7 @@
 and (with --rl-env-steps) PPO from the SFT policy, evaluated per task again.
 
     python scripts/multitask_sft_rl.py --out outputs/multitask [--demos 20] [--task-demos TASK=N ...]
-        [--sft-epochs 40] [--rl-env-steps 0]
+        [--sft-epochs 40] [--sft-from DIR] [--rl-env-steps 0]
         [-- key=value ...]   (overrides of experiment=multitask_smolvla_sft_rl, for SFT's policy and vlarl-train)
 
 1. demonstrations of every task of ``env=maniskill_multitask_rgb`` with frames, robot state and instructions
@@ -23,6 +23,7 @@ import json
 import shutil
 import sys
 import time
+from pathlib import Path
 
 from vlarl.experiments import (
     Stages,
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--task-demos", action="append", default=[], metavar="TASK=N",
                     help="a task's own demonstration count (repeatable), e.g. PushCubeToColor-v1=150")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sft-from", default="", help="a saved policy directory to go on training (its normalization "
+                    "kept) instead of a fresh policy; the policy overrides after -- are then not used for it")
     ap.add_argument("--rl-env-steps", type=int, default=0, help="PPO env steps after SFT; 0 = no RL stage")
     add_sft_arguments(ap, epochs=40)
     add_held_out_arguments(ap, episodes=50)
@@ -73,6 +76,20 @@ def main(argv: list[str] | None = None) -> int:
     from vlarl.multitask_demos import TRAJECTORY_FILE, build_multitask_demos, episodes_per_task
 
     cfg, spec, policy = training_policy([f"experiment={EXPERIMENT}", *overrides], args.seed)
+    if args.sft_from and Path(args.sft_from).resolve() == out / "sft":
+        ap.error(f"--sft-from {args.sft_from} is the folder this run writes its SFT policy to; use another --out")
+    if args.sft_from:
+        from policies.base import CheckpointError, Policy
+        from vlarl.checkpoint_files import check_checkpoint
+
+        try:
+            check_checkpoint(args.sft_from)
+            policy = Policy.from_pretrained(args.sft_from)
+        except CheckpointError as e:
+            ap.error(str(e).strip().splitlines()[0])
+        if list(policy.spec.image_keys) != list(spec.image_keys):
+            ap.error(f"--sft-from {args.sft_from} reads cameras {list(policy.spec.image_keys)}, the env renders "
+                     f"{list(spec.image_keys)}; pass a policy trained on this env")
     try:
         episodes_per_task(list(cfg.env.tasks), args.demos, task_demos)
     except EnvError as e:
@@ -94,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     if sft_dir.exists():
         shutil.rmtree(sft_dir)
     sft = sft_and_save(policy, episodes, cfg.env, sft_dir, args.sft_epochs, args.batch_size, args.sft_lr,
-                       spec.instruction, args.seed, progress)
+                       spec.instruction, args.seed, progress, fit_normalization=not args.sft_from)
+    sft["from"] = args.sft_from or None
     bar.close()
     log(f"SFT: {sft['episodes']} demos ({sft['demo_steps']} steps) x {args.sft_epochs} epochs, loss "
         f"{sft['loss_first']:.4f} -> {sft['loss_last']:.4f}, {sft['wall_s']:.0f}s -> {sft_dir}")
