@@ -14,9 +14,9 @@ base with ``--eval-base``) once more on N episodes per task into ``<out>/final``
 while the rounds' own evaluations follow the progress more cheaply. With ``--validation-seed S`` the rounds (and the
 base) are evaluated on validation seeds S+ instead (``<out>/round<r>/eval_validation``), and the final evaluation
 goes to the one that did best there (``<out>/final/best``; ``result.json``'s ``final.chosen``): a later round can
-undo an earlier one's gain, and choosing by the held-out seeds themselves would flatter the number. A round whose ``round.json`` and evaluation exist
-is read, not redone, so an interrupted command continues where it stopped. Bad arguments: one line, exit 2, nothing
-written.
+undo an earlier one's gain, and choosing by the held-out seeds themselves would flatter the number. A round whose
+``round.json`` and evaluation exist is read, not redone, so an interrupted command continues where it stopped. Bad
+arguments: one line, exit 2, nothing written.
 """
 
 from __future__ import annotations

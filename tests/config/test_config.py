@@ -55,7 +55,7 @@ def test_pipeline_benchmark_workload_is_a_flow_vla_on_state_pushcube():
 
 def test_resume_overrides_read_values_as_a_fresh_run_does(tmp_path):
     """A resumed run's overrides are parsed by Hydra's grammar, like the first run's: a list stays a list, a
-    number a number, ``null`` None, an empty value the empty string."""
+    number a number, an empty value the empty string, a ``+`` key is added."""
     from vlarl.config import load_saved_config
     from vlarl.config.loader import to_yaml
 
