@@ -175,6 +175,24 @@ class SerialBatchedEnv(SteppedEnv):
         self.stepper.start_episodes()
         return self._stack(self._obs)
 
+    def reset_rows(self, rows: list[int], seeds: list[int]) -> Obs:
+        """Start a new episode from ``seeds[k]`` in scene ``rows[k]`` only (the others go on, and their rows of the
+        returned batch are their current observation): a recorder that gives each scene its own sequence of
+        pinned seeds starts the next one as soon as the scene's episode ends, instead of waiting for the batch."""
+        if len(rows) != len(seeds) or not all(0 <= i < self.num_envs for i in rows):
+            raise EnvError(f"reset_rows got rows {rows} and {len(seeds)} seeds for {self.num_envs} envs")
+        if self._state_ids is not None:
+            raise EnvError("reset_rows gives seeds, but this env runs pinned reset_state_ids; reset(seed=...) first")
+        mask = np.zeros(self.num_envs, dtype=bool)
+        for i, s in zip(rows, seeds, strict=True):
+            self._seeds[i] = int(s)
+            self._episode_count[i] = 0
+            self._obs[i] = self._scene_call("reset", i, self.reset_scene, int(s), None)
+            self._raw[i] = None
+            mask[i] = True
+        self.stepper.start_episodes(mask)
+        return self._stack(self._obs)
+
     # -- the per-step protocol of the chunk stepper -----------------------------------------------
     def begin_chunk(self) -> None:
         if not self._obs:

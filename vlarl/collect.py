@@ -3,14 +3,16 @@ dataset, for training other policies (a VLA SFT'd on RL-generated data) or for L
 
     vlarl-collect checkpoint=<policy dir> output=<dataset dir> [env=...] [env.task=...] episodes=50 seed=0
                   [num_envs=4] [success_only=true] [max_length=0] [max_attempts=0] [deterministic=true]
-                  [fps=20] [codec=av1|h264|lossless] [overwrite=false]
+                  [fps=20] [codec=av1|h264|lossless] [overwrite=false] [replay=true]
 
 Attempt k starts from seed ``seed + k`` (as in ``vlarl-eval``), attempts run until ``episodes`` of them pass the
 filters (``success_only``: the task was solved; ``max_length``: at most that many env steps) or
 ``max_attempts`` (0 = 4 x episodes) have run; the kept episodes are the first ones in attempt order, so the
-dataset does not depend on ``num_envs``. The policy acts once per chunk, as in training and evaluation; the
-chunk is fed to the env one action at a time so that every control step's observation is recorded
-(``observation.state``, the cameras) with the ``action`` taken from it and its ``next.reward``.
+dataset does not depend on ``num_envs``. The policy acts once per chunk, as in training and evaluation; every
+control step's observation (``observation.state``, the cameras) is recorded with the ``action`` taken from it
+and its ``next.reward`` (``vlarl.episode_recording``): on ManiSkill RGB envs by rolling out chunk by chunk (one
+render per chunk) and replaying only the kept episodes step by step, each replay checked against its rollout
+(``replay=false``: every step of every attempt observed during the rollout, the only way for other envs).
 
 Per-episode quality statistics go into the dataset's episode table and are printed: ``quality/length`` (env
 steps), ``quality/return`` (sum of rewards), ``quality/mean_squared_jerk`` (the mean over steps and action
@@ -33,8 +35,19 @@ import numpy as np
 from omegaconf import MISSING
 
 from vlarl.data.metrics import episode_quality
+from vlarl.episode_recording import (  # noqa: F401  (CollectedEpisode, passes: re-exported)
+    CollectedEpisode,
+    Replayer,
+    passes,
+    replays_exactly,
+    rollout_attempts,
+    rollout_chunks,
+)
 
 PROG = "vlarl-collect"
+#: attempts per scene in one ``rollout_chunks`` call: each scene runs them back to back, and the kept count is
+#: checked between calls (a scene idles only at a call's end)
+REPLAY_WAVE = 4
 USAGE = __doc__.split("\n\n")[1]
 
 
@@ -55,64 +68,9 @@ class CollectConfig:
     fps: int = 20  # the env's control frequency (ManiSkill and LIBERO default 20 Hz), recorded in info.json
     codec: str = "av1"  # av1 (what LeRobot records), h264, lossless
     overwrite: bool = False
-
-
-@dataclass
-class CollectedEpisode:
-    """One finished attempt: state [L, D], actions [L, A], rewards [L], camera frames uint8 [L, H, W, 3]."""
-
-    seed: int
-    state: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    images: dict[str, np.ndarray]
-    success: bool
-    instruction: str
-
-
-def passes(ep: CollectedEpisode, success_only: bool, max_length: int) -> bool:
-    return (ep.success or not success_only) and (max_length <= 0 or len(ep.actions) <= max_length)
-
-
-def _np(x: Any) -> np.ndarray:
-    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
-
-
-def rollout_attempts(policy: Any, env: Any, seeds: list[int], deterministic: bool) -> list[CollectedEpisode]:
-    """One episode from each seed of ``seeds`` (len <= env.num_envs; a short batch repeats its last seed in the
-    spare envs, which are not recorded), every control step recorded."""
-    from vlarl.evaluation.acting import policy_actions
-
-    n, B = len(seeds), env.num_envs
-    obs = env.reset(seed=seeds + [seeds[-1]] * (B - n))
-    instructions = list(obs["instruction"])
-    steps: list[dict[str, list]] = [{"state": [], "actions": [], "rewards": [], "images": []} for _ in range(n)]
-    done: dict[int, CollectedEpisode] = {}
-    while len(done) < n:
-        chunk = policy_actions(policy, obs, deterministic)  # [B, T, A], acted on once per chunk
-        for t in range(chunk.shape[1]):
-            state, images = _np(obs["state"]), {k: _np(v) for k, v in obs["images"].items()}
-            res = env.chunk_step(chunk[:, t : t + 1])
-            actions, rewards = _np(chunk[:, t]), _np(res.rewards[:, 0])
-            for i in range(n):
-                if i in done:
-                    continue
-                s = steps[i]
-                s["state"].append(state[i])
-                s["actions"].append(actions[i])
-                s["rewards"].append(rewards[i])
-                s["images"].append({k: v[i] for k, v in images.items()})
-                if bool(res.done[i]):
-                    done[i] = CollectedEpisode(
-                        seeds[i], np.stack(s["state"]).astype(np.float32), np.stack(s["actions"]).astype(np.float32),
-                        np.asarray(s["rewards"], np.float32),
-                        {k: np.stack([f[k] for f in s["images"]]).astype(np.uint8) for k in images},
-                        bool(res.episode["success_once"][i] > 0.5), instructions[i])
-                    steps[i] = {}
-            obs = res.obs
-            if len(done) == n:
-                break
-    return [done[i] for i in range(n)]
+    # ManiSkill RGB: roll out chunk by chunk (one render per chunk) and replay only the kept episodes to record
+    # their every frame (vlarl.episode_recording); false: observe every step of every attempt
+    replay: bool = True
 
 
 def collect(policy: Any, env_cfg: Any, cfg: CollectConfig, log=print) -> dict[str, Any]:
@@ -126,21 +84,38 @@ def collect(policy: Any, env_cfg: Any, cfg: CollectConfig, log=print) -> dict[st
     attempts: list[dict[str, Any]] = []
     env = make_env(env_cfg, num_envs=max(1, min(cfg.num_envs, max_attempts)))
     proprio = env.spec.proprio_dims  # the writer splits observation.state / observation.environment_state
+    replayer = Replayer(env, env_cfg) if cfg.replay and replays_exactly(env, env_cfg) else None
+    mismatches = 0
     try:
         while len(kept) < cfg.episodes and len(attempts) < max_attempts:
             k = len(attempts)
-            seeds = [cfg.seed + j for j in range(k, min(k + env.num_envs, max_attempts))]
-            for ep in rollout_attempts(policy, env, seeds, cfg.deterministic):
+            wave = env.num_envs * (1 if replayer is None else REPLAY_WAVE)
+            seeds = [cfg.seed + j for j in range(k, min(k + wave, max_attempts))]
+            rollout = rollout_attempts if replayer is None else rollout_chunks
+            for ep in rollout(policy, env, seeds, cfg.deterministic):
                 ok = passes(ep, cfg.success_only, cfg.max_length) and len(kept) < cfg.episodes
+                if ok and replayer is not None:  # every step's frames, for the kept episodes only
+                    ep_recorded = replayer.replay(ep)
+                    mismatches += ep_recorded is None
+                    ok = ep_recorded is not None
+                    if ok:
+                        ep = ep_recorded
                 attempts.append({"seed": ep.seed, "success": ep.success, "kept": ok, "instruction": ep.instruction,
                                  **episode_quality(ep.actions, ep.rewards)})
                 if ok:
                     kept.append(ep)
-            log(f"[{PROG}] {len(kept)}/{cfg.episodes} episodes kept after {len(attempts)} attempts")
+            log(f"[{PROG}] {len(kept)}/{cfg.episodes} episodes kept after {len(attempts)} attempts"
+                + (f" ({mismatches} replays differed from their rollout, dropped)" if mismatches else ""))
     finally:
         env.close()
+        if replayer is not None:
+            replayer.close()
     summary: dict[str, Any] = {"kept": len(kept), "attempts": len(attempts), "output": cfg.output,
-                               "success_rate": float(np.mean([a["success"] for a in attempts])) if attempts else 0.0}
+                               "success_rate": float(np.mean([a["success"] for a in attempts])) if attempts else 0.0,
+                               "recorded_by": "replay" if replayer is not None else "rollout"}
+    if replayer is not None:
+        summary.update(replay_mismatches=mismatches, replay_max_state_drift=replayer.max_state_drift,
+                       replay_max_pixel_drift=replayer.max_pixel_drift)
     if not kept:
         return {**summary, "per_attempt": attempts}
     with LeRobotDatasetWriter(cfg.output, cfg.fps, robot_type=str(getattr(env_cfg, "name", "")), codec=cfg.codec,
