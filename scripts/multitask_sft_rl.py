@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     from vlarl.data.sft import sft_and_save
     from vlarl.multitask_demos import TRAJECTORY_FILE, build_multitask_demos, episodes_per_task
 
-    cfg, spec, policy = training_policy([f"experiment={EXPERIMENT}", *overrides], args.seed)
+    cfg, spec, policy = training_policy([f"experiment={EXPERIMENT}", *overrides], args.seed,
+                                        build=not args.sft_from)
     if args.sft_from and Path(args.sft_from).resolve() == out / "sft":
         ap.error(f"--sft-from {args.sft_from} is the folder this run writes its SFT policy to; use another --out")
     if args.sft_from:

@@ -46,3 +46,5 @@ def test_training_policy_is_the_policy_vlarl_train_builds_from_the_same_override
     again = make_policy(cfg.policy, spec)
     for (name, a), (_, b) in zip(policy.state_dict().items(), again.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
+    cfg2, spec2, none = training_policy(overrides, seed=4, build=False)  # a caller that loads a saved policy
+    assert none is None and cfg2 == cfg and spec2 == spec

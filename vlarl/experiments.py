@@ -125,9 +125,10 @@ def seed_spread(base: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, A
             "episodes": counts(base), "runs": len(runs)}
 
 
-def training_policy(overrides: list[str], seed: int) -> tuple[Any, Any, Any]:
+def training_policy(overrides: list[str], seed: int, build: bool = True) -> tuple[Any, Any, Any]:
     """(config, policy spec, policy) as ``vlarl-train <overrides>`` builds them: the config loaded and validated,
-    the spec read from one probe env, the policy initialized after ``torch.manual_seed(seed)``."""
+    the spec read from one probe env, the policy initialized after ``torch.manual_seed(seed)`` (None with
+    ``build=False``: a caller that loads a saved policy instead)."""
     import torch
 
     from policies.registry import make_policy
@@ -142,7 +143,7 @@ def training_policy(overrides: list[str], seed: int) -> tuple[Any, Any, Any]:
     finally:
         probe.close()
     torch.manual_seed(seed)
-    return cfg, spec, make_policy(cfg.policy, spec)
+    return cfg, spec, make_policy(cfg.policy, spec) if build else None
 
 
 def add_sft_arguments(p: argparse.ArgumentParser, epochs: int) -> None:
