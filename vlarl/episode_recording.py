@@ -106,11 +106,12 @@ def rollout_chunks(policy: Any, env: Any, seeds: list[int], deterministic: bool)
     from vlarl.evaluation.acting import policy_actions
 
     B = env.num_envs
-    queues = [list(seeds[i::B]) for i in range(B)]
-    first = [q.pop(0) if q else seeds[-1] for q in queues]  # a scene with no seed runs unrecorded
+    queues = [list(range(len(seeds)))[i::B] for i in range(B)]  # attempt indices, per scene
+    first = [seeds[q[0]] if q else seeds[-1] for q in queues]  # a scene with no seed runs unrecorded
     obs = env.reset(seed=first)
-    running: dict[int, ActedEpisode] = {i: ActedEpisode(first[i], i, [], [], False, str(obs["instruction"][i]))
-                                        for i in range(min(B, len(seeds)))}
+    running: dict[int, tuple[int, ActedEpisode]] = {
+        i: (q.pop(0), ActedEpisode(first[i], i, [], [], False, str(obs["instruction"][i])))
+        for i, q in enumerate(queues) if q}
     finished: dict[int, ActedEpisode] = {}
     while running:
         chunk = policy_actions(policy, obs, deterministic)  # [B, T, A]
@@ -119,20 +120,21 @@ def rollout_chunks(policy: Any, env: Any, seeds: list[int], deterministic: bool)
         actions, rewards, mask = _np(chunk), _np(res.rewards), _np(res.step_mask).astype(bool)
         obs = res.obs
         restart: dict[int, int] = {}
-        for i, ep in list(running.items()):
+        for i, (k, ep) in list(running.items()):
             ep.starts[len(ep.actions)] = (state[i].copy(), {k: v[i].copy() for k, v in images.items()})
             ep.actions.extend(actions[i][mask[i]])
             ep.rewards.extend(rewards[i][mask[i]])
             if bool(res.done[i]):
                 ep.success = bool(res.episode["success_once"][i] > 0.5)
-                finished[ep.seed] = running.pop(i)
+                finished[k] = ep
+                del running[i]
                 if queues[i]:
                     restart[i] = queues[i].pop(0)
         if restart:
-            obs = env.reset_rows(list(restart), list(restart.values()))
-            for i, seed in restart.items():
-                running[i] = ActedEpisode(seed, i, [], [], False, str(obs["instruction"][i]))
-    out = [finished[s] for s in seeds]
+            obs = env.reset_rows(list(restart), [seeds[k] for k in restart.values()])
+            for i, k in restart.items():
+                running[i] = (k, ActedEpisode(seeds[k], i, [], [], False, str(obs["instruction"][i])))
+    out = [finished[k] for k in range(len(seeds))]
     for ep in out:
         ep.actions = np.asarray(ep.actions, np.float32).reshape(len(ep.actions), -1)
         ep.rewards = np.asarray(ep.rewards, np.float32)
