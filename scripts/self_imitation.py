@@ -61,6 +61,15 @@ def table(rows: list[tuple[str, dict]]) -> str:
     return "\n".join(lines)
 
 
+def same_evaluation(where: Path, policy: Path, seed: int) -> bool:
+    """Whether ``where/eval.json`` evaluated ``policy`` from ``seed``."""
+    f = where / "eval.json"
+    if not f.is_file():
+        return False
+    ev = json.loads(f.read_text())
+    return Path(ev.get("checkpoint", "")).resolve() == Path(policy).resolve() and ev.get("seed_start") == seed
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", required=True, help="the policy directory to improve (SFT output or a checkpoint)")
@@ -141,8 +150,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def evaluate(policy: Path, name: str, where: Path, into: list, episodes: int = args.eval_episodes,
                  seed: int = round_seed) -> dict:
-        """Per-task success of ``policy`` from ``where`` (evaluated there first unless an earlier run did)."""
-        if not (where / "eval.json").is_file():
+        """Per-task success of ``policy`` from ``where`` (evaluated there first unless an earlier run evaluated this
+        very policy there from the same seed: a run given more rounds may choose another policy for ``final``)."""
+        if not same_evaluation(where, policy, seed):
             STAGES.evaluate(policy, where, episodes, seed, args.eval_envs, f"evaluate {name}")
         into.append((name, per_task(where)))
         candidates[name] = policy

@@ -52,6 +52,18 @@ def test_the_validation_choice_takes_the_best_and_a_tie_goes_to_the_later_round(
     assert lo > 0 and hi <= COLLECT_SEED_BASE  # neither a demonstration, a collection nor a held-out seed
 
 
+def test_an_evaluation_is_reused_only_for_the_same_policy_and_seed(tmp_path):
+    where = tmp_path / "final" / "best"
+    assert not script.same_evaluation(where, tmp_path / "round0" / "policy", 1_000_000)  # none yet
+    where.mkdir(parents=True)
+    (where / "eval.json").write_text(json.dumps({"checkpoint": str(tmp_path / "round0" / "policy"),
+                                                 "seed_start": 1_000_000}))
+    assert script.same_evaluation(where, tmp_path / "round0" / ".." / "round0" / "policy", 1_000_000)
+    # a rerun with more rounds chose round 1: the old final is not its evaluation
+    assert not script.same_evaluation(where, tmp_path / "round1" / "policy", 1_000_000)
+    assert not script.same_evaluation(where, tmp_path / "round0" / "policy", 100_000)
+
+
 @pytest.mark.parametrize("bad, match", [
     (["--base", "nope"], "does not exist"),
     (["--base", "{ck}", "--demos", "missing.h5"], "--demos missing.h5 does not exist"),
