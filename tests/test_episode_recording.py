@@ -63,10 +63,10 @@ def _same(a, b) -> None:
 def test_replayed_episodes_equal_the_ones_observed_every_step_and_a_differing_one_is_refused(world):
     from simulators.base import EnvError
     from simulators.maniskill_tasks import task_instructions
-    from vlarl.episode_recording import Replayer, replays_exactly, rollout_attempts, rollout_chunks
+    from vlarl.episode_recording import Replayer, records_by_replay, rollout_attempts, rollout_chunks
 
     cfg, env, policy = world
-    assert replays_exactly(env, cfg) and not replays_exactly(env, dataclasses.replace(cfg, render_every_step=True))
+    assert records_by_replay(env, cfg) and not records_by_replay(env, dataclasses.replace(cfg, render_every_step=True))
     every_step = [e for half in (SEEDS[:2], SEEDS[2:]) for e in rollout_attempts(policy, env, half, True)]
     acted = rollout_chunks(policy, env, SEEDS, deterministic=True)
     assert [a.seed for a in acted] == SEEDS and [a.row for a in acted] == [0, 1, 0, 1]

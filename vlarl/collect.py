@@ -39,7 +39,7 @@ from vlarl.episode_recording import (  # noqa: F401  (CollectedEpisode, passes: 
     CollectedEpisode,
     Replayer,
     passes,
-    replays_exactly,
+    records_by_replay,
     rollout_attempts,
     rollout_chunks,
 )
@@ -84,7 +84,7 @@ def collect(policy: Any, env_cfg: Any, cfg: CollectConfig, log=print) -> dict[st
     attempts: list[dict[str, Any]] = []
     env = make_env(env_cfg, num_envs=max(1, min(cfg.num_envs, max_attempts)))
     proprio = env.spec.proprio_dims  # the writer splits observation.state / observation.environment_state
-    replayer = Replayer(env, env_cfg) if cfg.replay and replays_exactly(env, env_cfg) else None
+    replayer = Replayer(env, env_cfg) if cfg.replay and records_by_replay(env, env_cfg) else None
     mismatches = 0
     try:
         while len(kept) < cfg.episodes and len(attempts) < max_attempts:

@@ -223,7 +223,7 @@ class Replayer:
         self._envs = {}
 
 
-def replays_exactly(env: Any, env_cfg: Any) -> bool:
+def records_by_replay(env: Any, env_cfg: Any) -> bool:
     """Whether ``rollout_chunks`` + ``Replayer`` serve this env: ManiSkill's CPU scenes rendering once per chunk (under
     ``render_every_step`` every step is observed anyway, and other simulators are not checked to repeat)."""
     from simulators.maniskill import ManiSkillEnv
@@ -232,5 +232,5 @@ def replays_exactly(env: Any, env_cfg: Any) -> bool:
             and not getattr(env_cfg, "render_every_step", True))
 
 
-__all__ = ["ActedEpisode", "CollectedEpisode", "Replayer", "passes", "replays_exactly", "rollout_attempts",
+__all__ = ["ActedEpisode", "CollectedEpisode", "Replayer", "passes", "records_by_replay", "rollout_attempts",
            "rollout_chunks"]
