@@ -20,12 +20,24 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
+
+# A connection that drops in the middle of a large wheel should not end a fresh install: pip resumes the download
+# (--resume-retries), and a command that still fails is run again (the wheels already fetched come from pip's cache).
+pip_install() {
+  local attempt
+  for attempt in 1 2 3; do
+    "$VENV/bin/python" -m pip install -q --retries 10 --resume-retries 20 "$@" && return 0
+    echo "[setup] pip install $* failed (attempt $attempt of 3)" >&2
+  done
+  return 1
+}
+
 echo "[setup] installing vlarl[$EXTRAS] with $TORCH_SPEC"
-"$VENV/bin/python" -m pip install -q "$TORCH_SPEC" -e ".[$EXTRAS]"
+pip_install "$TORCH_SPEC" -e ".[$EXTRAS]"
 # openpi's client (for the policy-server compatibility tests) pins numpy<2 but works with numpy 2:
 # install it without its dependencies so it cannot downgrade numpy.
 if [[ "$EXTRAS" == *all* || "$EXTRAS" == *robot* ]]; then
-  "$VENV/bin/python" -m pip install -q --no-deps openpi-client
+  pip_install --no-deps openpi-client
 fi
 VLARL_PYTHON="$VENV/bin/python" bash "$ROOT/scripts/setup_system.sh"
 # ManiSkill's motion planner (vlarl-demos) needs numpy<2: a small environment of its own beside .venv
