@@ -19,14 +19,15 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "[setup] creating $VENV"
   python3 -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install -q --upgrade pip
+"$VENV/bin/python" -m pip install -q --timeout 180 --upgrade pip
 
 # A connection that drops in the middle of a large wheel should not end a fresh install: pip resumes the download
-# (--resume-retries), and a command that still fails is run again (the wheels already fetched come from pip's cache).
+# (--resume-retries) and waits up to 3 minutes on a stalled one (--timeout: its default, 15 s, gave up mid-wheel here
+# in a clean environment), and a command that still fails is run again.
 pip_install() {
   local attempt
   for attempt in 1 2 3; do
-    "$VENV/bin/python" -m pip install -q --retries 10 --resume-retries 20 "$@" && return 0
+    "$VENV/bin/python" -m pip install -q --timeout 180 --retries 10 --resume-retries 20 "$@" && return 0
     echo "[setup] pip install $* failed (attempt $attempt of 3)" >&2
   done
   return 1
