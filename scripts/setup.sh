@@ -21,9 +21,9 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install -q --timeout 180 --upgrade pip
 
-# A connection that drops in the middle of a large wheel should not end a fresh install: pip resumes the download
-# (--resume-retries) and waits up to 3 minutes on a stalled one (--timeout: its default, 15 s, gave up mid-wheel here
-# in a clean environment), and a command that still fails is run again.
+# A connection that stalls or drops in the middle of a large wheel should not end a fresh install: pip waits up to
+# 3 minutes on a stalled download (--timeout; its default is 15 s), resumes a dropped one (--resume-retries), and a
+# command that still fails is run again. (A full disk also shows as an incomplete download: check `df` first.)
 pip_install() {
   local attempt
   for attempt in 1 2 3; do
