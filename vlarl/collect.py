@@ -95,11 +95,9 @@ def collect(policy: Any, env_cfg: Any, cfg: CollectConfig, log=print) -> dict[st
             for ep in rollout(policy, env, seeds, cfg.deterministic):
                 ok = passes(ep, cfg.success_only, cfg.max_length) and len(kept) < cfg.episodes
                 if ok and replayer is not None:  # every step's frames, for the kept episodes only
-                    ep_recorded = replayer.replay(ep)
-                    mismatches += ep_recorded is None
-                    ok = ep_recorded is not None
-                    if ok:
-                        ep = ep_recorded
+                    replayed = replayer.replay(ep)
+                    mismatches += replayed is None
+                    ok, ep = replayed is not None, ep if replayed is None else replayed
                 attempts.append({"seed": ep.seed, "success": ep.success, "kept": ok, "instruction": ep.instruction,
                                  **episode_quality(ep.actions, ep.rewards)})
                 if ok:

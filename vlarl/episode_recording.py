@@ -115,26 +115,26 @@ def rollout_chunks(policy: Any, env: Any, seeds: list[int], deterministic: bool)
     finished: dict[int, ActedEpisode] = {}
     while running:
         chunk = policy_actions(policy, obs, deterministic)  # [B, T, A]
-        state, images = _np(obs["state"]), {k: _np(v) for k, v in obs["images"].items()}
+        state, images = _np(obs["state"]), {cam: _np(v) for cam, v in obs["images"].items()}
         res = env.chunk_step(chunk)
         actions, rewards, mask = _np(chunk), _np(res.rewards), _np(res.step_mask).astype(bool)
         obs = res.obs
         restart: dict[int, int] = {}
-        for i, (k, ep) in list(running.items()):
-            ep.starts[len(ep.actions)] = (state[i].copy(), {k: v[i].copy() for k, v in images.items()})
+        for i, (a, ep) in list(running.items()):
+            ep.starts[len(ep.actions)] = (state[i].copy(), {cam: v[i].copy() for cam, v in images.items()})
             ep.actions.extend(actions[i][mask[i]])
             ep.rewards.extend(rewards[i][mask[i]])
             if bool(res.done[i]):
                 ep.success = bool(res.episode["success_once"][i] > 0.5)
-                finished[k] = ep
+                finished[a] = ep
                 del running[i]
                 if queues[i]:
                     restart[i] = queues[i].pop(0)
         if restart:
-            obs = env.reset_rows(list(restart), [seeds[k] for k in restart.values()])
-            for i, k in restart.items():
-                running[i] = (k, ActedEpisode(seeds[k], i, [], [], False, str(obs["instruction"][i])))
-    out = [finished[k] for k in range(len(seeds))]
+            obs = env.reset_rows(list(restart), [seeds[a] for a in restart.values()])
+            for i, a in restart.items():
+                running[i] = (a, ActedEpisode(seeds[a], i, [], [], False, str(obs["instruction"][i])))
+    out = [finished[a] for a in range(len(seeds))]
     for ep in out:
         ep.actions = np.asarray(ep.actions, np.float32).reshape(len(ep.actions), -1)
         ep.rewards = np.asarray(ep.rewards, np.float32)
