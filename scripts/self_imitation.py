@@ -3,10 +3,12 @@
     python scripts/self_imitation.py --base outputs/multitask/sft --demos outputs/multitask/demos/trajectories.h5 \
         --out outputs/self_imitation [--rounds 2] [--attempts 300] [--sft-epochs 20] [--sft-lr 3e-4] [--seed 0]
         [--eval-episodes 50] [--eval-envs 8] [--eval-base] [--final-episodes 100] [--validation-seed 100000]
+        [--max-length 25]
 
 Round r (``vlarl.self_imitation.run_round``) starts from the base (r = 0) or the previous round's policy, samples
 ``--attempts`` episodes on training seeds (200,000 + 100,000 x seed + r x attempts on; episodes end at the first
-success), keeps the successful ones (``<out>/round<r>/successes``, LeRobot v3.0), fine-tunes on the demonstrations
+success, and with ``--max-length N`` an episode not solved within N env steps is given up there), keeps the
+successful ones (``<out>/round<r>/successes``, LeRobot v3.0), fine-tunes on the demonstrations
 (if given) plus every round's kept episodes (``<out>/round<r>/policy``), and ``vlarl-eval`` runs it on held-out seeds
 (1,000,000+), each task on its own (``<out>/round<r>/eval``). ``<out>/result.json`` holds every round's record and
 the per-task success, and a table is printed. ``--final-episodes N`` evaluates the newest round's policy (and the
@@ -81,6 +83,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--num-envs", type=int, default=6, help="envs sampled side by side while collecting")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-base", action="store_true", help="also evaluate the base policy")
+    ap.add_argument("--max-length", type=int, default=0, help="give up a sampled episode not solved within this many "
+                    "env steps (a failure otherwise runs to the time limit; e.g. twice the demonstrations' length); "
+                    "0: the time limit")
     ap.add_argument("--balance", action="store_true", help="imitate every instruction's kept episodes as often as "
                     "the most frequent instruction's (repeats)")
     add_sft_arguments(ap, epochs=20)
@@ -97,6 +102,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     check_held_out_seed(ap, args.eval_seed)
     if min(args.rounds, args.attempts, args.num_envs, args.sft_epochs, args.batch_size) < 1:
         ap.error("--rounds, --attempts, --num-envs, --sft-epochs and --batch-size must be >= 1")
+    if args.max_length < 0:
+        ap.error(f"--max-length={args.max_length}: use 0 (the env's time limit) or a number of env steps, e.g. 25")
     if args.final_episodes < 0:
         ap.error(f"--final-episodes={args.final_episodes}: use 0 (none) or a number of episodes per task, e.g. 100")
     lo, hi = VALIDATION_SEEDS
@@ -136,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     from vlarl.self_imitation import RoundSettings, run_round
 
     settings = RoundSettings(attempts=args.attempts, num_envs=args.num_envs, epochs=args.sft_epochs, lr=args.sft_lr,
-                             batch_size=args.batch_size, seed=args.seed, balance=args.balance)
+                             batch_size=args.batch_size, seed=args.seed, balance=args.balance,
+                             max_length=args.max_length)
     cameras = list(Policy.saved_spec(args.base).image_keys)
     demos = read_demonstrations(args.demos, cameras=cameras) if args.demos else []
     log(f"{len(demos)} demonstrations ({args.demos or 'none given'}); {args.rounds} rounds of {args.attempts} "

@@ -2,8 +2,9 @@
 its next seed when its episode ends) and replaying each episode records exactly what observing every step does
 (states, frames, actions, rewards, words, success, bit for bit, for episodes that end inside a chunk, on both
 tasks' rows, each seed in the scene the batches give it); a replay that is not the same episode (another first
-observation, end or outcome) is refused, a drift after the first observation is measured and reported; ``vlarl.collect.collect`` takes that
-path on RGB ManiSkill, writes the same dataset as ``replay=false`` and reports it.
+observation, end or outcome) is refused, a drift after the first observation is measured and reported; an attempt
+past ``max_length`` is given up at its chunk's end (both ways, and by ``collect``); ``vlarl.collect.collect`` takes
+the replay path on RGB ManiSkill, writes the same dataset as ``replay=false`` and reports it.
 
 The policy is a fixed function of each row's frame and state (its actions change when a frame does), standing in
 for a VLA: what is tested is the recording, not the policy."""
@@ -102,6 +103,32 @@ def test_replayed_episodes_equal_the_ones_observed_every_step_and_a_differing_on
         assert replayer.replay(at_start) is None
     finally:
         replayer.close()
+
+
+def test_an_attempt_past_max_length_is_given_up_and_its_scene_starts_the_next_seed(world, tmp_path):
+    """Episodes here run 6 steps; giving up after 3 ends each at the end of its first chunk (4 steps) as a failure,
+    the scene going on with its next seed at once: the same seeds in the same scenes, the same first 4 actions as
+    the full episodes; observed every step, the same cut. ``collect`` gives up past ``max_length`` and keeps none."""
+    from vlarl.collect import CollectConfig, collect
+    from vlarl.episode_recording import rollout_attempts, rollout_chunks
+
+    cfg, env, policy = world
+    full = rollout_chunks(policy, env, SEEDS, deterministic=True)
+    cut = rollout_chunks(policy, env, SEEDS, deterministic=True, give_up_after=3)
+    assert [(a.seed, a.row) for a in cut] == [(a.seed, a.row) for a in full] == [(s, i % 2) for i, s in enumerate(SEEDS)]
+    for a, b in zip(cut, full, strict=True):
+        assert len(a.actions) == 4 and len(b.actions) == 6 and not a.success
+        assert np.array_equal(a.actions, b.actions[:4]) and np.array_equal(a.rewards, b.rewards[:4])
+        assert sorted(a.starts) == [0] and np.array_equal(a.starts[0][0], b.starts[0][0])
+        assert np.array_equal(a.starts[0][1]["base_camera"], b.starts[0][1]["base_camera"])
+    stepped = rollout_attempts(policy, env, SEEDS[:2], True, give_up_after=3)
+    assert [len(e.actions) for e in stepped] == [4, 4] and not any(e.success for e in stepped)
+    assert all(np.array_equal(e.actions, a.actions) for e, a in zip(stepped, cut, strict=False))
+    c = CollectConfig(checkpoint="", output=str(tmp_path / "none"), env=cfg, episodes=4, seed=SEEDS[0],
+                      max_attempts=4, num_envs=2, success_only=False, max_length=3, codec="lossless")
+    summary = collect(policy, cfg, c, log=lambda m: None)
+    assert summary["kept"] == 0 and [a["quality/length"] for a in summary["per_attempt"]] == [4] * 4
+    assert not (tmp_path / "none").exists()
 
 
 @pytest.mark.heavy

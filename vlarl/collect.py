@@ -6,8 +6,9 @@ dataset, for training other policies (a VLA SFT'd on RL-generated data) or for L
                   [fps=20] [codec=av1|h264|lossless] [overwrite=false] [replay=true]
 
 Attempt k starts from seed ``seed + k`` (as in ``vlarl-eval``), attempts run until ``episodes`` of them pass the
-filters (``success_only``: the task was solved; ``max_length``: at most that many env steps) or
-``max_attempts`` (0 = 4 x episodes) have run; the kept episodes are the first ones in attempt order, so the
+filters (``success_only``: the task was solved; ``max_length``: at most that many env steps, and an attempt
+still running past them is given up there, as it could not be kept) or ``max_attempts`` (0 = 4 x episodes) have
+run; the kept episodes are the first ones in attempt order, so the
 dataset does not depend on ``num_envs``. The policy acts once per chunk, as in training and evaluation; every
 control step's observation (``observation.state``, the cameras) is recorded with the ``action`` taken from it
 and its ``next.reward`` (``vlarl.episode_recording``): on ManiSkill RGB envs by rolling out chunk by chunk (one
@@ -63,7 +64,9 @@ class CollectConfig:
     max_attempts: int = 0  # 0 = 4 x episodes
     num_envs: int = 4
     success_only: bool = True
-    max_length: int = 0  # keep episodes of at most this many env steps; 0 = any length
+    # keep episodes of at most this many env steps, giving up an attempt (a failure) once it runs past them: when
+    # failures run to the time limit, most of a success-only collection's steps; 0 = any length
+    max_length: int = 0
     deterministic: bool = True  # act(obs); false = sample(obs)
     fps: int = 20  # the env's control frequency (ManiSkill and LIBERO default 20 Hz), recorded in info.json
     codec: str = "av1"  # av1 (what LeRobot records), h264, lossless
@@ -92,7 +95,7 @@ def collect(policy: Any, env_cfg: Any, cfg: CollectConfig, log=print) -> dict[st
             wave = env.num_envs * (1 if replayer is None else REPLAY_WAVE)
             seeds = [cfg.seed + j for j in range(k, min(k + wave, max_attempts))]
             rollout = rollout_attempts if replayer is None else rollout_chunks
-            for ep in rollout(policy, env, seeds, cfg.deterministic):
+            for ep in rollout(policy, env, seeds, cfg.deterministic, give_up_after=cfg.max_length):
                 ok = passes(ep, cfg.success_only, cfg.max_length) and len(kept) < cfg.episodes
                 if ok and replayer is not None:  # every step's frames, for the kept episodes only
                     replayed = replayer.replay(ep)

@@ -60,9 +60,11 @@ def _np(x: Any) -> np.ndarray:
     return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
 
 
-def rollout_attempts(policy: Any, env: Any, seeds: list[int], deterministic: bool) -> list[CollectedEpisode]:
+def rollout_attempts(policy: Any, env: Any, seeds: list[int], deterministic: bool,
+                     give_up_after: int = 0) -> list[CollectedEpisode]:
     """One episode from each seed of ``seeds`` (len <= env.num_envs; a short batch repeats its last seed in the
-    spare envs, which are not recorded), every control step observed and recorded."""
+    spare envs, which are not recorded), every control step observed and recorded. ``give_up_after`` > 0: an
+    episode still running after that many steps is ended there as a failure (see ``rollout_chunks``)."""
     from vlarl.evaluation.acting import policy_actions
 
     n, B = len(seeds), env.num_envs
@@ -84,12 +86,12 @@ def rollout_attempts(policy: Any, env: Any, seeds: list[int], deterministic: boo
                 s["actions"].append(actions[i])
                 s["rewards"].append(rewards[i])
                 s["images"].append({k: v[i] for k, v in images.items()})
-                if bool(res.done[i]):
+                if bool(res.done[i]) or 0 < give_up_after < len(s["actions"]):
                     done[i] = CollectedEpisode(
                         seeds[i], np.stack(s["state"]).astype(np.float32), np.stack(s["actions"]).astype(np.float32),
                         np.asarray(s["rewards"], np.float32),
                         {k: np.stack([f[k] for f in s["images"]]).astype(np.uint8) for k in images},
-                        bool(res.episode["success_once"][i] > 0.5), instructions[i])
+                        bool(res.done[i]) and bool(res.episode["success_once"][i] > 0.5), instructions[i])
                     steps[i] = {}
             obs = res.obs
             if len(done) == n:
@@ -97,12 +99,15 @@ def rollout_attempts(policy: Any, env: Any, seeds: list[int], deterministic: boo
     return [done[i] for i in range(n)]
 
 
-def rollout_chunks(policy: Any, env: Any, seeds: list[int], deterministic: bool) -> list[ActedEpisode]:
+def rollout_chunks(policy: Any, env: Any, seeds: list[int], deterministic: bool,
+                   give_up_after: int = 0) -> list[ActedEpisode]:
     """One episode from each seed of ``seeds``, each chunk fed to the env whole (the env observes once per chunk),
     in attempt order. Scene ``i`` runs ``seeds[i::num_envs]`` one after another, the next starting as soon as its
     episode ends (``reset_rows``), so no scene steps an episode nobody records while the others finish: the seed
     of each attempt lands in the same scene (task) as in ``rollout_attempts``' batches. Records the actions,
-    rewards and the observations at each chunk start."""
+    rewards and the observations at each chunk start. ``give_up_after`` > 0: an episode still running after that
+    many steps (at the end of the chunk that passes them) is ended there as a failure and its scene starts the next
+    seed: what ``vlarl.collect`` does under ``max_length``, since such an episode could not be kept anyway."""
     from vlarl.evaluation.acting import policy_actions
 
     B = env.num_envs
@@ -124,8 +129,8 @@ def rollout_chunks(policy: Any, env: Any, seeds: list[int], deterministic: bool)
             ep.starts[len(ep.actions)] = (state[i].copy(), {cam: v[i].copy() for cam, v in images.items()})
             ep.actions.extend(actions[i][mask[i]])
             ep.rewards.extend(rewards[i][mask[i]])
-            if bool(res.done[i]):
-                ep.success = bool(res.episode["success_once"][i] > 0.5)
+            if bool(res.done[i]) or 0 < give_up_after < len(ep.actions):
+                ep.success = bool(res.done[i]) and bool(res.episode["success_once"][i] > 0.5)
                 finished[a] = ep
                 del running[i]
                 if queues[i]:

@@ -44,6 +44,9 @@ class RoundSettings:
     # repeat each instruction's kept episodes up to the most frequent instruction's count, so a task the policy
     # rarely solves is imitated as often as one it usually solves (over several tasks the easy ones dominate)
     balance: bool = False
+    # give up a sampled episode not solved within this many env steps (0: run it to the env's time limit); a
+    # failure costs the time limit's steps, a success usually a fraction of them
+    max_length: int = 0
 
 
 def collection_seeds(seed: int, round_index: int, attempts: int) -> tuple[int, int]:
@@ -76,6 +79,7 @@ def collect_successes(policy: Any, env_cfg: Any, out: Path, settings: RoundSetti
     first, end = collection_seeds(settings.seed, round_index, settings.attempts)
     cfg = CollectConfig(checkpoint="", output=str(out), env=env_cfg, episodes=settings.attempts, seed=first,
                         max_attempts=settings.attempts, num_envs=settings.num_envs, success_only=True,
+                        max_length=settings.max_length,
                         deterministic=False, codec="lossless", overwrite=True)  # an unfinished round's is redone
     policy.eval()
     torch.manual_seed(first)  # the sampled chains, so a round is repeatable
