@@ -3,11 +3,12 @@
     python scripts/self_imitation.py --base outputs/multitask/sft --demos outputs/multitask/demos/trajectories.h5 \
         --out outputs/self_imitation [--rounds 2] [--attempts 300] [--sft-epochs 20] [--sft-lr 3e-4] [--seed 0]
         [--eval-episodes 50] [--eval-envs 8] [--eval-base] [--final-episodes 100] [--validation-seed 100000]
-        [--max-length 25]
+        [--max-length 25] [--tries-per-seed 1]
 
 Round r (``vlarl.self_imitation.run_round``) starts from the base (r = 0) or the previous round's policy, samples
 ``--attempts`` episodes on training seeds (200,000 + 100,000 x seed + r x attempts on; episodes end at the first
-success, and with ``--max-length N`` an episode not solved within N env steps is given up there), keeps the
+success, and with ``--max-length N`` an episode not solved within N env steps is given up there; with
+``--tries-per-seed K`` each seed is sampled K times and at most one success per seed is kept), keeps the
 successful ones (``<out>/round<r>/successes``, LeRobot v3.0), fine-tunes on the demonstrations
 (if given) plus every round's kept episodes (``<out>/round<r>/policy``), and ``vlarl-eval`` runs it on held-out seeds
 (1,000,000+), each task on its own (``<out>/round<r>/eval``). ``<out>/result.json`` holds every round's record and
@@ -86,6 +87,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--max-length", type=int, default=0, help="give up a sampled episode not solved within this many "
                     "env steps (a failure otherwise runs to the time limit; e.g. twice the demonstrations' length); "
                     "0: the time limit")
+    ap.add_argument("--tries-per-seed", type=int, default=1, help="sample each collection seed this many times "
+                    "and keep at most one success per seed (the starts solved within that many tries, each once)")
     ap.add_argument("--balance", action="store_true", help="imitate every instruction's kept episodes as often as "
                     "the most frequent instruction's (repeats)")
     add_sft_arguments(ap, epochs=20)
@@ -100,8 +103,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                     "round final")
     args = ap.parse_args(argv)
     check_held_out_seed(ap, args.eval_seed)
-    if min(args.rounds, args.attempts, args.num_envs, args.sft_epochs, args.batch_size) < 1:
-        ap.error("--rounds, --attempts, --num-envs, --sft-epochs and --batch-size must be >= 1")
+    if min(args.rounds, args.attempts, args.num_envs, args.sft_epochs, args.batch_size, args.tries_per_seed) < 1:
+        ap.error("--rounds, --attempts, --num-envs, --sft-epochs, --batch-size and --tries-per-seed must be >= 1")
     if args.max_length < 0:
         ap.error(f"--max-length={args.max_length}: use 0 (the env's time limit) or a number of env steps, e.g. 25")
     if args.final_episodes < 0:
@@ -144,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = RoundSettings(attempts=args.attempts, num_envs=args.num_envs, epochs=args.sft_epochs, lr=args.sft_lr,
                              batch_size=args.batch_size, seed=args.seed, balance=args.balance,
-                             max_length=args.max_length)
+                             max_length=args.max_length, tries_per_seed=args.tries_per_seed)
     cameras = list(Policy.saved_spec(args.base).image_keys)
     demos = read_demonstrations(args.demos, cameras=cameras) if args.demos else []
     log(f"{len(demos)} demonstrations ({args.demos or 'none given'}); {args.rounds} rounds of {args.attempts} "
@@ -189,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                 bar.close()
         c = record["collect"]
         log(f"round {r}: kept {c['kept']} of {c['attempts']} sampled episodes ({c['success_rate']:.2f}); by "
-            f"instruction {c['kept_by_instruction']} of {c['attempts_by_instruction']}")
+            f"instruction {c['kept_by_instruction']} of {c['attempts_by_instruction']}"
+            + (f"; {c['seeds_solved']} of {c['seeds_tried']} seeds solved" if "seeds_tried" in c else ""))
         rounds.append(record)
         if record["policy"] is None:
             break

@@ -3,7 +3,8 @@ its next seed when its episode ends) and replaying each episode records exactly 
 (states, frames, actions, rewards, words, success, bit for bit, for episodes that end inside a chunk, on both
 tasks' rows, each seed in the scene the batches give it); a replay that is not the same episode (another first
 observation, end or outcome) is refused, a drift after the first observation is measured and reported; an attempt
-past ``max_length`` is given up at its chunk's end (both ways, and by ``collect``); ``vlarl.collect.collect`` takes
+past ``max_length`` is given up at its chunk's end (both ways, and by ``collect``); ``tries_per_seed`` attempts each
+seed several times in one scene and keeps one episode per seed; ``vlarl.collect.collect`` takes
 the replay path on RGB ManiSkill, writes the same dataset as ``replay=false`` and reports it.
 
 The policy is a fixed function of each row's frame and state (its actions change when a frame does), standing in
@@ -129,6 +130,28 @@ def test_an_attempt_past_max_length_is_given_up_and_its_scene_starts_the_next_se
     summary = collect(policy, cfg, c, log=lambda m: None)
     assert summary["kept"] == 0 and [a["quality/length"] for a in summary["per_attempt"]] == [4] * 4
     assert not (tmp_path / "none").exists()
+
+
+def test_tries_per_seed_attempts_each_seed_in_its_own_scene_and_keeps_it_once(world, tmp_path):
+    """Two tries per seed on 2 scenes: attempts 0-3 run seeds 5, 6, 5, 6 (seed 5 twice in scene 0, 6 twice in scene
+    1: the same task and instruction), 4-7 seeds 7, 8, 7, 8; the policy is deterministic, so every try of a seed is
+    the same episode, and only its first is kept."""
+    from vlarl.collect import CollectConfig, collect
+    from vlarl.data.lerobot_v3 import read_lerobot_dataset
+
+    cfg, _env, policy = world
+    c = CollectConfig(checkpoint="", output=str(tmp_path / "ds"), env=cfg, episodes=8, seed=SEEDS[0],
+                      max_attempts=8, num_envs=2, success_only=False, codec="lossless", tries_per_seed=2)
+    summary = collect(policy, cfg, c, log=lambda m: None)
+    rows = summary["per_attempt"]
+    assert [a["seed"] for a in rows] == [5, 6, 5, 6, 7, 8, 7, 8]
+    assert [a["kept"] for a in rows] == [True, True, False, False] * 2 and summary["kept"] == 4
+    for first, again in ((0, 2), (1, 3), (4, 6), (5, 7)):
+        a, b = rows[first], rows[again]
+        assert a["seed"] == b["seed"] and a["instruction"] == b["instruction"]
+        assert a["quality/return"] == b["quality/return"]
+    assert rows[0]["instruction"] != rows[1]["instruction"]  # two scenes, two tasks
+    assert [e.meta["seed"] for e in read_lerobot_dataset(tmp_path / "ds")] == SEEDS
 
 
 @pytest.mark.heavy

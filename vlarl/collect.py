@@ -3,13 +3,17 @@ dataset, for training other policies (a VLA SFT'd on RL-generated data) or for L
 
     vlarl-collect checkpoint=<policy dir> output=<dataset dir> [env=...] [env.task=...] episodes=50 seed=0
                   [num_envs=4] [success_only=true] [max_length=0] [max_attempts=0] [deterministic=true]
-                  [fps=20] [codec=av1|h264|lossless] [overwrite=false] [replay=true]
+                  [fps=20] [codec=av1|h264|lossless] [overwrite=false] [replay=true] [tries_per_seed=1]
 
 Attempt k starts from seed ``seed + k`` (as in ``vlarl-eval``), attempts run until ``episodes`` of them pass the
 filters (``success_only``: the task was solved; ``max_length``: at most that many env steps, and an attempt
 still running past them is given up there, as it could not be kept) or ``max_attempts`` (0 = 4 x episodes) have
 run; the kept episodes are the first ones in attempt order, so the
-dataset does not depend on ``num_envs``. The policy acts once per chunk, as in training and evaluation; every
+dataset does not depend on ``num_envs``. ``tries_per_seed=K`` attempts every seed K times, each in the same
+scene (so on a multi-task env the same task), with its own sampled noise, and keeps at most one episode per seed
+(its first in attempt order that passes): what a sampled policy solves within K tries rather than at its first,
+one episode per start. Then scene ``i`` of ``num_envs`` runs seeds ``seed + b x num_envs + i`` (block ``b``) K
+times each, so the seeds depend on ``num_envs``. The policy acts once per chunk, as in training and evaluation; every
 control step's observation (``observation.state``, the cameras) is recorded with the ``action`` taken from it
 and its ``next.reward`` (``vlarl.episode_recording``): on ManiSkill RGB envs by rolling out chunk by chunk (one
 render per chunk) and replaying only the kept episodes step by step, each replay checked against its rollout
@@ -74,6 +78,8 @@ class CollectConfig:
     # ManiSkill RGB: roll out chunk by chunk (one render per chunk) and replay only the kept episodes to record
     # their every frame (vlarl.episode_recording); false: observe every step of every attempt
     replay: bool = True
+    # attempt each seed this many times (sampled acting: each its own noise) and keep at most one episode per seed
+    tries_per_seed: int = 1
 
 
 def collect(policy: Any, env_cfg: Any, cfg: CollectConfig, log=print) -> dict[str, Any]:
@@ -88,15 +94,17 @@ def collect(policy: Any, env_cfg: Any, cfg: CollectConfig, log=print) -> dict[st
     env = make_env(env_cfg, num_envs=max(1, min(cfg.num_envs, max_attempts)))
     proprio = env.spec.proprio_dims  # the writer splits observation.state / observation.environment_state
     replayer = Replayer(env, env_cfg) if cfg.replay and records_by_replay(env, env_cfg) else None
-    mismatches = 0
+    mismatches, kept_seeds = 0, set()
+    tries, B = cfg.tries_per_seed, env.num_envs
     try:
         while len(kept) < cfg.episodes and len(attempts) < max_attempts:
             k = len(attempts)
-            wave = env.num_envs * (1 if replayer is None else REPLAY_WAVE)
-            seeds = [cfg.seed + j for j in range(k, min(k + wave, max_attempts))]
+            wave = B * (1 if replayer is None else REPLAY_WAVE)  # attempt j runs in scene j % B in both rollouts
+            seeds = [cfg.seed + j // (tries * B) * B + j % B for j in range(k, min(k + wave, max_attempts))]
             rollout = rollout_attempts if replayer is None else rollout_chunks
             for ep in rollout(policy, env, seeds, cfg.deterministic, give_up_after=cfg.max_length):
-                ok = passes(ep, cfg.success_only, cfg.max_length) and len(kept) < cfg.episodes
+                ok = (passes(ep, cfg.success_only, cfg.max_length) and len(kept) < cfg.episodes
+                      and ep.seed not in kept_seeds)
                 if ok and replayer is not None:  # every step's frames, for the kept episodes only
                     replayed = replayer.replay(ep)
                     mismatches += replayed is None
@@ -105,6 +113,7 @@ def collect(policy: Any, env_cfg: Any, cfg: CollectConfig, log=print) -> dict[st
                                  **episode_quality(ep.actions, ep.rewards)})
                 if ok:
                     kept.append(ep)
+                    kept_seeds.add(ep.seed)
             log(f"[{PROG}] {len(kept)}/{cfg.episodes} episodes kept after {len(attempts)} attempts"
                 + (f" ({mismatches} replays differed from their rollout, dropped)" if mismatches else ""))
     finally:
@@ -228,8 +237,10 @@ def main(argv: list[str] | None = None) -> int:
             if key not in given:
                 raise ConfigError(f"missing {key}={example}")
         cfg = load_config(args)
-        if cfg.episodes < 1 or cfg.num_envs < 1 or cfg.fps < 1 or cfg.max_attempts < 0 or cfg.max_length < 0:
-            raise ConfigError("episodes, num_envs and fps must be >= 1, max_attempts and max_length >= 0")
+        if min(cfg.episodes, cfg.num_envs, cfg.fps, cfg.tries_per_seed) < 1 or min(cfg.max_attempts,
+                                                                                   cfg.max_length) < 0:
+            raise ConfigError("episodes, num_envs, fps and tries_per_seed must be >= 1, max_attempts and max_length "
+                              ">= 0")
         if cfg.codec not in VIDEO_CODECS:
             raise ConfigError(f"codec={cfg.codec} is unknown; choose one of {sorted(VIDEO_CODECS)}")
         check_output(cfg)

@@ -47,6 +47,10 @@ class RoundSettings:
     # give up a sampled episode not solved within this many env steps (0: run it to the env's time limit); a
     # failure costs the time limit's steps, a success usually a fraction of them
     max_length: int = 0
+    # sample each collection seed this many times and keep at most one success per seed: the starts the policy
+    # solves within that many tries, each once, rather than its first-try successes (mostly the starts it
+    # already solves when acting deterministically)
+    tries_per_seed: int = 1
 
 
 def collection_seeds(seed: int, round_index: int, attempts: int) -> tuple[int, int]:
@@ -79,15 +83,17 @@ def collect_successes(policy: Any, env_cfg: Any, out: Path, settings: RoundSetti
     first, end = collection_seeds(settings.seed, round_index, settings.attempts)
     cfg = CollectConfig(checkpoint="", output=str(out), env=env_cfg, episodes=settings.attempts, seed=first,
                         max_attempts=settings.attempts, num_envs=settings.num_envs, success_only=True,
-                        max_length=settings.max_length,
+                        max_length=settings.max_length, tries_per_seed=settings.tries_per_seed,
                         deterministic=False, codec="lossless", overwrite=True)  # an unfinished round's is redone
     policy.eval()
     torch.manual_seed(first)  # the sampled chains, so a round is repeatable
     summary = collect(policy, env_cfg, cfg, log=log)
     attempts = summary.pop("per_attempt")
     by = lambda rows: dict(Counter(a["instruction"] for a in rows))  # noqa: E731
+    tried = {a["seed"] for a in attempts}
     return {**summary, "seeds": [first, end], "kept_by_instruction": by([a for a in attempts if a["kept"]]),
-            "attempts_by_instruction": by(attempts)}
+            "attempts_by_instruction": by(attempts), "seeds_tried": len(tried),
+            "seeds_solved": len({a["seed"] for a in attempts if a["success"]})}
 
 
 def run_round(policy_dir: Path, demos: list[Any], round_dir: Path, settings: RoundSettings, round_index: int,
