@@ -46,6 +46,8 @@ def test_bad_inputs_are_one_line_exit_2_and_write_nothing(world, capsys):
     _one_line_refusal(capsys, world, ["checkpoint=ck"], "missing output=")
     _one_line_refusal(capsys, world, ["checkpoint=ck", "output=ds", "codec=vp9"], "codec=vp9 is unknown")
     _one_line_refusal(capsys, world, ["checkpoint=ck", "output=ds", "epsiodes=3"], "Did you mean 'episodes'")
+    _one_line_refusal(capsys, world, ["checkpoint=ck", "output=ds", "tries_per_seed=0"],
+                      "tries_per_seed must be >= 1")
 
 
 def test_quality_statistics_and_filters():

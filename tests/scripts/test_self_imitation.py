@@ -72,6 +72,7 @@ def test_an_evaluation_is_reused_only_for_the_same_policy_and_seed(tmp_path):
     (["--base", "{ck}", "--seed", "9"], "use seeds 0-7"),
     (["--base", "{ck}", "--final-episodes", "-1"], "use 0 (none) or a number of episodes per task"),
     (["--base", "{ck}", "--max-length", "-1"], "use 0 (the env's time limit) or a number of env steps"),
+    (["--base", "{ck}", "--tries-per-seed", "0"], "--tries-per-seed must be >= 1"),
     (["--base", "{ck}", "--validation-seed", "5"], "leaves the validation seeds [100,000, 200,000)"),
     (["--base", "{ck}", "--validation-seed", "199990"], "with 50 episodes leaves the validation seeds"),
 ])
@@ -106,7 +107,8 @@ def test_a_round_imitates_only_its_own_successes_then_a_rerun_reads_it(tmp_path,
     c = record["collect"]
     first, end = collection_seeds(0, 0, 6)
     assert c["attempts"] == 6 and c["seeds"] == [first, end] and c["kept"] >= 1
-    assert record["settings"]["max_length"] == 40
+    assert record["settings"]["max_length"] == 40 and record["settings"]["tries_per_seed"] == 1
+    assert c["seeds_tried"] == 6 and c["seeds_solved"] >= c["kept"]  # one try per seed: each solved one kept
     assert sum(c["kept_by_instruction"].values()) == c["kept"] and sum(c["attempts_by_instruction"].values()) == 6
     rows = read_episode_table(out / "round0" / "successes")
     assert len(rows) == c["kept"] and all(r["success"] is True for r in rows)  # failures are never imitated
