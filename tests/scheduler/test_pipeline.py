@@ -74,22 +74,34 @@ def test_every_sub_batch_gets_its_own_actions_in_order(ray_local, overlap):
 
 
 @pytest.mark.heavy
-def test_tail_values_are_each_stages_next_values_computed_as_that_stage_ends(ray_local):
+def test_tail_values_are_each_stages_next_values_computed_as_that_stage_ends(ray_local, tmp_path):
     """The last record carries V(next obs) in global row order, equal to the rollout's value of the
-    final observations; with overlap, stage 0's values do not wait for stage 1's last simulation (here
-    held back by half a second, so the order cannot come from scheduling jitter on a busy machine)."""
+    final observations; with overlap, stage 0's values do not wait for stage 1's last simulation: that
+    simulation waits for the event "stage 0's values are computed" (a file the rollout writes after them), so
+    a pipeline that computed them only after it would leave the env waiting out its minute and then fail the
+    order check, while a busy machine only delays both (no sleep decides the order)."""
     cfg = load_train_config([PPO, "policy.hidden_sizes=[8]"])
     W, S, m, N = 2, 2, 2, 2
+    computed = tmp_path / "stage0-values-computed"
 
-    class LateLastStage(EnvWorker):  # a real env worker whose last stage-1 step starts 0.5 s late
+    class LateLastStage(EnvWorker):  # a real env worker whose last stage-1 step waits for stage 0's values
         def _step(self, stage, a, step):
             if stage == 1 and step == N - 1:
-                time.sleep(0.5)
+                deadline = time.monotonic() + 60.0
+                while not computed.exists() and time.monotonic() < deadline:
+                    time.sleep(0.01)
             return super()._step(stage, a, step)
+
+    class SignallingRollout(RolloutWorker):  # a real rollout worker that says when stage 0's tail is done
+        def values_after(self, stage, step, *results, wait_only=0):
+            out = super().values_after(stage, step, *results, wait_only=wait_only)
+            if stage == 0:
+                computed.touch()
+            return out
 
     envs = [ray.remote(LateLastStage).options(num_cpus=0.2).remote(cfg.env, S * m, k, 1, S) for k in range(W)]
     spec = policy_spec_from_env(ray.get(envs[0].spec.remote()))
-    rollout = ray.remote(RolloutWorker).options(num_cpus=0.2).remote(cfg.policy, spec, 0)
+    rollout = ray.remote(SignallingRollout).options(num_cpus=0.2).remote(cfg.policy, spec, 0)
     try:
         obs = EnvObs([[e.reset.remote([10 * k + j for j in range(S * m)]) for k, e in enumerate(envs)]])
         ray.get([w.pop_spans.remote() for w in [*envs, rollout]])
