@@ -4,7 +4,8 @@ what it saw; staged env workers behave like unstaged ones."""
 
 from __future__ import annotations
 
-import time
+import asyncio
+import contextlib
 
 import pytest
 import ray
@@ -73,30 +74,43 @@ def test_every_sub_batch_gets_its_own_actions_in_order(ray_local, overlap):
             ray.kill(a)
 
 
+@ray.remote
+class Event:
+    """A one-shot event between Ray actors: ``wait`` returns once ``set`` has been called."""
+
+    def __init__(self):
+        self._set = asyncio.Event()
+
+    async def set(self):
+        self._set.set()
+
+    async def wait(self):
+        await self._set.wait()
+
+
 @pytest.mark.heavy
-def test_tail_values_are_each_stages_next_values_computed_as_that_stage_ends(ray_local, tmp_path):
+def test_tail_values_are_each_stages_next_values_computed_as_that_stage_ends(ray_local):
     """The last record carries V(next obs) in global row order, equal to the rollout's value of the
     final observations; with overlap, stage 0's values do not wait for stage 1's last simulation: that
-    simulation waits for the event "stage 0's values are computed" (a file the rollout writes after them), so
-    a pipeline that computed them only after it would leave the env waiting out its minute and then fail the
+    simulation waits for the event "stage 0's values are computed" (sent by the rollout after them), so a
+    pipeline that computed them only after it would leave the env waiting out its minute and then fail the
     order check, while a busy machine only delays both (no sleep decides the order)."""
     cfg = load_train_config([PPO, "policy.hidden_sizes=[8]"])
     W, S, m, N = 2, 2, 2, 2
-    computed = tmp_path / "stage0-values-computed"
+    computed = Event.options(num_cpus=0).remote()
 
     class LateLastStage(EnvWorker):  # a real env worker whose last stage-1 step waits for stage 0's values
         def _step(self, stage, a, step):
             if stage == 1 and step == N - 1:
-                deadline = time.monotonic() + 60.0
-                while not computed.exists() and time.monotonic() < deadline:
-                    time.sleep(0.01)
+                with contextlib.suppress(ray.exceptions.GetTimeoutError):
+                    ray.get(computed.wait.remote(), timeout=60.0)
             return super()._step(stage, a, step)
 
     class SignallingRollout(RolloutWorker):  # a real rollout worker that says when stage 0's tail is done
         def values_after(self, stage, step, *results, wait_only=0):
             out = super().values_after(stage, step, *results, wait_only=wait_only)
             if stage == 0:
-                computed.touch()
+                computed.set.remote()
             return out
 
     envs = [ray.remote(LateLastStage).options(num_cpus=0.2).remote(cfg.env, S * m, k, 1, S) for k in range(W)]
@@ -121,5 +135,5 @@ def test_tail_values_are_each_stages_next_values_computed_as_that_stage_ends(ray
         assert last_env_s1, spans.keys()
         assert value_s0[1] < min(e[1] for e in last_env_s1)  # before stage 1's last simulation began
     finally:
-        for a in [*envs, rollout]:
+        for a in [*envs, rollout, computed]:
             ray.kill(a)
