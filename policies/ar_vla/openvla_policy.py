@@ -424,11 +424,14 @@ class OpenVLAPolicy(VLAPolicy):
                 "state_var": self.state_norm.var.tolist()}
 
     def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor) -> torch.Tensor:
-        """Demonstration actions [B, T, A] (env units): L1 on the head's output (OFT's loss) or cross-entropy
-        of their bin tokens."""
+        """Demonstration actions [B, T, A] (env units): L1 on the head's output (OFT's loss; with ``squash``, on
+        the squashed output ``act`` returns, in normalized units) or cross-entropy of their bin tokens."""
         target = self.stats.normalize(actions.to(self.device)).reshape(actions.shape[0], -1)
         if self.log_std is not None:
             mean, _ = self._forward(obs, None)
+            if self.squash:  # act() is the squashed mean: fit that, or tanh shrinks every SFT'd action toward 0
+                acted = self._squashed(torch.distributions.Normal(mean, self.log_std.exp()), mean)[0]
+                mean = self.stats.normalize(acted).reshape(mean.shape)
             return F.l1_loss(mean, target.view_as(mean))
         k = (self.model.bins.encode(target) - self.action_ids[0]).clamp(0, len(self.action_ids) - 1)
         logp, _ = self._forward(obs, k)

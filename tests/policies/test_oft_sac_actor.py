@@ -142,6 +142,26 @@ def test_save_and_load_keeps_the_squashed_actor(vla_spec, obs, tmp_path):
     assert actor_problem(again, replace(SACConfig(), buffer_size=1000)) is None
 
 
+def test_sft_fits_the_squashed_chunk_that_act_returns(vla_spec, obs):
+    """With ``squash`` ``act`` is the tanh of the head's mean mapped onto the action bounds; SFT's L1 is taken on
+    that, so demonstrated actions near the bounds are acted near them after SFT (an L1 on the raw mean would fit
+    the mean to the normalized action and act tanh of it: 0.72 where 0.9 was shown)."""
+    pol = _oft(vla_spec)
+    u = torch.tensor([0.9, -0.9, 0.6]).expand(3, 2, 3)  # normalized actions, two of them near the bounds
+    pre = torch.atanh(u)
+    shown = pol._squashed(Normal(pre, torch.ones(3)), pre)[0]  # the env-unit chunk act() gives for mean atanh(u)
+    opt = torch.optim.Adam(pol.parameters(), lr=1e-3)
+    for _ in range(150):
+        opt.zero_grad()
+        loss = pol.sft_loss(obs, shown)
+        loss.backward()
+        opt.step()
+    width = pol.stat_high - pol.stat_low
+    err = ((pol.act(obs) - shown).abs() / width).amax()
+    assert loss.item() < 0.02 and err < 0.02, (loss.item(), err.item())
+    assert torch.equal(pol.stats.normalize(shown).sign(), u.sign())  # the shown chunk is the u above, normalized
+
+
 def test_refusals_are_one_line(vla_spec):
     msg = check_policy(replace(SQUASHED, action_head="tokens"), RGB_ENV, SACConfig())
     assert "\n" not in msg and "policy.squash=true needs the continuous L1 head" in msg
