@@ -28,6 +28,9 @@ from typing import Any
 COLLECT_SEED_BASE = 200_000
 #: attempts one seed's rounds may use before the next seed's collection starts
 SEED_SPAN = 100_000
+#: a round's finished collection: its summary, the policy it sampled and the settings it sampled with
+COLLECTED = "collect.json"
+COLLECTION_KEYS = ("attempts", "num_envs", "seed", "max_length", "tries_per_seed")
 
 
 @dataclass
@@ -96,6 +99,30 @@ def collect_successes(policy: Any, env_cfg: Any, out: Path, settings: RoundSetti
             "seeds_solved": len({a["seed"] for a in attempts if a["success"]})}
 
 
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """Whole or not at all: a kill mid-write leaves no half file that reads as a finished collection."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(path)
+
+
+def collection_settings(settings: RoundSettings) -> dict[str, int]:
+    """The settings that decide what a round's collection samples (the imitation's epochs, rate and balance do not)."""
+    return {k: getattr(settings, k) for k in COLLECTION_KEYS}
+
+
+def finished_collection(round_dir: Path, policy_dir: Path, settings: RoundSettings) -> dict[str, Any] | None:
+    """``round_dir/collect.json`` when that round's collection finished from ``policy_dir`` with these collection
+    settings and its dataset is there (an imitation that was killed, or is redone with other epochs, reads it
+    rather than sampling again); None otherwise (the round samples, over whatever it left)."""
+    path = round_dir / COLLECTED
+    if not path.is_file() or not (round_dir / "successes").is_dir():
+        return None
+    done = json.loads(path.read_text())
+    same = done.get("from") == str(policy_dir) and done.get("settings") == collection_settings(settings)
+    return done if same else None
+
+
 def run_round(policy_dir: Path, demos: list[Any], round_dir: Path, settings: RoundSettings, round_index: int,
               earlier: list[Path], log=print, epoch_log=None) -> dict[str, Any]:
     """One round from the policy in ``policy_dir``: collect into ``round_dir/successes`` (episodes end at the first
@@ -119,9 +146,18 @@ def run_round(policy_dir: Path, demos: list[Any], round_dir: Path, settings: Rou
     policy = Policy.from_pretrained(policy_dir)
     round_dir.mkdir(parents=True, exist_ok=True)
     dataset = round_dir / "successes"
-    collected = collect_successes(policy, collect_env, dataset, settings, round_index, log)
+    done = finished_collection(round_dir, policy_dir, settings)
+    if done is not None:
+        collected, collect_s = done["collect"], done["collect_s"]
+        log(f"round {round_index}: collection finished earlier, read {round_dir / COLLECTED}")
+    else:  # a record of another collection goes first: what is sampled now overwrites its dataset
+        (round_dir / COLLECTED).unlink(missing_ok=True)
+        collected = collect_successes(policy, collect_env, dataset, settings, round_index, log)
+        collect_s = time.time() - t0
+        _write_json(round_dir / COLLECTED, {"from": str(policy_dir), "settings": collection_settings(settings),
+                                            "collect": collected, "collect_s": collect_s})
     record: dict[str, Any] = {"round": round_index, "from": str(policy_dir), "settings": asdict(settings),
-                              "collect": collected, "collect_s": time.time() - t0, "policy": None}
+                              "collect": collected, "collect_s": collect_s, "policy": None}
     cameras = list(policy.spec.image_keys)
     own = [e for d in [*earlier, dataset] if d.is_dir() for e in read_demonstrations(d, cameras=cameras)]
     if own:

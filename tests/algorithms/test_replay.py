@@ -95,6 +95,37 @@ def test_a_replay_buffer_leaves_distribution_argument_checks_on():
         torch.distributions.Normal(torch.tensor([float("nan")]), torch.tensor([1.0]))
 
 
+def test_demonstrations_keep_their_episodes_words_through_sampling_and_a_resume():
+    """Several tasks' demonstrations in one replay: each row carries its episode's instruction as an id (an episode
+    recorded without words reads the env's, id 0), the sampled batch gives them back, and a replay saved with them
+    loads beside the same demonstrations; other demonstrations than the run began with are refused in one line."""
+    from vlarl.algorithms.sac import replay_obs
+
+    replay = MixedReplay(capacity=100, demo_ratio=1.0, default_instruction="push")
+    eps = [Episode(state=np.full((3, 2), i, np.float32), actions=np.zeros((3, 1), np.float32), instruction=w)
+           for i, w in enumerate(["pull it back", "push to red", ""])]
+    td = demo_transitions(eps, chunk_size=2, instructions=replay.instructions)
+    assert replay.instructions.words(td["instruction"]) == ["pull it back"] * 3 + ["push to red"] * 3 + ["push"] * 3
+    assert "instruction" not in demo_transitions(eps, chunk_size=2).keys()  # without ids: the rows read the env's
+    replay.add_demos(td)
+    torch.manual_seed(0)
+    batch = replay.sample(30)
+    words = replay_obs(batch, [], instructions=replay.instructions)["instruction"]
+    expected = {0.0: "pull it back", 1.0: "push to red", 2.0: "push"}
+    assert all(batch["is_demo"]) and [expected[float(s[0])] for s in batch["state"]] == words
+    replay.online.extend(trajectory_transitions(_traj(), instructions=replay.instructions))
+    saved = replay.state_dict()
+    again = MixedReplay(capacity=100, demo_ratio=1.0, default_instruction="push")
+    again.add_demos(demo_transitions(eps, chunk_size=2, instructions=again.instructions))
+    again.load_state_dict(saved)
+    assert again.instructions.vocab == replay.instructions.vocab == ["push", "pull it back", "push to red", "x"]
+    other = MixedReplay(capacity=100, demo_ratio=1.0, default_instruction="push")
+    other.add_demos(demo_transitions(eps[1:], chunk_size=2, instructions=other.instructions))
+    with pytest.raises(ValueError, match="resume with the algorithm.demos the run began with") as e:
+        other.load_state_dict(saved)
+    assert "\n" not in str(e.value)
+
+
 def test_rows_keep_their_instructions_through_sampling_and_a_save():
     """Rows carry their words as ids (one per row, per env or for all); id 0 is the env's own instruction, which
     demonstration rows recorded without words read; the words survive a save and a replay saved before rows kept

@@ -14,7 +14,15 @@ import torch
 
 from scripts import self_imitation as script
 from tests.helpers.checkpoints import pushcube_checkpoint
-from vlarl.self_imitation import COLLECT_SEED_BASE, balanced, collection_seeds
+from vlarl.self_imitation import (
+    COLLECT_SEED_BASE,
+    COLLECTED,
+    RoundSettings,
+    balanced,
+    collection_seeds,
+    collection_settings,
+    finished_collection,
+)
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "language" / "smolvla"
 torch.set_num_threads(1)
@@ -42,6 +50,26 @@ def test_balance_repeats_each_instructions_episodes_toward_the_most_frequent_cou
     counts = {w: sum(e.instruction == w for e in out) for w in ("pull", "red", "blue")}
     assert counts == {"pull": 6, "red": 6, "blue": 8}  # x1, x3, x round(1.5) = 2
     assert [e.episode_index for e in out[:8]] == [0, 1, 2, 3, 4, 5, 6, 6] and balanced([]) == []
+
+
+def test_a_finished_collection_is_read_only_for_the_same_policy_and_sampling_settings(tmp_path):
+    """A round killed while imitating (or redone with other epochs) reads its collection rather than sampling the
+    same seeds again; another base, other attempts or tries, or a missing dataset mean sampling again."""
+    rnd, base = tmp_path / "round0", tmp_path / "sft"
+    settings = RoundSettings(attempts=12, num_envs=3, seed=1, max_length=25, tries_per_seed=2)
+    assert finished_collection(rnd, base, settings) is None  # nothing yet
+    rnd.mkdir()
+    record = {"from": str(base), "settings": collection_settings(settings), "collect": {"kept": 3}, "collect_s": 9.0}
+    (rnd / COLLECTED).write_text(json.dumps(record))
+    assert finished_collection(rnd, base, settings) is None  # a record without its dataset
+    (rnd / "successes").mkdir()
+    assert finished_collection(rnd, base, settings) == record
+    assert finished_collection(rnd, base, RoundSettings(**{**settings.__dict__, "epochs": 80, "lr": 1e-4,
+                                                           "balance": True})) == record  # imitation only
+    for changed in ({"attempts": 24}, {"tries_per_seed": 1}, {"seed": 2}, {"max_length": 0}, {"num_envs": 6}):
+        assert finished_collection(rnd, base, RoundSettings(**{**settings.__dict__, **changed})) is None, changed
+    assert finished_collection(rnd, tmp_path / "other", settings) is None
+    assert set(collection_settings(settings)) == {"attempts", "num_envs", "seed", "max_length", "tries_per_seed"}
 
 
 def test_the_validation_choice_takes_the_best_and_a_tie_goes_to_the_later_round():
@@ -138,8 +166,19 @@ def test_a_round_imitates_only_its_own_successes_then_a_rerun_reads_it(tmp_path,
     assert "round 0: finished earlier" in capsys.readouterr().out
     assert (out / "round0" / "round.json").stat().st_mtime_ns == stamp
 
-    # a round killed after its collection (no round.json) is redone whole over what it left
+    # a round killed after its collection (no round.json) is imitated from what it collected, not sampled again
     (out / "round0" / "round.json").unlink()
+    shutil.rmtree(out / "round0" / "eval")
+    data_stamp = max(p.stat().st_mtime_ns for p in (out / "round0" / "successes").rglob("*"))
+    assert script.main(args) == 0
+    assert "round 0: collection finished earlier" in capsys.readouterr().out
+    again = json.loads((out / "round0" / "round.json").read_text())
+    assert again["collect"] == c and again["imitate"]["episodes"] == c["kept"]
+    assert max(p.stat().st_mtime_ns for p in (out / "round0" / "successes").rglob("*")) == data_stamp
+
+    # killed while collecting (no collect.json): sampled again over what it left, from the same seeds
+    for name in ("round.json", COLLECTED):
+        (out / "round0" / name).unlink()
     shutil.rmtree(out / "round0" / "eval")
     assert script.main(args) == 0
     again = json.loads((out / "round0" / "round.json").read_text())

@@ -163,6 +163,11 @@ class MixedReplay:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         online = state["online"]
         if "instructions" in state:
+            held = self.instructions.vocab  # the demonstrations' words got their ids when they were added
+            if len(held) > 1 and state["instructions"][: len(held)] != held:
+                raise ValueError(f"the saved replay's instructions {state['instructions'][:len(held)]} do not start "
+                                 f"with the demonstrations' {held}: resume with the algorithm.demos the run began "
+                                 f"with")
             self.instructions.load_state_dict(state["instructions"])
         elif online["rows"] is not None:  # saved before rows kept their words: they read the env's (id 0)
             online = {**online, "rows": {**online["rows"], "instruction": torch.zeros(
@@ -214,7 +219,8 @@ def trajectory_transitions(traj: Trajectory, cameras: list[str] | tuple[str, ...
     return out
 
 
-def demo_transitions(episodes: list[Any], chunk_size: int, cameras: list[str] | tuple[str, ...] = ()) -> TensorDict:
+def demo_transitions(episodes: list[Any], chunk_size: int, cameras: list[str] | tuple[str, ...] = (),
+                     instructions: InstructionIds | None = None) -> TensorDict:
     """Chunk transitions from demonstrations: one transition starting at every step ``i`` with actions
     ``i .. i+T-1`` (masked past the end), labelled as the env's ``reward_mode=sparse`` with terminations on would:
 
@@ -228,16 +234,22 @@ def demo_transitions(episodes: list[Any], chunk_size: int, cameras: list[str] | 
     episodes: objects with ``state [L, D]`` and ``actions [L, A]`` -> transitions [sum L]. With ``cameras`` (a
     pixel actor's) each episode also needs ``images`` {camera: uint8 [L, H, W, 3]} (``CameraEpisode``; a failed
     one ``final_images`` too), and the transitions get ``images`` / ``next_images`` as online ones have them.
+    With ``instructions`` every row gets its episode's words as their id (``Episode.instruction``; an episode
+    recorded without words reads the env's own, id 0), so a policy over several tasks replays each demonstration
+    under the instruction it was shown for.
     """
     rows: dict[str, list[torch.Tensor]] = {k: [] for k in TRANSITION_KEYS}
     pix: dict[str, dict[str, list[torch.Tensor]]] = {key: {c: [] for c in cameras} for key in IMAGE_KEYS}
     T = chunk_size
+    words: list[str] = []
     for ep in episodes:
         state = torch.as_tensor(np.asarray(ep.state), dtype=torch.float32)
         actions = torch.as_tensor(np.asarray(ep.actions), dtype=torch.float32)
         L, A = actions.shape
         if L == 0:
             continue
+        if instructions is not None:
+            words += [getattr(ep, "instruction", "") or instructions.vocab[0]] * L
         failed = _success(ep) is False
         frames = _episode_frames(ep, cameras, L, failed)
         rewards = torch.zeros(L + T)
@@ -273,6 +285,8 @@ def demo_transitions(episodes: list[Any], chunk_size: int, cameras: list[str] | 
     for key, cams in pix.items():
         if cams:
             out.set(key, TensorDict({c: torch.stack(v) for c, v in cams.items()}, batch_size=[n]))
+    if instructions is not None:
+        out.set("instruction", instructions.ids(words))
     return out
 
 

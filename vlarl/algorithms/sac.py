@@ -194,7 +194,8 @@ class SACState:
             from vlarl.data.demonstrations import read_demonstrations
 
             episodes = read_demonstrations(sac.demos, max_episodes=sac.num_demos, cameras=self.cameras)
-            self.replay.add_demos(demo_transitions(episodes, T, cameras=self.cameras))
+            self.replay.add_demos(demo_transitions(episodes, T, cameras=self.cameras,
+                                                  instructions=self.replay.instructions))
         self.update_credit = 0.0  # fractional gradient steps carried to the next iteration
         self.critic_steps = 0
 
