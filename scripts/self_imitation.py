@@ -18,8 +18,10 @@ while the rounds' own evaluations follow the progress more cheaply. With ``--val
 base) are evaluated on validation seeds S+ instead (``<out>/round<r>/eval_validation``), and the final evaluation
 goes to the one that did best there (``<out>/final/best``; ``result.json``'s ``final.chosen``): a later round can
 undo an earlier one's gain, and choosing by the held-out seeds themselves would flatter the number. A round whose
-``round.json`` and evaluation exist is read, not redone, so an interrupted command continues where it stopped. Bad
-arguments: one line, exit 2, nothing written.
+``round.json`` and evaluation exist is read, not redone, so an interrupted command continues where it stopped; a
+round whose collection finished (``<out>/round<r>/collect.json``, from the same policy with the same sampling
+settings) imitates from it without sampling again, with whatever ``--sft-epochs``, ``--sft-lr`` or ``--balance``
+are given. Bad arguments: one line, exit 2, nothing written.
 """
 
 from __future__ import annotations
