@@ -99,13 +99,6 @@ def collect_successes(policy: Any, env_cfg: Any, out: Path, settings: RoundSetti
             "seeds_solved": len({a["seed"] for a in attempts if a["success"]})}
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """Whole or not at all: a kill mid-write leaves no half file that reads as a finished collection."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.replace(path)
-
-
 def collection_settings(settings: RoundSettings) -> dict[str, int]:
     """The settings that decide what a round's collection samples (the imitation's epochs, rate and balance do not)."""
     return {k: getattr(settings, k) for k in COLLECTION_KEYS}
@@ -131,6 +124,7 @@ def run_round(policy_dir: Path, demos: list[Any], round_dir: Path, settings: Rou
     ``round_dir/policy`` with the env it was saved with. Writes and returns ``round_dir/round.json``. A round after
     which no episode has been kept saves no policy (``policy`` is None in the record)."""
     from policies.base import Policy
+    from robots.recorder import atomic_save
     from vlarl.checkpoint import load_env_config
     from vlarl.data.demonstrations import read_demonstrations
     from vlarl.data.sft import sft_and_save
@@ -154,8 +148,9 @@ def run_round(policy_dir: Path, demos: list[Any], round_dir: Path, settings: Rou
         (round_dir / COLLECTED).unlink(missing_ok=True)
         collected = collect_successes(policy, collect_env, dataset, settings, round_index, log)
         collect_s = time.time() - t0
-        _write_json(round_dir / COLLECTED, {"from": str(policy_dir), "settings": collection_settings(settings),
-                                            "collect": collected, "collect_s": collect_s})
+        done = {"from": str(policy_dir), "settings": collection_settings(settings), "collect": collected,
+                "collect_s": collect_s}  # whole or absent: a kill mid-write leaves no record of a finished collection
+        atomic_save(lambda tmp: tmp.write_text(json.dumps(done, indent=2)), round_dir / COLLECTED)
     record: dict[str, Any] = {"round": round_index, "from": str(policy_dir), "settings": asdict(settings),
                               "collect": collected, "collect_s": collect_s, "policy": None}
     cameras = list(policy.spec.image_keys)
