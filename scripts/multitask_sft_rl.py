@@ -42,6 +42,18 @@ STAGES = Stages("multitask")
 log = STAGES.log
 
 
+def stage_overrides(experiment: str, overrides: list[str], demos: Path) -> tuple[list[str], list[str]]:
+    """(the SFT stage's overrides, the RL stage's). An off-policy experiment (RLPD) reads demonstrations: the ones
+    this script writes, unless the overrides name others. The SFT stage does not run the algorithm, so its policy is
+    built without them (the file does not exist yet when the config is checked)."""
+    from vlarl.config.loader import compose_train_config
+
+    if "demos" not in compose_train_config([f"experiment={experiment}", *overrides]).algorithm or any(
+            o.startswith("algorithm.demos=") for o in overrides):
+        return list(overrides), list(overrides)
+    return [*overrides, "algorithm.demos=''", "algorithm.demo_ratio=0"], [*overrides, f"algorithm.demos={demos}"]
+
+
 def main(argv: list[str] | None = None) -> int:
     own, overrides = split_overrides(argv)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -49,10 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--demos", type=int, default=20, help="demonstrations per task")
     ap.add_argument("--task-demos", action="append", default=[], metavar="TASK=N",
                     help="a task's own demonstration count (repeatable), e.g. PushCubeToColor-v1=150")
+    ap.add_argument("--experiment", default=EXPERIMENT, help="the experiment config that builds the policy and "
+                    "its env (e.g. multitask_oft_rlpd for the exact OpenVLA-OFT)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sft-from", default="", help="a saved policy directory to go on training (its normalization "
                     "kept) instead of a fresh policy; the policy overrides after -- are then not used for it")
-    ap.add_argument("--rl-env-steps", type=int, default=0, help="PPO env steps after SFT; 0 = no RL stage")
+    ap.add_argument("--rl-env-steps", type=int, default=0, help="RL env steps after SFT (the experiment's "
+                    "algorithm: PPO by default); 0 = no RL stage")
     add_sft_arguments(ap, epochs=40)
     add_held_out_arguments(ap, episodes=50)
     args = ap.parse_args(own)
@@ -71,12 +86,18 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     from simulators.base import EnvError
+    from vlarl.config.loader import ConfigError
     from vlarl.data.demonstrations import read_maniskill_h5
     from vlarl.data.sft import sft_and_save
     from vlarl.multitask_demos import TRAJECTORY_FILE, build_multitask_demos, episodes_per_task
 
-    cfg, spec, policy = training_policy([f"experiment={EXPERIMENT}", *overrides], args.seed,
-                                        build=not args.sft_from)
+    demos = out / "demos" / TRAJECTORY_FILE
+    try:
+        build, rl_overrides = stage_overrides(args.experiment, overrides, demos)
+        cfg, spec, policy = training_policy([f"experiment={args.experiment}", *build], args.seed,
+                                            build=not args.sft_from)
+    except ConfigError as e:
+        ap.error(str(e).strip().splitlines()[0])
     if args.sft_from and Path(args.sft_from).resolve() == out / "sft":
         ap.error(f"--sft-from {args.sft_from} is the folder this run writes its SFT policy to; use another --out")
     if args.sft_from:
@@ -96,7 +117,6 @@ def main(argv: list[str] | None = None) -> int:
     except EnvError as e:
         ap.error(str(e))
     out.mkdir(parents=True, exist_ok=True)
-    demos = out / "demos" / TRAJECTORY_FILE
     if not demos.is_file():
         made = build_multitask_demos(cfg.env, out / "demos", args.demos, seed=args.seed, log=log,
                                      task_episodes=task_demos)
@@ -121,11 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     result = {"sft": sft, "eval_sft": per_task(out / "eval_sft")}
     if args.rl_env_steps:
         run = out / "rl"
-        STAGES.run([command("vlarl-train"), f"experiment={EXPERIMENT}", f"init_from={sft_dir}", f"run_dir={run}",
-                    f"total_env_steps={args.rl_env_steps}", f"seed={args.seed}", "eval.episodes=10", *overrides],
-                   "PPO")
+        STAGES.run([command("vlarl-train"), f"experiment={args.experiment}", f"init_from={sft_dir}", f"run_dir={run}",
+                    f"total_env_steps={args.rl_env_steps}", f"seed={args.seed}", "eval.episodes=10", *rl_overrides],
+                   "RL")
         STAGES.evaluate(run / "checkpoints" / "latest", out / "eval_rl", args.eval_episodes, args.eval_seed,
-                        args.eval_envs, "evaluate SFT + PPO")
+                        args.eval_envs, "evaluate SFT + RL")
         result["eval_rl"] = per_task(out / "eval_rl")
     result.update(wall_s=time.time() - t0, command="python scripts/multitask_sft_rl.py " + " ".join(sys.argv[1:] if argv is None else argv))
     (out / "result.json").write_text(json.dumps(result, indent=2))

@@ -220,14 +220,7 @@ class OpenVLAPolicy(VLAPolicy):
             base = instructions or [self.spec.instruction]
             instructions = [base[i % len(base)] for i in range(batch)]
         self.check_instructions(instructions)
-        rows = []
-        for s in instructions:
-            text = prompt(s)
-            if self.tokenizer is not None:
-                ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-            else:
-                ids = [i + BYTE_OFFSET for i in self.byte_tokenizer(text, add_special_tokens=False)["input_ids"]]
-            rows.append([BOS, *ids] + ([] if ids and ids[-1] == EMPTY_TOKEN else [EMPTY_TOKEN]))
+        rows = [self._prompt_row(s) for s in instructions]
         L = max(len(r) for r in rows)
         ids = torch.full((batch, L), PAD, dtype=torch.long)
         mask = torch.zeros(batch, L, dtype=torch.long)
@@ -235,6 +228,21 @@ class OpenVLAPolicy(VLAPolicy):
             ids[i, 0], mask[i, 0] = BOS, 1
             ids[i, L - len(r) + 1 :], mask[i, L - len(r) + 1 :] = torch.tensor(r[1:]), 1
         return ids.to(self.device), mask.to(self.device)
+
+    def _prompt_row(self, instruction: str) -> list[int]:
+        """One instruction's prompt ids, tokenized once per distinct string: a replay batch repeats a few
+        instructions, and tokenizing each row was a quarter of a batch-64 forward of the tiny model."""
+        cache = self.__dict__.setdefault("_prompt_rows", {})
+        if instruction not in cache:
+            if len(cache) >= 4096:
+                cache.clear()
+            text = prompt(instruction)
+            if self.tokenizer is not None:
+                ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            else:
+                ids = [i + BYTE_OFFSET for i in self.byte_tokenizer(text, add_special_tokens=False)["input_ids"]]
+            cache[instruction] = [BOS, *ids] + ([] if ids and ids[-1] == EMPTY_TOKEN else [EMPTY_TOKEN])
+        return cache[instruction]
 
     def _inputs(self, obs: dict[str, Any]):
         if self.blank_cameras:  # a state-only env: constant black frames, the state enters as the proprio token

@@ -26,3 +26,34 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, args
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert needle in err and "error:" in err
     assert not out.exists()
+
+
+def test_an_unknown_experiment_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        script.main(["--out", str(out), "--experiment", "multitask_no_such_thing"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "multitask_no_such_thing" in err and "error:" in err
+    assert not out.exists()
+
+
+def test_an_rlpd_experiment_gets_the_scripts_own_demonstrations_and_sft_builds_without_them(tmp_path):
+    """experiment=multitask_oft_rlpd reads demonstrations: the RL stage gets the file this script writes, the SFT
+    stage's config holds none (the file does not exist when it is checked) and still builds the exact OFT actor;
+    demonstrations named after -- are kept; a PPO experiment's overrides pass through as given."""
+    from vlarl.config import load_train_config
+
+    demos = tmp_path / "demos" / "trajectories.h5"
+    build, rl = script.stage_overrides("multitask_oft_rlpd", ["seed=3"], demos)
+    assert rl == ["seed=3", f"algorithm.demos={demos}"]
+    cfg = load_train_config(["experiment=multitask_oft_rlpd", *build])  # validates with no demonstrations file
+    assert (cfg.algorithm.name, cfg.algorithm.demos, cfg.algorithm.demo_ratio) == ("rlpd", "", 0.0)
+    assert (cfg.policy.name, cfg.policy.action_head, cfg.policy.squash) == ("openvla_oft", "l1", True)
+    assert list(cfg.env.tasks) == ["PushCubeToColor-v1", "PushCube-v1", "PullCube-v1"]
+    assert (cfg.env.reward_mode, cfg.env.ignore_terminations) == ("sparse", False)
+    with pytest.raises(Exception, match="algorithm.demos"):  # what the SFT stage would hit without the override
+        load_train_config(["experiment=multitask_oft_rlpd"])
+    mine = [f"algorithm.demos={tmp_path / 'other.h5'}"]
+    assert script.stage_overrides("multitask_oft_rlpd", mine, demos) == (mine, mine)
+    assert script.stage_overrides("multitask_smolvla_sft_rl", ["seed=3"], demos) == (["seed=3"], ["seed=3"])

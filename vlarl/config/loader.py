@@ -188,6 +188,12 @@ def _compose(config_name: str, overrides: list[str]) -> DictConfig:
             raise ConfigError(friendly_error(exc, hint)) from exc
 
 
+def compose_train_config(overrides: list[str] | None = None) -> DictConfig:
+    """The composed training config before typing and validation: for a caller that needs to know what an
+    experiment holds (e.g. whether its algorithm reads demonstrations) before the files it names exist."""
+    return _compose("config", overrides or [])
+
+
 def load_train_config(overrides: list[str] | None = None) -> Any:
     """Compose, validate and return the typed ``TrainConfig`` (env/policy as their own dataclasses)."""
     cfg = _compose("config", overrides or [])
