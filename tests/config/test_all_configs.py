@@ -34,6 +34,8 @@ COMPANIONS = {
     "experiment/pushcube_mlp_rlpd": ["algorithm.demos={tmp}"],
     "experiment/pickcube_mlp_rlpd": ["algorithm.demos={tmp}"],
     "experiment/pushcube_rlpd_fast": ["algorithm.demos={tmp}"],
+    # its demonstrations hold frames (scripts/multitask_sft_rl.py writes them); built here without, as its SFT stage
+    "experiment/multitask_oft_rlpd": ["algorithm.demos=''", "algorithm.demo_ratio=0"],
     # noise steering (DSRL) wraps a saved diffusion policy: {diffusion} is a tiny one written for the test
     "policy/noise_steering": ["policy.base_path={diffusion}"],
     "experiment/pushcube_diffusion_dsrl": ["policy.base_path={diffusion}"],
