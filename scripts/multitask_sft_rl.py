@@ -1,17 +1,20 @@
-"""One tiny exact SmolVLA over three ManiSkill tasks from pixels and words: demonstrations, SFT, evaluation per task,
-and (with --rl-env-steps) PPO from the SFT policy, evaluated per task again.
+"""One tiny exact VLA (SmolVLA by default) over three ManiSkill tasks from pixels and words: demonstrations, SFT,
+evaluation per task, and (with --rl-env-steps) RL from the SFT policy, evaluated per task again.
 
-    python scripts/multitask_sft_rl.py --out outputs/multitask [--demos 20] [--task-demos TASK=N ...]
-        [--sft-epochs 40] [--sft-from DIR] [--rl-env-steps 0]
-        [-- key=value ...]   (overrides of experiment=multitask_smolvla_sft_rl, for SFT's policy and vlarl-train)
+    python scripts/multitask_sft_rl.py --out outputs/multitask [--experiment multitask_smolvla_sft_rl] [--demos 20]
+        [--task-demos TASK=N ...] [--sft-epochs 40] [--sft-from DIR] [--rl-env-steps 0]
+        [-- key=value ...]   (overrides of the experiment, for SFT's policy and vlarl-train)
+
+``--experiment multitask_oft_rlpd``: the exact OpenVLA-OFT, whose RL stage is RLPD; the script then gives RLPD its
+own demonstrations (``algorithm.demos=<out>/demos/trajectories.h5``) and builds the SFT policy without them.
 
 1. demonstrations of every task of ``env=maniskill_multitask_rgb`` with frames, robot state and instructions
    (``vlarl.multitask_demos``: the planner's re-timed episodes for PushCube / PullCube, cached under
    outputs/demos; the scripted expert for PushCubeToColor) -> ``<out>/demos/trajectories.h5``,
-2. SFT of the policy ``vlarl-train experiment=multitask_smolvla_sft_rl`` builds (``vlarl.data.sft.sft_and_save``),
+2. SFT of the policy ``vlarl-train experiment=<--experiment>`` builds (``vlarl.data.sft.sft_and_save``),
    each row with its step's frame and its episode's instruction -> ``<out>/sft``,
 3. ``vlarl-eval`` of it on held-out seeds (1,000,000+), each task on its own (eval.json's ``tasks``),
-4. with ``--rl-env-steps N``: ``vlarl-train experiment=multitask_smolvla_sft_rl init_from=<out>/sft`` for N env
+4. with ``--rl-env-steps N``: ``vlarl-train experiment=<--experiment> init_from=<out>/sft`` for N env
    steps, and ``vlarl-eval`` of its last checkpoint the same way,
 5. ``<out>/result.json``: per task success (95% CI), the SFT record, wall times, the commands.
 """
