@@ -131,6 +131,7 @@ class OpenVLAPolicy(VLAPolicy):
         self.model, self.cfg = model, cfg
         self.n_tokens = cfg.chunk_size * cfg.action_dim
         self.byte_tokenizer = build_byte_tokenizer() if self.tokenizer is None else None
+        self._prompt_rows: dict[str, list[int]] = {}  # instruction -> prompt ids (``_prompt_row``)
         stats = stats or ActionStatistics(torch.tensor(spec.action_low, dtype=torch.float64),
                                           torch.tensor(spec.action_high, dtype=torch.float64),
                                           torch.ones(spec.action_dim, dtype=torch.bool))
@@ -232,9 +233,9 @@ class OpenVLAPolicy(VLAPolicy):
     def _prompt_row(self, instruction: str) -> list[int]:
         """One instruction's prompt ids, tokenized once per distinct string: a replay batch repeats a few
         instructions, and tokenizing each row was a quarter of a batch-64 forward of the tiny model."""
-        cache = self.__dict__.setdefault("_prompt_rows", {})
+        cache = self._prompt_rows
         if instruction not in cache:
-            if len(cache) >= 4096:
+            if len(cache) >= 4096:  # bounded: an env that writes a new instruction per episode
                 cache.clear()
             text = prompt(instruction)
             if self.tokenizer is not None:

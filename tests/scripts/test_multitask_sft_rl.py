@@ -43,6 +43,7 @@ def test_an_rlpd_experiment_gets_the_scripts_own_demonstrations_and_sft_builds_w
     stage's config holds none (the file does not exist when it is checked) and still builds the exact OFT actor;
     demonstrations named after -- are kept; a PPO experiment's overrides pass through as given."""
     from vlarl.config import load_train_config
+    from vlarl.config.loader import ConfigError
 
     demos = tmp_path / "demos" / "trajectories.h5"
     build, rl = script.stage_overrides("multitask_oft_rlpd", ["seed=3"], demos)
@@ -52,7 +53,7 @@ def test_an_rlpd_experiment_gets_the_scripts_own_demonstrations_and_sft_builds_w
     assert (cfg.policy.name, cfg.policy.action_head, cfg.policy.squash) == ("openvla_oft", "l1", True)
     assert list(cfg.env.tasks) == ["PushCubeToColor-v1", "PushCube-v1", "PullCube-v1"]
     assert (cfg.env.reward_mode, cfg.env.ignore_terminations) == ("sparse", False)
-    with pytest.raises(Exception, match="algorithm.demos"):  # what the SFT stage would hit without the override
+    with pytest.raises(ConfigError, match="algorithm.demos"):  # what the SFT stage would hit without the override
         load_train_config(["experiment=multitask_oft_rlpd"])
     mine = [f"algorithm.demos={tmp_path / 'other.h5'}"]
     assert script.stage_overrides("multitask_oft_rlpd", mine, demos) == (mine, mine)
