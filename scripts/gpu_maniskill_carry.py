@@ -16,6 +16,8 @@ are most of it, and most of each is data these runs never open (``DROP``):
   sensor's light patterns (no task here has a stereo depth camera);
 * mujoco (imported by pytorch_kinematics, which ManiSkill's GPU inverse kinematics uses): its experimental
   studio UI, the Filament renderer and the interactive viewer's extension (each imported only on use).
+* ray (only when its wheel is among ``--wheels``: the end-to-end carry of ``scripts/gpu/prepare_e2e.sh``): the
+  jar of Java workers and the dashboard's built web UI (vlarl starts Python workers only, without a dashboard).
 
 Each slimmed wheel gets a new ``RECORD`` (sha256 of what is left), so pip installs it like any wheel. The
 wheels are then packed into batches ``--out``/b1, b2, ... of at most ``--batch-mib`` (default 50: 64 MiB less
@@ -55,6 +57,8 @@ DROP = {  # wheel name prefix -> (path prefixes dropped, path prefixes kept insi
     "sapien-": (("sapien/oidn_library/libOpenImageDenoise_device_cuda", "sapien/include/", "sapien/sensor/assets/"),
                 (), ()),
     "mujoco-": (("mujoco/experimental/", "mujoco/_render_filament.", "mujoco/_simulate."), (), (".py",)),
+    # Ray (scripts/gpu/prepare_e2e.sh): the Java workers' jar (30.7 of its 75.6 MiB) and the dashboard's web UI
+    "ray-": (("ray/jars/", "ray/dashboard/client/build/"), (), ()),
 }
 PANDA_EXTRAS = ("realsense2_description/", "sciurus17_description/")
 PLATFORM = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
