@@ -23,7 +23,7 @@ cd "$ROOT"
 PY="${VLARL_PYTHON:-python3}"
 TESTS_S="${VLARL_TESTS_S:-150}"
 TRAIN_S="${VLARL_TRAIN_S:-300}"
-DEMOS="outputs/demos/PushCube-v1_pd_ee_delta_pos_state_n20_retimed"
+DEMOS="${VLARL_E2E_DEMOS:-outputs/demos/PushCube-v1_pd_ee_delta_pos_state_n20_retimed}"
 if [ "${#DRY[@]}" = 1 ]; then
   OUT="${OUT:-$(mktemp -d)}"; export VLARL_STASH="${VLARL_STASH:-$(mktemp -d)/stash}"
   export VLARL_SITE="${VLARL_SITE:-$(mktemp -d)/site}"

@@ -418,6 +418,83 @@ def test_maniskill_call_dry_run_installs_across_two_calls_then_lists_the_runs(tm
     assert "vlarl itself not installed (VLARL_SKIP_SELF=1" in second.stdout  # the checkout is on PYTHONPATH
 
 
+def test_prepare_e2e_joins_the_full_closure_swaps_in_the_maniskill_set_and_cuts_ray(tmp_path):
+    """The end-to-end carry: wheels cut in parts across prepare_wheels.sh's batches are joined (sha256 checked),
+    SAPIEN comes from the ManiSkill set (with MuJoCo), the linters stay behind, Ray loses its Java jar and web UI
+    (its Python stays), and the batches carry run_gpu_tests.sh's MANIFEST."""
+    import zipfile
+
+    ray_name, sapien_name = "ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl", "sapien-3.0.3-cp312-none-any.whl"
+    src = tmp_path / "made"
+    src.mkdir()
+    ray = _wheel(src / ray_name, {"ray/__init__.py": b"x = 1\n", "ray/jars/ray_dist.jar": os.urandom(4000),
+                                  "ray/dashboard/client/build/index.html": b"<html/>" * 50,
+                                  "ray/dashboard/modules/job.py": b"y = 2\n"}).read_bytes()
+    wheels = {ray_name: ray, sapien_name: b"sapien of the full closure",
+              "import_linter-2.17-py3-none-any.whl": b"lint", "hydra_core-1.3.8-py3-none-any.whl": b"hydra"}
+    full = tmp_path / "full"
+    manifest = "".join(f"{n} {2 if n == ray_name else 1} {hashlib.sha256(d).hexdigest()}\n" for n, d in wheels.items())
+    for batch, files in {"b1": {f"{ray_name}.part00": ray[:1000], sapien_name: wheels[sapien_name]},
+                         "b2": {f"{ray_name}.part01": ray[1000:], "import_linter-2.17-py3-none-any.whl": b"lint",
+                                "hydra_core-1.3.8-py3-none-any.whl": b"hydra"}}.items():
+        (full / batch).mkdir(parents=True)
+        (full / batch / "MANIFEST").write_text(manifest)
+        for n, d in files.items():
+            (full / batch / n).write_bytes(d)
+    ms = tmp_path / "ms_full"
+    ms.mkdir()
+    _wheel(ms / "sapien-3.0.3-cp312-cp312-manylinux_2_28_x86_64.whl", {"sapien/__init__.py": b"maniskill set"})
+    _wheel(ms / "mujoco-3.17.0-cp312-cp312-manylinux_2_28_x86_64.whl", {"mujoco/__init__.py": b""})
+    env = {**os.environ, "VLARL_PYTHON": sys.executable, "VLARL_FULL_DIR": str(full), "VLARL_MS_DIR": str(ms),
+           "VLARL_E2E_DIR": str(tmp_path / "e2e"), "VLARL_BATCH_MIB": "1"}
+    run = lambda: subprocess.run(["bash", str(ROOT / "scripts/gpu/prepare_e2e.sh")], cwd=ROOT,  # noqa: E731
+                                 capture_output=True, text=True, timeout=120, env=env)
+    out = run()
+    assert out.returncode == 0, out.stdout + out.stderr
+    got = {p.name: p for p in (tmp_path / "e2e").glob("b*/*.whl")}
+    assert sorted(got) == sorted([ray_name, "hydra_core-1.3.8-py3-none-any.whl", "mujoco-3.17.0-cp312-cp312-manylinux_2_28_x86_64.whl",
+                                  "sapien-3.0.3-cp312-cp312-manylinux_2_28_x86_64.whl"])
+    assert zipfile.ZipFile(got["sapien-3.0.3-cp312-cp312-manylinux_2_28_x86_64.whl"]).read("sapien/__init__.py") \
+        == b"maniskill set"
+    names = set(zipfile.ZipFile(got[ray_name]).namelist())
+    assert {"ray/__init__.py", "ray/dashboard/modules/job.py"} <= names
+    assert not any(n.startswith(("ray/jars/", "ray/dashboard/client/build/")) for n in names)
+    listed = (tmp_path / "e2e" / "b1" / "MANIFEST").read_text().split()[0::3]
+    assert sorted(listed) == sorted(got)
+    (full / "b2" / "hydra_core-1.3.8-py3-none-any.whl").write_bytes(b"a broken copy")
+    broken = run()
+    assert broken.returncode != 0 and "hydra_core-1.3.8-py3-none-any.whl does not match its MANIFEST" in broken.stderr
+    shutil.rmtree(ms)
+    missing = run()
+    assert missing.returncode == 2 and "ms_full is missing" in missing.stderr
+
+
+def test_e2e_call_dry_run_installs_across_calls_then_lists_tests_and_the_cuda_run(tmp_path):
+    """The end-to-end call: a batch short is stashed (exit 3); with every wheel whole and the demonstrations
+    carried, the tests over Ray and ManiSkill and the embedded default with device=cuda are listed, each under
+    its time limit; without the demonstrations, one line naming the carry."""
+    wheels, _, _ = _batches(tmp_path)
+    demos = tmp_path / "demos"
+    env = {**os.environ, "VLARL_WHEEL_DIR": str(wheels), "VLARL_STASH": str(tmp_path / "stash"),
+           "VLARL_SITE": str(tmp_path / "site"), "OUT": str(tmp_path / "out"), "VLARL_E2E_DEMOS": str(demos)}
+    call = lambda: subprocess.run(["bash", str(ROOT / "scripts/gpu/e2e_call.sh"), "--dry-run"],  # noqa: E731
+                                  cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    (wheels / "b2").rename(tmp_path / "b2_later")
+    first = call()
+    assert first.returncode == 3 and "carry the next gpu_wheels/e2e batch" in first.stdout, first.stdout
+    (tmp_path / "b2_later").rename(wheels / "b2")
+    no_demos = call()
+    assert no_demos.returncode == 2 and f"{demos} is missing: carry it" in no_demos.stderr
+    demos.mkdir()
+    second = call()
+    assert second.returncode == 0, second.stdout + second.stderr
+    runs = [x for x in second.stdout.splitlines() if x.startswith("[dry-run] timeout")]
+    assert len(runs) == 3, second.stdout
+    assert runs[0].startswith("[dry-run] timeout 150 env VLARL_REQUIRE_ALL=1") and "tests/workers/test_weight_sync.py" in runs[0]
+    assert "tests/simulators/test_contract.py -k maniskill" in runs[1]
+    assert runs[2].startswith("[dry-run] timeout 300 ") and "device=cuda" in runs[2] and "time_limit_minutes=3.5" in runs[2]
+
+
 def test_vla_call_dry_run_puts_the_carried_transformers_first_then_runs_the_table(tmp_path):
     """Call 1's wrapper: the carried transformers wheel goes into its own folder ahead of the image's (printed
     in the dry run), then the table's dry run writes its files."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,22 +195,36 @@ def evaluate_tasks(
         **(extra or {}),
     )
     summary["tasks"] = tasks
-    if output_dir is not None:
-        out = Path(output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        if video_episodes > 0:
-            videos = {}
-            for plan in plans:
-                name = single_video_name if (single_video_name and len(plans) == 1) else f"videos/{plan.task}.mp4"
-                n = min(video_episodes, len(plan.seeds))
-                videos[plan.task] = str(record_video(policy, plan.env_cfg, out / name, n, plan.seeds[0],
-                                                     deterministic, reset_state_ids=plan.reset_state_ids))
-            summary["videos"] = videos
-            summary["video"] = next(iter(videos.values()))
+    if output_dir is None:
+        return summary
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def write() -> None:
         summary["wall_s"] = time.time() - t0
         (out / "eval.json").write_text(json.dumps({**summary, "per_episode": per_episode}, indent=2, default=_plain))
         write_markdown(summary, out / "eval.md")
         write_success_plot(summary, out / "eval.svg")
+
+    write()  # the numbers are on disk before any video is rendered: a video that fails loses none of them
+    if video_episodes > 0:
+        videos, errors = {}, {}
+        for plan in plans:
+            name = single_video_name if (single_video_name and len(plans) == 1) else f"videos/{plan.task}.mp4"
+            n = min(video_episodes, len(plan.seeds))
+            try:
+                videos[plan.task] = str(record_video(policy, plan.env_cfg, out / name, n, plan.seeds[0],
+                                                     deterministic, reset_state_ids=plan.reset_state_ids))
+            except Exception as e:  # noqa: BLE001 - a video is a by-product: say why it is missing, keep the run
+                errors[plan.task] = f"{type(e).__name__}: {e}"
+                print(f"[vlarl] no video of {plan.task}: {errors[plan.task]} (the numbers are in {out / 'eval.json'})",
+                      file=sys.stderr)
+        if videos:
+            summary["videos"] = videos
+            summary["video"] = next(iter(videos.values()))
+        if errors:
+            summary["video_errors"] = errors
+        write()
     return summary
 
 

@@ -91,6 +91,17 @@ def _step_one_by_one(env: Any, actions: torch.Tensor, rec: _EpisodeFrames) -> li
     return results
 
 
+def require_mp4_writer() -> None:
+    """Fail before any rendering when imageio has no MP4 writer: without the imageio-ffmpeg package imageio
+    picks another plugin by the file name (tifffile on the GPU image of 2026-11-30) and fails after the
+    episodes ran."""
+    try:
+        import imageio_ffmpeg  # noqa: F401
+    except ImportError as e:
+        raise RuntimeError("writing MP4 videos needs the imageio-ffmpeg package (pip install imageio-ffmpeg), "
+                           "or set eval.video_episodes=0") from e
+
+
 def record_video(
     policy: Any, env_cfg: Any, path: str | Path, episodes: int, seed: int, deterministic: bool = True, fps: int = 20,
     reset_state_ids: list[int] | None = None,
@@ -100,6 +111,8 @@ def record_video(
     if episodes <= 0:
         return None
     import imageio.v2 as imageio
+
+    require_mp4_writer()
 
     env = make_env(env_cfg, num_envs=episodes, render=True)
     try:
@@ -122,8 +135,8 @@ def record_video(
             obs = res.obs
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        imageio.mimwrite(str(path), rec.video(instructions, tail=fps), fps=fps, codec="libx264", quality=7,
-                         macro_block_size=1)
+        imageio.mimwrite(str(path), rec.video(instructions, tail=fps), format="FFMPEG", fps=fps, codec="libx264",
+                         quality=7, macro_block_size=1)
         return path
     finally:
         env.close()
