@@ -492,7 +492,7 @@ def test_e2e_call_dry_run_installs_across_calls_then_lists_tests_and_the_cuda_ru
     assert len(runs) == 3, second.stdout
     assert runs[0].startswith("[dry-run] timeout 150 env VLARL_REQUIRE_ALL=1") and "tests/workers/test_weight_sync.py" in runs[0]
     assert "tests/simulators/test_contract.py -k maniskill" in runs[1]
-    assert runs[2].startswith("[dry-run] timeout 300 ") and "device=cuda" in runs[2] and "time_limit_minutes=3.5" in runs[2]
+    assert runs[2].startswith("[dry-run] timeout 330 ") and "device=cuda" in runs[2] and "time_limit_minutes=3.5" in runs[2]
 
 
 def test_vla_call_dry_run_puts_the_carried_transformers_first_then_runs_the_table(tmp_path):
