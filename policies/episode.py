@@ -22,7 +22,9 @@ class Episode:
     """frames: uint8 [L, H, W, 3]; success: the episode ended in success at its last frame (None: not recorded;
     demonstration readers and ``demo_transitions`` take such an episode as successful, critic readers always set
     it); state: float32 [L, D], the observation before each action; actions: float32 [L, A]; final_state: float32
-    [D], the observation after the last action (a failed demonstration bootstraps from it), None if not stored."""
+    [D], the observation after the last action (a failed demonstration bootstraps from it), None if not stored;
+    critic_state: float32 [L + 1, C], an asymmetric critic's privileged state before each action and after the
+    last (``simulators.critic_state_replay``), None if not stored."""
 
     frames: torch.Tensor | None = None
     instruction: str = ""
@@ -30,6 +32,7 @@ class Episode:
     state: np.ndarray | None = None
     actions: np.ndarray | None = None
     final_state: np.ndarray | None = None
+    critic_state: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.frames is None and (self.state is None or self.actions is None):

@@ -2,7 +2,8 @@
 privileged ``obs["critic_state"]`` while a pixel actor acts from its camera. The builder records the next
 observation's critic state (the final one where an episode ended), the replay rows carry both, the critics are
 built over its width with no image encoder, a pixel actor learns a bandit whose context its critics see only in
-the critic state, and the refusals are one line at config load."""
+the critic state, and the refusals are one line at config load (demonstrations beside them:
+tests/algorithms/test_critic_state_demos.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from tests.algorithms.test_sac_pixels import CAM, SMALL, SPEC, TINY, B, T, colou
 from tests.helpers.plugins import one_line_refusal, train_refusals
 from vlarl.algorithms.dsrl import validate_dsrl
 from vlarl.algorithms.replay import trajectory_transitions
-from vlarl.algorithms.sac import SACState, critic_obs_problem, sac_update
+from vlarl.algorithms.sac import SACState, critic_obs_problem, critic_state_demos_problem, sac_update
 from vlarl.algorithms.soft_critic_config import validate_sac
 from vlarl.config.schema import DSRLConfig
 from vlarl.data.trajectory import Trajectory
@@ -111,8 +112,9 @@ def test_the_refusals_name_the_fix():
     assert problem.startswith("algorithm.critic_obs=critic_state reads obs['critic_state']") and "env.critic_state=true" in problem
     with pytest.raises(ValueError, match="env.critic_state=true"):
         SACState(policy, PRIVILEGED, SPEC)
-    demos = replace(PRIVILEGED, demos="auto", demo_ratio=0.5)
-    assert "demonstrations hold no critic_state" in validate_sac(demos, 4)  # at config load, before any policy
+    demos = replace(PRIVILEGED, demos="auto", demo_ratio=0.5)  # auto: made without critic states
+    assert "the critics need each demonstration's critic_state" in critic_state_demos_problem(CNNPolicy(TINY, PSPEC),
+                                                                                              demos)
     assert critic_obs_problem(CNNPolicy(TINY, PSPEC), demos) is None and validate_sac(PRIVILEGED, 4) is None
     assert "critic_obs='world'" in validate_dsrl(DSRLConfig(critic_obs="world"), 4)
     assert "algorithm.critic_obs=policy" in validate_dsrl(DSRLConfig(critic_obs="critic_state",

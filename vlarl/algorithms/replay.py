@@ -220,7 +220,7 @@ def trajectory_transitions(traj: Trajectory, cameras: list[str] | tuple[str, ...
 
 
 def demo_transitions(episodes: list[Any], chunk_size: int, cameras: list[str] | tuple[str, ...] = (),
-                     instructions: InstructionIds | None = None) -> TensorDict:
+                     instructions: InstructionIds | None = None, critic_state: bool = False) -> TensorDict:
     """Chunk transitions from demonstrations: one transition starting at every step ``i`` with actions
     ``i .. i+T-1`` (masked past the end), labelled as the env's ``reward_mode=sparse`` with terminations on would:
 
@@ -236,9 +236,12 @@ def demo_transitions(episodes: list[Any], chunk_size: int, cameras: list[str] | 
     one ``final_images`` too), and the transitions get ``images`` / ``next_images`` as online ones have them.
     With ``instructions`` every row gets its episode's words as their id (``Episode.instruction``; an episode
     recorded without words reads the env's own, id 0), so a policy over several tasks replays each demonstration
-    under the instruction it was shown for.
+    under the instruction it was shown for. With ``critic_state`` (critics on the scene state) every episode
+    needs ``critic_state`` [L + 1, C] (``simulators.critic_state_replay``), and the transitions get
+    ``critic_state`` / ``next_critic_state`` as online ones have them.
     """
     rows: dict[str, list[torch.Tensor]] = {k: [] for k in TRANSITION_KEYS}
+    privileged: dict[str, list[torch.Tensor]] = {"critic_state": [], "next_critic_state": []}
     pix: dict[str, dict[str, list[torch.Tensor]]] = {key: {c: [] for c in cameras} for key in IMAGE_KEYS}
     T = chunk_size
     words: list[str] = []
@@ -252,6 +255,7 @@ def demo_transitions(episodes: list[Any], chunk_size: int, cameras: list[str] | 
             words += [getattr(ep, "instruction", "") or instructions.vocab[0]] * L
         failed = _success(ep) is False
         frames = _episode_frames(ep, cameras, L, failed)
+        critic = _episode_critic_state(ep, L) if critic_state else None
         rewards = torch.zeros(L + T)
         if failed:
             final = ep.final_state
@@ -276,6 +280,9 @@ def demo_transitions(episodes: list[Any], chunk_size: int, cameras: list[str] | 
             for c, f in frames.items():  # f: [L + 1, H, W, 3], row L the final frame (a success's: its last)
                 pix["images"][c].append(f[i])
                 pix["next_images"][c].append(f[L if failed else L - 1] if ends else f[i + k])
+            if critic is not None:  # [L + 1, C], read as the frames are
+                privileged["critic_state"].append(critic[i])
+                privileged["next_critic_state"].append(critic[L if failed else L - 1] if ends else critic[i + k])
     if not rows["state"]:
         raise ValueError("the demonstrations hold no steps")
     from tensordict import TensorDict
@@ -285,9 +292,22 @@ def demo_transitions(episodes: list[Any], chunk_size: int, cameras: list[str] | 
     for key, cams in pix.items():
         if cams:
             out.set(key, TensorDict({c: torch.stack(v) for c, v in cams.items()}, batch_size=[n]))
+    if critic_state:
+        for key, v in privileged.items():
+            out.set(key, torch.stack(v))
     if instructions is not None:
         out.set("instruction", instructions.ids(words))
     return out
+
+
+def _episode_critic_state(ep: Any, L: int) -> torch.Tensor:
+    """An episode's critic states [L + 1, C] (before each action and after the last)."""
+    cs = getattr(ep, "critic_state", None)
+    if cs is None or len(cs) < L + 1:
+        raise ValueError("a demonstration holds no critic_state for critics on the scene state; add it with "
+                         "scripts/demo_critic_state.py (replays each episode in the multi-task env), or set "
+                         "algorithm.critic_obs=policy")
+    return torch.as_tensor(np.asarray(cs[:L + 1]), dtype=torch.float32)
 
 
 def _success(ep: Any) -> bool | None:

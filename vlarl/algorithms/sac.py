@@ -67,6 +67,7 @@ def actor_problem(policy: Any, cfg: Any) -> str | None:
     demonstrations must hold the frames it reads."""
     return (REPARAMETERIZED.refusal(policy, f"algorithm={cfg.name}") or pixel_demos_problem(policy, cfg)
             or replay_memory_problem(policy, cfg) or image_shift_problem(policy, cfg) or critic_obs_problem(policy, cfg)
+            or critic_state_demos_problem(policy, cfg)
             or unused_value_head_problem(policy, cfg, " (its own critics take algorithm.critic_loss=hl_gauss)"))
 
 
@@ -105,10 +106,42 @@ def image_shift_problem(policy: Any, cfg: SACConfig) -> str | None:
 
 def critic_obs_problem(policy: Any, cfg: SoftCriticConfig) -> str | None:
     """``algorithm.critic_obs=critic_state`` needs an env that reports ``obs['critic_state']`` (the policy's spec
-    has its width); SAC's config refuses demonstrations beside it (they hold none)."""
+    has its width)."""
     if cfg.critic_obs == "critic_state" and int(policy.spec.critic_state_dim or 0) < 1:
         return ("algorithm.critic_obs=critic_state reads obs['critic_state'], which this env does not report: set "
                 "env.critic_state=true (env=maniskill_multitask*) or algorithm.critic_obs=policy")
+    return None
+
+
+ADD_CRITIC_STATE = "python scripts/demo_critic_state.py --demos <file> --out <new file> -- <the run's overrides>"
+
+
+def critic_state_demos_problem(policy: Any, cfg: SACConfig) -> str | None:
+    """Demonstrations beside critics on the scene state need the same ``critic_state`` online rows have
+    (``simulators.critic_state_replay`` adds them); ``algorithm.demos=auto`` makes files without them. Checked at
+    config load, where the spec's width is a placeholder; ``SACState`` checks the width against the env's."""
+    if cfg.critic_obs != "critic_state" or not cfg.demos or cfg.demo_ratio == 0:
+        return None
+    if cfg.demos == "auto" or not Path(cfg.demos).exists():
+        return (f"algorithm.critic_obs=critic_state with algorithm.demos='{cfg.demos}': the critics need each "
+                f"demonstration's critic_state; make the demonstrations, then add it ({ADD_CRITIC_STATE}), or set "
+                f"algorithm.demo_ratio=0 algorithm.demos=''")
+    from vlarl.data.demonstrations import demo_critic_state
+
+    if demo_critic_state(cfg.demos) is None:
+        return (f"algorithm.demos='{cfg.demos}' holds no critic_state for algorithm.critic_obs=critic_state: add it "
+                f"({ADD_CRITIC_STATE}), or set algorithm.critic_obs=policy")
+    return None
+
+
+def critic_state_width_problem(demos: str, width: int) -> str | None:
+    """The demonstrations' critic states must be as wide as the env's (the same tasks and instructions)."""
+    from vlarl.data.demonstrations import demo_critic_state
+
+    held = demo_critic_state(demos)
+    if held is not None and held["dim"] != width:
+        return (f"algorithm.demos='{demos}' holds {held['dim']}-dim critic states (tasks {held['tasks']}) but this "
+                f"env's are {width}-dim: add them again for this env ({ADD_CRITIC_STATE})")
     return None
 
 
@@ -193,9 +226,12 @@ class SACState:
         if sac.demos:  # with the frames of the critics' cameras for a pixel actor (pixel_demos_problem)
             from vlarl.data.demonstrations import read_demonstrations
 
+            if self.privileged and (problem := critic_state_width_problem(sac.demos, D)):
+                raise ValueError(problem)
             episodes = read_demonstrations(sac.demos, max_episodes=sac.num_demos, cameras=self.cameras)
             self.replay.add_demos(demo_transitions(episodes, T, cameras=self.cameras,
-                                                  instructions=self.replay.instructions))
+                                                  instructions=self.replay.instructions,
+                                                  critic_state=self.privileged))
         self.update_credit = 0.0  # fractional gradient steps carried to the next iteration
         self.critic_steps = 0
 

@@ -131,9 +131,6 @@ def validate_sac(alg: SACConfig, num_envs: int) -> str | None:
         (alg.bc_weight == 0 or alg.demo_ratio > 0,
          f"algorithm.bc_weight={alg.bc_weight} imitates the batch's demonstration rows: set algorithm.demo_ratio > 0 "
          f"with algorithm.demos=<path>, or bc_weight=0"),
-        (alg.critic_obs != "critic_state" or alg.demo_ratio == 0,
-         "algorithm.critic_obs=critic_state: the demonstrations hold no critic_state to replay; set "
-         "algorithm.demo_ratio=0 algorithm.demos='' or algorithm.critic_obs=policy"),
     )
     for ok, msg in checks:
         if not ok:

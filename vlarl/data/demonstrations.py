@@ -12,7 +12,8 @@ succeeded iff its last step did. Files without it hold successful demonstrations
 and ``vlarl-collect success_only=true`` write) and read as such. Demonstrations for a pixel policy (``vlarl-demos`` with an RGB env,
 ``simulators.maniskill_rerender``) also hold ``traj_<i>/images/<camera> [L + 1, H, W, 3]`` uint8, the frames
 the env gave before each action and after the last; ``read_maniskill_h5(cameras=[...])`` returns them as
-``CameraEpisode``. The LeRobot layout and its reader live in ``vlarl.data.lerobot_v3`` beside the writer every
+``CameraEpisode``. Demonstrations for critics on the scene state hold ``traj_<i>/critic_state [L + 1, C]``
+(``simulators.critic_state_replay``), read into ``Episode.critic_state``. The LeRobot layout and its reader live in ``vlarl.data.lerobot_v3`` beside the writer every
 producer of episodes uses.
 """
 
@@ -28,10 +29,11 @@ import numpy as np
 from policies.episode import Episode
 from vlarl.data.lerobot_v3 import INFO_PATH, LeRobotEpisode, read_lerobot_dataset
 
-__all__ = ["CameraEpisode", "Episode", "LeRobotEpisode", "demo_cameras", "read_demonstrations",
-           "read_lerobot_dataset", "read_maniskill_h5"]
+__all__ = ["CRITIC_STATE", "CameraEpisode", "Episode", "LeRobotEpisode", "demo_cameras", "demo_critic_state",
+           "read_demonstrations", "read_lerobot_dataset", "read_maniskill_h5"]
 
 IMAGES = "images"  # traj_<i>/images/<camera> (simulators.maniskill_traj_file writes it)
+CRITIC_STATE = "critic_state"  # traj_<i>/critic_state [L + 1, C] (simulators.critic_state_replay writes it)
 MAKE_IMAGE_DEMOS = "algorithm.demos=auto, or vlarl-demos env=<this RGB env> output=<folder>"
 
 
@@ -42,6 +44,23 @@ class CameraEpisode(Episode):
 
     images: dict[str, np.ndarray] = field(default_factory=dict)
     final_images: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def demo_critic_state(path: str | os.PathLike) -> dict[str, Any] | None:
+    """A ManiSkill ``.h5`` file's critic states: {"dim": C, "tasks": [...], "instructions": [...]} (what the
+    one-hot columns stand for), or None when its first episode holds none (or it is not such a file)."""
+    p = Path(path)
+    if not (p.is_file() and p.suffix in (".h5", ".hdf5")):
+        return None
+    import h5py
+
+    with h5py.File(p, "r") as f:
+        first = next((f[k] for k in sorted(f) if k.startswith("traj_")), None)
+        if first is None or CRITIC_STATE not in first:
+            return None
+        return {"dim": int(first[CRITIC_STATE].shape[1]),
+                "tasks": [str(t) for t in f.attrs.get("critic_state_tasks", [])],
+                "instructions": [str(t) for t in f.attrs.get("critic_state_instructions", [])]}
 
 
 def demo_cameras(path: str | os.PathLike) -> dict[str, tuple[int, int]]:
@@ -94,7 +113,8 @@ def read_maniskill_h5(path: str | os.PathLike, max_episodes: int | None = None,
                 continue
             common = dict(state=obs[:L], actions=actions, success=success,
                           final_state=obs[L] if len(obs) > L else None,
-                          instruction=str(g.attrs.get("instruction", "")))
+                          instruction=str(g.attrs.get("instruction", "")),
+                          critic_state=np.asarray(g[CRITIC_STATE], np.float32) if CRITIC_STATE in g else None)
             if not cameras:
                 episodes.append(Episode(**common))
                 continue
