@@ -25,19 +25,8 @@ PY="${VLARL_PYTHON:-python3}"
 TESTS_S="${VLARL_TESTS_S:-150}"
 TRAIN_S="${VLARL_TRAIN_S:-330}"
 DEMOS="${VLARL_E2E_DEMOS:-outputs/demos/PushCube-v1_pd_ee_delta_pos_state_n20_retimed}"
-if [ "${#DRY[@]}" = 1 ]; then
-  OUT="${OUT:-$(mktemp -d)}"; export VLARL_STASH="${VLARL_STASH:-$(mktemp -d)/stash}"
-  export VLARL_SITE="${VLARL_SITE:-$(mktemp -d)/site}"
-else
-  export VLARL_STASH="${VLARL_STASH:-/tmp/vlarl_e2e_wheels}" VLARL_SITE="${VLARL_SITE:-/tmp/vlarl_site}"
-fi
-export OUT VLARL_WHEEL_DIR="${VLARL_WHEEL_DIR:-$ROOT/gpu_wheels/e2e}" VLARL_SKIP_SELF=1
-bash scripts/gpu/run_gpu_tests.sh "${DRY[@]}" install
-rc=$?
-if [ "$rc" != 0 ]; then
-  [ "$rc" = 3 ] && echo "[e2e-call] batch stashed; next call, at once: carry the next gpu_wheels/e2e batch"
-  exit "$rc"
-fi
+source scripts/gpu/carried_install.sh
+gpu_carried_install e2e-call vlarl_e2e_wheels "$ROOT/gpu_wheels/e2e" "the next gpu_wheels/e2e batch"
 if [ ! -d "$DEMOS" ]; then
   echo "[e2e-call] $DEMOS is missing: carry it (vlarl-train makes it on a CPU machine with the planner)" >&2
   exit 2

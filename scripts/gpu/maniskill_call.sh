@@ -22,19 +22,8 @@ cd "$ROOT"
 PY="${VLARL_PYTHON:-python3}"
 BENCH_S="${VLARL_BENCH_S:-120}"
 RACE_S="${VLARL_RACE_S:-110}"
-if [ "${#DRY[@]}" = 1 ]; then
-  OUT="${OUT:-$(mktemp -d)}"; export VLARL_STASH="${VLARL_STASH:-$(mktemp -d)/stash}"
-  export VLARL_SITE="${VLARL_SITE:-$(mktemp -d)/site}"
-else
-  export VLARL_STASH="${VLARL_STASH:-/tmp/vlarl_ms_wheels}" VLARL_SITE="${VLARL_SITE:-/tmp/vlarl_site}"
-fi
-export OUT VLARL_WHEEL_DIR="${VLARL_WHEEL_DIR:-$ROOT/gpu_wheels/ms}" VLARL_SKIP_SELF=1
-bash scripts/gpu/run_gpu_tests.sh "${DRY[@]}" install
-rc=$?
-if [ "$rc" != 0 ]; then
-  [ "$rc" = 3 ] && echo "[maniskill-call] batch stashed; next call, at once: carry the other gpu_wheels/ms batch"
-  exit "$rc"
-fi
+source scripts/gpu/carried_install.sh
+gpu_carried_install maniskill-call vlarl_ms_wheels "$ROOT/gpu_wheels/ms" "the other gpu_wheels/ms batch"
 VLARL_DRY_RUN="${#DRY[@]}" source scripts/gpu/env.sh
 export PYTHONPATH="$ROOT:$VLARL_SITE${PYTHONPATH:+:$PYTHONPATH}"
 run() {  # <seconds> <log> <command...>: under timeout, output kept in $OUT/<log>
