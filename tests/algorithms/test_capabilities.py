@@ -67,7 +67,7 @@ def test_critic_cameras_come_from_a_declared_critic_encoder():
 def test_every_algorithm_declares_its_config_and_capabilities():
     need = {name: [c.name for c in spec.requires] for name, spec in ALGORITHMS.items()}
     assert need == {"ppo": [], "grpo": [], "sac": ["reparameterized sampling"], "rlpd": ["reparameterized sampling"],
-                    "dsrl": ["noise steering", "reparameterized sampling"]}
+                    "dsrl": ["noise steering", "reparameterized sampling"], "pa_rl": ["supervised fine-tuning"]}
     for name, spec in ALGORITHMS.items():
         assert issubclass(spec.config, AlgorithmConfig) and spec.config().name == name
         yaml = (REPO / "configs" / "algorithm" / f"{name}.yaml").read_text()
@@ -75,6 +75,7 @@ def test_every_algorithm_declares_its_config_and_capabilities():
     off = MLPPolicy(MLPPolicyConfig(chunk_size=2), STATE)
     assert "set policy.squash=true" in capability_problem(ALGORITHMS["rlpd"], off)
     assert capability_problem(ALGORITHMS["ppo"], off) is None
+    assert "algorithm=pa_rl needs supervised fine-tuning" in capability_problem(ALGORITHMS["pa_rl"], off)
 
 
 class _Tokenizing(FixedInstructionTokens):

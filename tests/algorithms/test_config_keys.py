@@ -17,6 +17,7 @@ from policies.diffusion import DiffusionPolicyConfig, NoiseSteeringConfig
 from policies.mlp import MLPPolicyConfig
 from policies.registry import make_policy
 from vlarl.algorithms.critic_files import save_critics
+from vlarl.algorithms.pa_rl import PARLConfig
 from vlarl.algorithms.registry import ALGORITHMS
 from vlarl.algorithms.sac import QEnsemble
 from vlarl.config.schema import DSRLConfig, GRPOConfig, PPOConfig, RLPDConfig, SACConfig, SoftCriticConfig
@@ -179,6 +180,7 @@ def test_every_algorithm_key_is_covered():
         "sac": set(SOFT) | set(SAC_ONLY) | BASE_KEYS | PIXEL_ONLY,
         "rlpd": set(SOFT) | set(SAC_ONLY) | BASE_KEYS | PIXEL_ONLY,  # SAC's keys with RLPD's defaults
         "dsrl": set(SOFT) | set(DSRL_ONLY) | BASE_KEYS,
+        "pa_rl": set(PA_RL_CASES) | PA_RL_REFUSED | BASE_KEYS | PIXEL_ONLY,
     }
     assert set(ALGORITHMS) == set(covered)
     for name, spec in ALGORITHMS.items():
@@ -314,6 +316,18 @@ SAC_ONLY = {
 #: test_pixel_rlpd_knobs.py (image_shift: the shifted frames move the critic's update)
 PIXEL_ONLY = {"image_shift"}
 DSRL_ONLY = {"critic_input": ({}, "action")}
+#: pa_rl (an actor trained by imitation): the soft keys it reads, its own, and those it refuses (no temperature, no
+#: SAC actor term or offline phase; test_pa_rl.py checks each refusal)
+PA_RL_REFUSED = {"init_alpha", "alpha_lr", "target_entropy_per_dim", "backup_entropy", "bc_weight", "pretrain_updates",
+                 "pretrain_bc_weight"}
+PA_RL_ONLY = {
+    "candidates": ({}, 1),
+    "keep_data_action": ({}, "flip"),
+    "keep_acted": ({}, "flip"),
+    "action_steps": ({}, 2),
+    "action_step_size": ({"action_steps": 2}, 0.5),
+}
+PA_RL_CASES = {k: v for k, v in {**SOFT, **SAC_ONLY, **PA_RL_ONLY}.items() if k not in PA_RL_REFUSED}
 
 
 @pytest.fixture(scope="module")
@@ -351,7 +365,7 @@ def soft_traj(policy, noise: bool = False, seed: int = 3) -> Trajectory:
     critic_state = torch.randn(3, B, C, generator=g)  # obs, then the next obs of the last step
     return Trajectory(
         obs={"state": states, "images": {}, "instruction": ["push"] * B, "critic_state": critic_state[:2]},
-        replay={k: torch.stack([s.replay[k] for s in samples]) for k in keys},
+        replay={k: torch.stack([s.replay[k] if k in s.replay else s.actions for s in samples]) for k in keys},
         logprob=torch.stack([s.logprob for s in samples]), values=torch.zeros(2, B), rewards=step_rewards.sum(-1),
         dones=dones, truncated=torch.zeros(2, B), final_values=torch.zeros(2, B), next_value=torch.zeros(B),
         step_rewards=step_rewards, step_mask=torch.ones(2, B, T, dtype=torch.bool),
@@ -375,15 +389,19 @@ def _filled(settings: dict, files: dict[str, str]) -> dict:
 
 
 SOFT_CASES = [("sac", k, *v) for k, v in {**SOFT, **SAC_ONLY}.items()] + [
-    ("dsrl", k, *v) for k, v in {**SOFT, **DSRL_ONLY}.items()]
+    ("dsrl", k, *v) for k, v in {**SOFT, **DSRL_ONLY}.items()] + [("pa_rl", k, *v) for k, v in PA_RL_CASES.items()]
+SOFT_CONFIGS = {"sac": SACConfig, "dsrl": DSRLConfig, "pa_rl": PARLConfig}
 
 
 @pytest.mark.parametrize("algo, key, extra, value", SOFT_CASES, ids=[f"{c[0]}-{c[1]}" for c in SOFT_CASES])
 def test_soft_critic_key_changes_the_update(algo, key, extra, value, soft_files):
-    config = SACConfig if algo == "sac" else DSRLConfig
-    policy_cfg = (SQUASHED if algo == "sac" else
-                  NoiseSteeringConfig(base_path=soft_files["base"], chunk_size=T, hidden_sizes=[16, 16]))
-    base = config(**_filled({**SOFT_BASE, **extra}, soft_files))
+    config = SOFT_CONFIGS[algo]
+    policy_cfg = {"sac": SQUASHED, "pa_rl": DiffusionPolicyConfig(chunk_size=T),  # pa_rl's actor imitates
+                  "dsrl": NoiseSteeringConfig(base_path=soft_files["base"], chunk_size=T, hidden_sizes=[16, 16])}[algo]
+    own = {"demo_ratio": 0.0, "num_critics": 2} if algo == "pa_rl" else {}  # SAC's defaults for RLPD's
+    base = config(**_filled({**SOFT_BASE, **own, **extra}, soft_files))
+    if value == "flip":
+        value = not getattr(base, key)
     changed = replace(base, **_filled({key: value}, soft_files))
     a, b = base_result(base, lambda cfg: train_soft(policy_cfg, cfg)), train_soft(policy_cfg, changed)
     assert torch.isfinite(a).all() and torch.isfinite(b).all()

@@ -31,11 +31,13 @@ COMPANIONS = {
     "algorithm/sac": ["policy.squash=true"],
     "algorithm/rlpd": ["algorithm.demos={tmp}", "policy.squash=true"],
     "algorithm/dsrl": ["policy=noise_steering", "policy.base_path={diffusion}"],
+    "algorithm/pa_rl": ["algorithm.demos={tmp}", "policy=diffusion"],  # an actor that imitates (sft_loss)
     "experiment/pushcube_mlp_rlpd": ["algorithm.demos={tmp}"],
     "experiment/pickcube_mlp_rlpd": ["algorithm.demos={tmp}"],
     "experiment/pushcube_rlpd_fast": ["algorithm.demos={tmp}"],
     # its demonstrations hold frames (scripts/multitask_sft_rl.py writes them); built here without, as its SFT stage
     "experiment/multitask_oft_rlpd": ["algorithm.demos=''", "algorithm.demo_ratio=0"],
+    "experiment/multitask_oft_pa_rl": ["algorithm.demos=''", "algorithm.demo_ratio=0"],
     # noise steering (DSRL) wraps a saved diffusion policy: {diffusion} is a tiny one written for the test
     "policy/noise_steering": ["policy.base_path={diffusion}"],
     "experiment/pushcube_diffusion_dsrl": ["policy.base_path={diffusion}"],

@@ -35,10 +35,10 @@ def _reply(state: float, pixel: int, final: int | None) -> ChunkStepResult:
         episode={"return": torch.tensor([5.0]) if ended else nan, "success_once": torch.tensor([1.0]) if ended else nan})
 
 
-def _build(**kw) -> Trajectory:
+def _build(replay: dict | None = None, **kw) -> Trajectory:
     b = TrajectoryBuilder(stages=1, workers=2, policy_version=7, **kw)
     sample = ActionSample(actions=torch.zeros(2, T, A), logprob=torch.zeros(2, T, A), value=None,
-                          replay={"actions": torch.zeros(2, T, A)})
+                          replay={"actions": torch.zeros(2, T, A)} if replay is None else replay)
     images = {k: v.expand(2, -1, -1, -1) for k, v in _obs(0, 0)["images"].items()}
     b.add_sample(0, 0, {"state": torch.zeros(2, D), "images": images, "instruction": ["a", "b"]},
                  sample, None)
@@ -60,6 +60,17 @@ def test_builder_records_the_typed_facts_from_the_env_replies():
     assert img.dtype == torch.uint8 and img.shape == (1, 2, S, S, 3)
     assert img[0, :, 0, 0, 0].tolist() == [10, 99]  # the ended episode's final frame
     assert traj.extras == {}
+
+
+def test_the_executed_chunk_rides_along_when_the_samples_replay_is_a_chain():
+    """A flow or diffusion sample replays its chain; the trajectory also keeps the chunk it executed (what an
+    off-policy replay stores), and a replay that holds its own ``actions`` keeps them as they are."""
+    chain = torch.arange(2 * 3 * T * A, dtype=torch.float32).view(2, 3, T, A)
+    traj = _build(replay={"chain": chain})
+    assert sorted(traj.replay) == ["actions", "chain"] and traj.replay["actions"].shape == (1, 2, T, A)
+    assert torch.equal(traj.replay["chain"][0], chain) and not traj.replay["actions"].any()
+    own = torch.ones(2, T, A)
+    assert torch.equal(_build(replay={"actions": own}).replay["actions"][0], own)
 
 
 def test_builder_keeps_only_the_critic_camera_or_no_images():

@@ -9,7 +9,8 @@ from typing import Any
 from vlarl.algorithms.spec import ALGORITHMS, AlgorithmSpec, episode_horizon, register_algorithm
 
 # the built-in algorithms register themselves on import
-BUILTIN_MODULES = ("vlarl.algorithms.ppo", "vlarl.algorithms.grpo", "vlarl.algorithms.sac", "vlarl.algorithms.dsrl")
+BUILTIN_MODULES = ("vlarl.algorithms.ppo", "vlarl.algorithms.grpo", "vlarl.algorithms.sac", "vlarl.algorithms.pa_rl",
+                   "vlarl.algorithms.dsrl")
 for _module in BUILTIN_MODULES:
     importlib.import_module(_module)
 

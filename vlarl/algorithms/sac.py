@@ -63,11 +63,15 @@ MAX_REPLAY_IMAGE_BYTES = 4 * 2**30  # camera images a pixel replay may hold (obs
 
 def actor_problem(policy: Any, cfg: Any) -> str | None:
     """SAC's actor must be tanh-squashed with a reparameterized sample (``REPARAMETERIZED``, also declared in the
-    spec's ``requires`` and checked at config load); a pixel actor's replay must fit in memory and its
-    demonstrations must hold the frames it reads."""
-    return (REPARAMETERIZED.refusal(policy, f"algorithm={cfg.name}") or pixel_demos_problem(policy, cfg)
-            or replay_memory_problem(policy, cfg) or image_shift_problem(policy, cfg) or critic_obs_problem(policy, cfg)
-            or critic_state_demos_problem(policy, cfg)
+    spec's ``requires`` and checked at config load), then ``replay_problem``."""
+    return REPARAMETERIZED.refusal(policy, f"algorithm={cfg.name}") or replay_problem(policy, cfg)
+
+
+def replay_problem(policy: Any, cfg: Any) -> str | None:
+    """What every actor of a ``SACConfig`` update needs of its replay: a pixel actor's replay must fit in memory
+    and its demonstrations must hold the frames it reads (and the critic states critics on the scene read)."""
+    return (pixel_demos_problem(policy, cfg) or replay_memory_problem(policy, cfg) or image_shift_problem(policy, cfg)
+            or critic_obs_problem(policy, cfg) or critic_state_demos_problem(policy, cfg)
             or unused_value_head_problem(policy, cfg, " (its own critics take algorithm.critic_loss=hl_gauss)"))
 
 
@@ -167,8 +171,9 @@ class SACState:
     ``cfg``: any ``SoftCriticConfig``; a ``SACConfig``'s demonstrations and saved critics are loaded too (DSRL's
     config has neither: its replay holds noise choices, which no demonstration or offline critic has)."""
 
-    def __init__(self, policy: Any, cfg: SoftCriticConfig, spec: Any):
-        problem = (actor_problem(policy, cfg) if isinstance(cfg, SACConfig) else
+    def __init__(self, policy: Any, cfg: SoftCriticConfig, spec: Any, check: Any = None):
+        # ``check(policy, cfg) -> one line or None``: the actor's refusals (default: SAC's reparameterized actor)
+        problem = ((check or actor_problem)(policy, cfg) if isinstance(cfg, SACConfig) else
                    REPARAMETERIZED.refusal(policy, f"algorithm={cfg.name}") or replay_memory_problem(policy, cfg)
                    or critic_obs_problem(policy, cfg))
         if problem:
@@ -326,11 +331,13 @@ def _clip(params, max_norm: float) -> float:
     return float(torch.norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
 
 
-def critic_step(policy: Any, st: SACState, batch: Any, cfg: Any, generator: torch.Generator | None) -> dict[str, float]:
-    """One gradient step of every critic on ``batch``, then the polyak update of the targets."""
+def critic_step(policy: Any, st: SACState, batch: Any, cfg: Any, generator: torch.Generator | None,
+                draw: Any = None) -> dict[str, float]:
+    """One gradient step of every critic on ``batch``, then the polyak update of the targets. ``draw(obs) ->
+    (actions, logprob)`` gives the next chunk of the TD target (default: ``policy.rsample``)."""
     a = batch["actions"]
     with torch.no_grad():
-        a2, logp2 = policy.rsample(replay_obs(batch, st.cameras, True, st.replay.instructions))
+        a2, logp2 = (draw or policy.rsample)(replay_obs(batch, st.cameras, True, st.replay.instructions))
         subset = torch.randperm(st.q.num, generator=generator)[:cfg.critic_subset].to(a2.device)
         s2 = st.critic_inputs(batch, next_obs=True, target=True)
         v_next = st.values(st.q_target, s2, a2, subset).min(0).values  # only the subset's members are computed
@@ -483,17 +490,20 @@ def sac_steps(policy: Any, optimizer: torch.optim.Optimizer, state: SACState, cf
 
 
 def soft_steps(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, cfg: SoftCriticConfig, steps: int,
-               critic: Any, actor_ready: Any = lambda: True, bc_weight: float = 0.0) -> dict[str, float]:
+               critic: Any, actor_ready: Any = lambda: True, bc_weight: float = 0.0,
+               actor: Any = None) -> dict[str, float]:
     """The loop every soft actor-critic update runs: ``steps`` times sample a batch of ``cfg.batch_size`` from
     ``st.replay``, take ``critic(batch) -> metrics``, and every ``actor_every`` steps (when ``actor_ready()``) an
-    actor and temperature step on the same batch; returns the metrics' means, ``critic_steps`` and ``alpha``."""
+    actor step on the same batch (``actor(batch) -> metrics``; default SAC's actor and temperature step); returns
+    the metrics' means, ``critic_steps`` and ``alpha``."""
+    actor = actor or (lambda batch: actor_step(policy, optimizer, st, batch, cfg, bc_weight))
     sums: dict[str, list[float]] = {}
     device = st.log_alpha.device
     for i in range(steps):
         batch = shift_batch(st.replay.sample(cfg.batch_size).to(device), st.cameras, st.image_shift)
         metrics = critic(batch)
         if (i + 1) % cfg.actor_every == 0 and actor_ready():
-            metrics.update(actor_step(policy, optimizer, st, batch, cfg, bc_weight))
+            metrics.update(actor(batch))
         metrics["demo_fraction"] = float(batch["is_demo"].float().mean())
         for k, v in metrics.items():
             sums.setdefault(k, []).append(v)

@@ -163,7 +163,10 @@ class TrajectoryBuilder:
             if t > 0:
                 boot = stages_to_global([self.boots[t, s] for s in range(S)], W)
                 final_values.append(boot if boot is not None else torch.zeros(values[-1].shape))
-            replays.append({k: g([p.replay[k] for p in samples]) for k in samples[0].replay})
+            # the executed chunk rides along where the sample's replay does not hold it (a flow or diffusion chain):
+            # an off-policy update (pa_rl over a flow VLA) replays the chunk the env was given
+            kept = {"actions": g([p.actions for p in samples])} if "actions" not in samples[0].replay else {}
+            replays.append({**{k: g([p.replay[k] for p in samples]) for k in samples[0].replay}, **kept})
             logprobs.append(g([p.logprob for p in samples]))
             values.append(value if value is not None else torch.zeros(logprobs[-1].shape[0]))
             results = self.worker_results(t)
