@@ -95,6 +95,8 @@ class Runner:
         if cfg.init_from:  # the actor starts from saved policy weights (e.g. SFT); resume= still wins in train()
             ray.get(self.rollout.set_weights.remote(self.actor.get_weights.remote()))
             print(f"[vlarl] policy initialized from {cfg.init_from}")
+            if note := init_from_note(cfg.policy, cfg.init_from):
+                print(note)
         # optional dense process reward from a VLM critic (vlarl.rewards, vlarl.workers.reward_worker)
         if cfg.reward.enabled:
             from vlarl.workers.reward_worker import RewardWorker  # loads the critic's model code
@@ -376,6 +378,17 @@ class Runner:
             except Exception:
                 pass
         scheduler.stop_ray()
+
+
+def init_from_note(policy_cfg: Any, init_from: str) -> str | None:
+    """A note for a run started from saved weights whose state statistics RL would keep re-estimating: the saved
+    policy learned under its SFT statistics, and rollouts that wander more than the demonstrations widen them (the
+    OFT of issue 36: state sds 2-6x wider within 3k env steps, and its deterministic chunks failed every episode)."""
+    if not init_from or policy_cfg.get("freeze_state_norm", True):
+        return None
+    return (f"[vlarl] note: init_from={init_from} with policy.freeze_state_norm=false: rollouts keep folding into "
+            f"the state statistics the saved policy was trained with, which changes what it sees; set "
+            f"policy.freeze_state_norm=true to keep them")
 
 
 def per_task_metrics(summary: dict[str, Any], prefix: str) -> dict[str, float]:
