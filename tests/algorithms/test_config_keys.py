@@ -324,6 +324,7 @@ PA_RL_ONLY = {
     "candidates": ({}, 1),
     "keep_data_action": ({}, "flip"),
     "keep_acted": ({}, "flip"),
+    "pessimism": ({}, 5.0),
     "action_steps": ({}, 2),
     "action_step_size": ({"action_steps": 2}, 0.5),
 }

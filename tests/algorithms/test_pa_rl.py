@@ -142,3 +142,17 @@ def test_bad_pa_rl_settings_are_one_line_refusals(tmp_path):
     assert "algorithm=pa_rl needs supervised fine-tuning" in problem and "openvla_oft" in problem
     with pytest.raises(ValueError, match="supervised fine-tuning"):
         algorithm_spec("pa_rl").make_state(MLPPolicy(POLICY, SPEC), SMALL, SPEC)
+
+
+def test_pessimism_scores_the_mean_less_the_members_spread():
+    """A candidate whose critics disagree scores lower by ``pessimism`` x their std; 0 is the plain mean."""
+    torch.manual_seed(0)
+    policy = ImitatingMLP(POLICY, SPEC)
+    st = _fitted_state(policy, SMALL)
+    s = torch.rand(8, D) * 2 - 1
+    cand = torch.rand(6, 8, T, A) * 2 - 1
+    q = st.values(st.q, s.repeat(6, 1), cand.flatten(0, 1)).view(-1, 6, 8)  # [E, N, B]
+    plain, cautious = scores(st, s, cand), scores(st, s, cand, pessimism=2.0)
+    assert torch.allclose(plain, q.mean(0), atol=1e-6)
+    assert torch.allclose(cautious, q.mean(0) - 2.0 * q.std(0), atol=1e-6)
+    assert "pessimism=-1.0 must be >= 0" in validate_algorithm(replace(SMALL, pessimism=-1.0), num_envs=4)

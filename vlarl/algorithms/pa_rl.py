@@ -9,8 +9,9 @@ included, demonstrations mixed into every batch), and the actor step is supervis
    demonstration's, or the one the rollout executed) with ``keep_data_action``;
 2. with ``action_steps`` > 0 every candidate climbs the critics' mean Q for that many gradient steps in the
    normalized action box (PA-RL's local optimization; 0 keeps the draw);
-3. the candidate the critics' mean Q scores best is the target, and the policy takes one step of its own
-   supervised loss toward it (``sft_loss``: OFT's L1 on its head, a flow model's flow matching).
+3. the candidate the critics score best (their mean Q, less ``pessimism`` x their spread) is the target, and the
+   policy takes one step of its own supervised loss toward it (``sft_loss``: OFT's L1 on its head, a flow model's
+   flow matching).
 
 Why here: on the three pixel tasks of issue 36 the exact OpenVLA-OFT as RLPD's reparameterized actor drifted
 from its SFT start within a few hundred actor steps (its entropy rose, the deterministic policy fell to 0 of 30),
@@ -54,6 +55,10 @@ class PARLConfig(RLPDConfig):
     keep_data_action: bool = True  # the replayed chunk (demonstrated or executed) is a candidate too
     action_steps: int = 0  # gradient-ascent steps of every candidate on the critics' mean Q (0 = pick only)
     action_step_size: float = 0.05  # the RMS move of one such step, in the [-1, 1] action box
+    # a candidate's score = the critics' mean Q - pessimism x their spread (std over the ensemble): among chunks
+    # whose Q differ by less than the critics' error, the argmax of the mean picks noise (the winner's curse), and
+    # chunks far from the replayed data are where the members disagree most
+    pessimism: float = 0.0
 
 
 def validate_pa_rl(alg: PARLConfig, num_envs: int) -> str | None:
@@ -62,6 +67,7 @@ def validate_pa_rl(alg: PARLConfig, num_envs: int) -> str | None:
         return problem
     checks = (
         (alg.candidates >= 1, f"algorithm.candidates={alg.candidates} must be >= 1"),
+        (alg.pessimism >= 0, f"algorithm.pessimism={alg.pessimism} must be >= 0 (0 = the critics' mean Q)"),
         (alg.action_steps >= 0 and alg.action_step_size > 0,
          f"algorithm.action_steps={alg.action_steps} must be >= 0 and action_step_size={alg.action_step_size} > 0"),
         (alg.bc_weight == 0, f"algorithm.bc_weight={alg.bc_weight}: pa_rl's actor step is imitation already (of the "
@@ -115,10 +121,13 @@ def drawn(policy: Any) -> Any:
     return draw
 
 
-def scores(st: SACState, state: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
-    """The critics' mean Q of every candidate: ``cand`` [N, B, T, A] at ``state`` [B, D] -> [N, B]."""
+def scores(st: SACState, state: torch.Tensor, cand: torch.Tensor, pessimism: float = 0.0) -> torch.Tensor:
+    """The critics' mean Q (minus ``pessimism`` x their std over the members) of every candidate: ``cand``
+    [N, B, T, A] at ``state`` [B, D] -> [N, B]."""
     n, b = cand.shape[:2]
-    return st.values(st.q, state.repeat(n, 1), cand.flatten(0, 1)).mean(0).view(n, b)
+    q = st.values(st.q, state.repeat(n, 1), cand.flatten(0, 1))  # [E, N * B]
+    score = q.mean(0) - pessimism * q.std(0) if pessimism and q.shape[0] > 1 else q.mean(0)
+    return score.view(n, b)
 
 
 def climb(st: SACState, state: torch.Tensor, cand: torch.Tensor, steps: int, step_size: float) -> torch.Tensor:
@@ -151,7 +160,7 @@ def best_of_n_step(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, 
     if cfg.action_steps:
         cand = climb(st, state, cand, cfg.action_steps, cfg.action_step_size)
     with torch.no_grad():
-        q = scores(st, state, cand)  # [N, B]
+        q = scores(st, state, cand, cfg.pessimism)  # [N, B]
         best = q.argmax(0)
         target = cand[best, torch.arange(data.shape[0], device=data.device)]
     loss = policy.sft_loss(obs, target)
