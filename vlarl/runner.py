@@ -384,7 +384,7 @@ def init_from_note(policy_cfg: Any, init_from: str) -> str | None:
     """A note for a run started from saved weights whose state statistics RL would keep re-estimating: the saved
     policy learned under its SFT statistics, and rollouts that wander more than the demonstrations widen them (the
     OFT of issue 36: state sds 2-6x wider within 3k env steps, and its deterministic chunks failed every episode)."""
-    if not init_from or policy_cfg.get("freeze_state_norm", True):
+    if not init_from or getattr(policy_cfg, "freeze_state_norm", True):  # a family without the key keeps none
         return None
     return (f"[vlarl] note: init_from={init_from} with policy.freeze_state_norm=false: rollouts keep folding into "
             f"the state statistics the saved policy was trained with, which changes what it sees; set "
