@@ -383,7 +383,7 @@ class Runner:
 def init_from_note(policy_cfg: Any, init_from: str) -> str | None:
     """A note for a run started from saved weights whose state statistics RL would keep re-estimating: the saved
     policy learned under its SFT statistics, and rollouts that wander more than the demonstrations widen them (the
-    OFT of issue 36: state sds 2-6x wider within 3k env steps, and its deterministic chunks failed every episode)."""
+    OFT of issue 36: some state sds 2-6x wider within 3k env steps)."""
     if not init_from or getattr(policy_cfg, "freeze_state_norm", True):  # a family without the key keeps none
         return None
     return (f"[vlarl] note: init_from={init_from} with policy.freeze_state_norm=false: rollouts keep folding into "
