@@ -38,6 +38,7 @@ COMPANIONS = {
     # its demonstrations hold frames (scripts/multitask_sft_rl.py writes them); built here without, as its SFT stage
     "experiment/multitask_oft_rlpd": ["algorithm.demos=''", "algorithm.demo_ratio=0"],
     "experiment/multitask_oft_pa_rl": ["algorithm.demos=''", "algorithm.demo_ratio=0"],
+    "experiment/pushcube_oft_pa_rl": ["algorithm.demos={tmp}"],
     # noise steering (DSRL) wraps a saved diffusion policy: {diffusion} is a tiny one written for the test
     "policy/noise_steering": ["policy.base_path={diffusion}"],
     "experiment/pushcube_diffusion_dsrl": ["policy.base_path={diffusion}"],
