@@ -325,6 +325,7 @@ PA_RL_ONLY = {
     "keep_data_action": ({}, "flip"),
     "keep_acted": ({}, "flip"),
     "pessimism": ({}, 5.0),
+    "min_gain": ({}, 0.5),
     "action_steps": ({}, 2),
     "action_step_size": ({"action_steps": 2}, 0.5),
 }

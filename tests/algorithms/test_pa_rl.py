@@ -156,3 +156,18 @@ def test_pessimism_scores_the_mean_less_the_members_spread():
     assert torch.allclose(plain, q.mean(0), atol=1e-6)
     assert torch.allclose(cautious, q.mean(0) - 2.0 * q.std(0), atol=1e-6)
     assert "pessimism=-1.0 must be >= 0" in validate_algorithm(replace(SMALL, pessimism=-1.0), num_envs=4)
+
+
+def test_min_gain_keeps_the_deterministic_chunk_unless_a_candidate_beats_it_by_the_margin():
+    torch.manual_seed(0)
+    policy = ImitatingMLP(POLICY, SPEC)
+    st = _fitted_state(policy, SMALL)
+    s = torch.rand(16, D) * 2 - 1
+    best = (s[:, :1] / 2)[:, None].expand(16, T, A).clone()
+    batch = TensorDict({"state": s, "actions": best, "is_demo": torch.zeros(16, dtype=torch.bool)}, [16])
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    # the replayed chunk is the best one: a small margin lets it win, a margin above any Q gap keeps act()'s chunk
+    assert best_of_n_step(policy, opt, st, batch, replace(SMALL, min_gain=1e-3))["data_action_picked"] > 0.5
+    wide = best_of_n_step(policy, opt, st, batch, replace(SMALL, min_gain=100.0))
+    assert wide["acted_picked"] == 1.0 and wide["actor_loss"] == 0.0  # imitating its own chunk: no step
+    assert "keep_acted=true" in validate_algorithm(replace(SMALL, min_gain=0.1, keep_acted=False), num_envs=4)

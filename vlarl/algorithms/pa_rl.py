@@ -59,6 +59,9 @@ class PARLConfig(RLPDConfig):
     # whose Q differ by less than the critics' error, the argmax of the mean picks noise (the winner's curse), and
     # chunks far from the replayed data are where the members disagree most
     pessimism: float = 0.0
+    # with keep_acted: a row's target leaves the deterministic chunk only where the best candidate's score beats it
+    # by more than this (0 = always the best); the critics' noise alone then moves nothing
+    min_gain: float = 0.0
 
 
 def validate_pa_rl(alg: PARLConfig, num_envs: int) -> str | None:
@@ -68,6 +71,9 @@ def validate_pa_rl(alg: PARLConfig, num_envs: int) -> str | None:
     checks = (
         (alg.candidates >= 1, f"algorithm.candidates={alg.candidates} must be >= 1"),
         (alg.pessimism >= 0, f"algorithm.pessimism={alg.pessimism} must be >= 0 (0 = the critics' mean Q)"),
+        (alg.min_gain >= 0, f"algorithm.min_gain={alg.min_gain} must be >= 0 (0 = always the best candidate)"),
+        (alg.min_gain == 0 or alg.keep_acted, f"algorithm.min_gain={alg.min_gain} keeps the deterministic chunk "
+                                             f"within the margin: set algorithm.keep_acted=true, or min_gain=0"),
         (alg.action_steps >= 0 and alg.action_step_size > 0,
          f"algorithm.action_steps={alg.action_steps} must be >= 0 and action_step_size={alg.action_step_size} > 0"),
         (alg.bc_weight == 0, f"algorithm.bc_weight={alg.bc_weight}: pa_rl's actor step is imitation already (of the "
@@ -162,6 +168,9 @@ def best_of_n_step(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, 
     with torch.no_grad():
         q = scores(st, state, cand, cfg.pessimism)  # [N, B]
         best = q.argmax(0)
+        if cfg.keep_acted and cfg.min_gain > 0:  # within the margin the deployed chunk stays the target
+            acted = torch.full_like(best, cfg.candidates)
+            best = torch.where(q.max(0).values - q[cfg.candidates] > cfg.min_gain, best, acted)
         target = cand[best, torch.arange(data.shape[0], device=data.device)]
     loss = policy.sft_loss(obs, target)
     optimizer.zero_grad(set_to_none=True)
