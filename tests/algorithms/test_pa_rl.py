@@ -1,6 +1,7 @@
 """PA-RL (``algorithm=pa_rl``): the critics' best candidate is the imitation target, candidates climb the critics'
 mean Q, the update learns a chunk bandit with an actor that only imitates, and bad settings are one line."""
 
+import types
 from dataclasses import replace
 
 import pytest
@@ -24,13 +25,18 @@ SMALL = PARLConfig(num_steps=1, batch_size=64, learning_starts=64, utd_ratio=1.0
                    candidates=8)
 
 
-class ImitatingMLP(MLPPolicy):
-    """The MLP policy with a behaviour-cloning loss (squared error of its deterministic chunk), the capability
-    pa_rl's actor step calls; the MLP family itself has none (tests/algorithms/test_capabilities.py)."""
+def _squared_error_to_act(self, obs, actions):
+    mean = self.head.mode(self._mean(self._features(obs)), self.action_low, self.action_high)
+    return (mean - actions.to(mean)).pow(2).mean()
 
-    def sft_loss(self, obs, actions):
-        mean = self.head.mode(self._mean(self._features(obs)), self.action_low, self.action_high)
-        return (mean - actions.to(mean)).pow(2).mean()
+
+def ImitatingMLP(config, spec):  # noqa: N802 (reads as the class it stands for)
+    """An MLP policy given a behaviour-cloning loss (squared error of its deterministic chunk), the capability
+    pa_rl's actor step calls. Set on the instance, not by a subclass: the registry counts a family's subclasses
+    when it lists who has a capability, and the MLP family has none (tests/algorithms/test_capabilities.py)."""
+    policy = MLPPolicy(config, spec)
+    policy.sft_loss = types.MethodType(_squared_error_to_act, policy)
+    return policy
 
 
 def _obs(state):
