@@ -33,7 +33,7 @@ from vlarl.algorithms.replay import trajectory_transitions
 from vlarl.algorithms.sac import (
     SACState,
     SoftCriticConfig,
-    _clip,
+    clip_grad,
     critic_obs_problem,
     critic_step,
     replay_memory_problem,
@@ -136,7 +136,7 @@ def _scaled(st: SACState, actions: torch.Tensor) -> torch.Tensor:
 def _step(st: SACState, loss: torch.Tensor, max_grad_norm: float) -> float:
     st.q_opt.zero_grad(set_to_none=True)
     loss.backward()
-    norm = _clip(st.q.parameters(), max_grad_norm)
+    norm = clip_grad(st.q.parameters(), max_grad_norm)
     st.q_opt.step()
     return norm
 

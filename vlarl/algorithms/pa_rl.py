@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
 
 from policies.capabilities import SFT
 from vlarl.algorithms.replay import trajectory_transitions
 from vlarl.algorithms.sac import (
     SACState,
+    clip_grad,
     critic_step,
     replay_obs,
     replay_problem,
@@ -175,9 +175,7 @@ def best_of_n_step(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, 
     loss = policy.sft_loss(obs, target)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    params = [p for p in policy.parameters() if p.grad is not None]
-    grad_norm = (float(nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)) if cfg.max_grad_norm > 0 else
-                 float(torch.norm(torch.stack([p.grad.norm() for p in params]))))
+    grad_norm = clip_grad([p for p in policy.parameters() if p.grad is not None], cfg.max_grad_norm)
     optimizer.step()
     sampled_q = q[:cfg.candidates]
     out = {"actor_loss": loss.item(), "actor_grad_norm": grad_norm, "q_target": q.max(0).values.mean().item(),

@@ -324,7 +324,8 @@ def replay_obs(batch: Any, cameras: list[str], next_obs: bool = False,
             "instruction": words}
 
 
-def _clip(params, max_norm: float) -> float:
+def clip_grad(params, max_norm: float) -> float:
+    """Clip the gradients' global norm to ``max_norm`` (0: no clipping); returns the norm before."""
     params = list(params)
     if max_norm > 0:
         return float(nn.utils.clip_grad_norm_(params, max_norm))
@@ -354,7 +355,7 @@ def critic_step(policy: Any, st: SACState, batch: Any, cfg: Any, generator: torc
         loss = (q - y).pow(2).mean(1).sum()
     st.q_opt.zero_grad(set_to_none=True)
     loss.backward()
-    grad_norm = _clip(st.q_params, cfg.max_grad_norm)
+    grad_norm = clip_grad(st.q_params, cfg.max_grad_norm)
     st.q_opt.step()
     with torch.no_grad():
         torch._foreach_lerp_(st.target_params, st.q_params, cfg.tau)
@@ -384,7 +385,7 @@ def actor_step(policy: Any, optimizer: torch.optim.Optimizer, st: SACState, batc
         actor_loss = actor_loss + bc_weight * bc
     optimizer.zero_grad(set_to_none=True)
     actor_loss.backward()
-    grad_norm = _clip([p for p in policy.parameters() if p.grad is not None], cfg.max_grad_norm)
+    grad_norm = clip_grad([p for p in policy.parameters() if p.grad is not None], cfg.max_grad_norm)
     optimizer.step()
     alpha_loss = -(st.log_alpha * (logp.detach() + st.target_entropy)).mean()
     st.alpha_opt.zero_grad(set_to_none=True)
