@@ -31,7 +31,7 @@ from policies.heads.categorical import TokenCategoricalHead
 from policies.registry import register_policy
 from policies.value_head import config_value_support, value_expectation, with_value_bins
 from policies.vlm.backbone import BackboneConfig
-from policies.vlm.policy_base import BackboneVLAPolicy, VLAPolicyConfig
+from policies.vlm.policy_base import BackboneVLAPolicy, VLAPolicyConfig, fold_critic_state
 from policies.vlm.tokenizer import ActionTokenizer, add_action_tokens
 
 DECODINGS = ("parallel", "sequential")
@@ -168,9 +168,12 @@ class ARVLAPolicy(BackboneVLAPolicy):
         return value_expectation(self._value(h[:, -1], obs), self.value_support)
 
     def update_normalization(self, obs: dict[str, Any]) -> None:
-        """RL rollouts fold into the state statistics unless ``freeze_state_norm`` keeps the SFT ones."""
+        """RL rollouts fold into the state statistics unless ``freeze_state_norm`` keeps the SFT ones (a
+        ``value_from=critic_state`` head's statistics fold in either way)."""
         if not self.config.freeze_state_norm:
             super().update_normalization(obs)
+        else:
+            fold_critic_state(self.value_head, obs)
 
     def sft_loss(self, obs: dict[str, Any], actions: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of demonstration actions [B, T, A] (env units) as bin tokens (temperature 1)."""

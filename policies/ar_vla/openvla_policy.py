@@ -66,7 +66,8 @@ from policies.vlm.policy_base import (
     VALUE_SOURCES,
     VLAPolicy,
     critic_state_of,
-    critic_state_width,
+    critic_state_value,
+    fold_critic_state,
     value_mlp,
 )
 from policies.vlm.tokenizer import build_byte_tokenizer
@@ -172,7 +173,7 @@ class OpenVLAPolicy(VLAPolicy):
         if src not in VALUE_SOURCES:
             raise ValueError(f"policy.value_from='{src}' is unknown; choose one of {VALUE_SOURCES}")
         if src == "critic_state":
-            head = value_mlp(critic_state_width(self.spec), 256, 2)
+            head = critic_state_value(self.spec)
         else:
             head = value_mlp(self.spec.state_dim, 256, 2) if src == "state" else value_mlp(self.cfg.llm_dim)
         return with_value_bins(head, self.value_support)
@@ -426,6 +427,7 @@ class OpenVLAPolicy(VLAPolicy):
     def update_normalization(self, obs: dict[str, Any]) -> None:
         if not self.config.freeze_state_norm and "state" in obs:
             self.state_norm.update(as_float_tensor(obs["state"], self.device))
+        fold_critic_state(self.value_head, obs)
 
     def normalization_stats(self) -> dict[str, list[float]]:
         return {"action_low": self.stat_low.tolist(), "action_high": self.stat_high.tolist(),

@@ -48,7 +48,8 @@ from policies.vlm.policy_base import (
     VALUE_SOURCES,
     VLAPolicy,
     critic_state_of,
-    critic_state_width,
+    critic_state_value,
+    fold_critic_state,
     value_mlp,
 )
 
@@ -244,7 +245,7 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
         if src == "state":
             head = value_mlp(self.spec.state_dim, 256, 2)
         elif src == "critic_state":
-            head = value_mlp(critic_state_width(self.spec), 256, 2)
+            head = critic_state_value(self.spec)
         else:
             head = value_mlp(prefix_width)
         return with_value_bins(head, self.value_support)
@@ -374,6 +375,7 @@ class ExactFlowPolicy(FlowChain, VLAPolicy):
         ``freeze_state_norm``)."""
         if not self.fixed_norm and not self.config.freeze_state_norm:
             self.state_norm.update(as_float_tensor(obs["state"], self.device))
+        fold_critic_state(self.value_head, obs)
 
     def normalization_stats(self) -> dict[str, list[float]]:
         act = self._proc_step(Normalize, "action")

@@ -17,6 +17,7 @@ from policies.heads.flow import FlowChain, FlowChainConfig
 from policies.registry import register_policy
 from policies.vlm.action_expert import ChainVLAPolicy
 from policies.vlm.backbone import BackboneConfig
+from policies.vlm.policy_base import fold_critic_state
 
 
 @dataclass
@@ -53,6 +54,9 @@ class FlowVLAPolicy(FlowChain, ChainVLAPolicy):
         return tuple(c.repeat_interleave(n, 0) for c in ctx)
 
     def update_normalization(self, obs: dict[str, Any]) -> None:
-        """RL rollouts fold into the state statistics unless ``freeze_state_norm`` keeps the SFT ones."""
+        """RL rollouts fold into the state statistics unless ``freeze_state_norm`` keeps the SFT ones (a
+        ``value_from=critic_state`` head's statistics fold in either way)."""
         if not self.config.freeze_state_norm:
             super().update_normalization(obs)
+        else:
+            fold_critic_state(self.value_head, obs)

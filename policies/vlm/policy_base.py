@@ -112,6 +112,58 @@ def critic_state_width(spec: PolicySpec) -> int:
     return int(spec.critic_state_dim)
 
 
+class CriticStateValue(nn.Sequential):
+    """``value_from=critic_state``'s head: the env's privileged state, normalized by running statistics, then a
+    2x256 tanh MLP (``value_mlp``). The scene state mixes scales (object positions vary by about 0.05, velocities
+    by about 1.5); on the raw vector the head explained 5-20% of the returns' variance in the pixel multi-task PPO
+    run (docs/vla_pixels.md). Only the value head reads these statistics, so rollouts fold into them (``fold``)
+    also when ``freeze_state_norm`` keeps the actor's. Layer 0 is the normalizer, value_mlp's layers follow."""
+
+    def __init__(self, width: int):
+        super().__init__(_RunningInput(width), *value_mlp(width, 256, 2))
+
+    @torch.no_grad()
+    def fold(self, x: torch.Tensor) -> None:
+        self[0].stats.fold(x)
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
+        # a checkpoint from before the normalizer held value_mlp's layers at 0, 2, 4 and no statistics: shift them
+        # by one and start the statistics at the identity (mean 0, var 1), so the saved head computes as before
+        if f"{prefix}0.weight" in state_dict:
+            layers = sorted({int(k[len(prefix):].split(".")[0]) for k in list(state_dict) if k.startswith(prefix)},
+                            reverse=True)
+            for i in layers:
+                for name in ("weight", "bias"):
+                    state_dict[f"{prefix}{i + 1}.{name}"] = state_dict.pop(f"{prefix}{i}.{name}")
+            for name, value in _RunningInput(self[0].stats.dim).state_dict().items():
+                state_dict[f"{prefix}0.{name}"] = value
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+class _RunningInput(nn.Module):
+    """A tensor [B, C] -> normalized by running mean / variance, clipped to +-10 (``RunningNormalize``)."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.stats = RunningNormalize("critic_state", width, 10.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.stats.normalize(x)
+
+
+def critic_state_value(spec: PolicySpec) -> CriticStateValue:
+    """The value head of ``value_from=critic_state`` for ``spec``'s env (one line when it reports none)."""
+    return CriticStateValue(critic_state_width(spec))
+
+
+def fold_critic_state(head: nn.Module | None, obs: dict[str, Any]) -> None:
+    """Fold a rollout's ``obs["critic_state"]`` into a ``CriticStateValue`` head's statistics (any other head, or
+    an observation without it: nothing)."""
+    x = obs.get("critic_state")
+    if isinstance(head, CriticStateValue) and x is not None:
+        head.fold(as_float_tensor(x, head[1].weight.device))
+
+
 def critic_state_of(obs: dict[str, Any], spec: PolicySpec, device: torch.device, batch: int) -> torch.Tensor:
     """``obs["critic_state"]`` as float32 [B, C] on ``device``: the value head's input under
     ``value_from=critic_state``; one line when it has another width. An observation without it (``act`` in an
@@ -173,7 +225,7 @@ class BackboneVLAPolicy(VLAPolicy):
                                  "use policy.value_from=hidden")
             return value_mlp(self.spec.state_dim, 256, 2)
         if src == "critic_state":
-            return value_mlp(critic_state_width(self.spec), 256, 2)
+            return critic_state_value(self.spec)
         return value_mlp(self.backbone.hidden_size)
 
     def _value(self, h_last: torch.Tensor, obs: dict[str, Any]) -> torch.Tensor:
@@ -284,6 +336,7 @@ class BackboneVLAPolicy(VLAPolicy):
     # -- normalization hooks ----------------------------------------------------------------------
     def update_normalization(self, obs: dict[str, Any]) -> None:
         self.state_norm.update(obs)
+        fold_critic_state(self.value_head, obs)
 
     def normalization_stats(self) -> dict[str, list[float]]:
         return {

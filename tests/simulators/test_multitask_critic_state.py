@@ -105,7 +105,7 @@ def test_ppo_with_value_from_critic_state_trains_a_value_head_on_it():
         spec = policy_spec_from_env(env.spec)
         policy = make_policy(cfg.policy, spec)
         C = spec.critic_state_dim
-        assert policy.value_head[0].in_features == C
+        assert policy.value_head[1].in_features == C
         obs = env.reset(seed=[4, 5, 6])
         obs_list, samples, rewards = [], [], []
         for _ in range(3):
@@ -177,10 +177,10 @@ def test_init_from_starts_a_fresh_head_for_a_critic_state_of_another_width(tmp_p
     trained = make_policy(cfg.policy, spec)
     trained.save_pretrained(tmp_path / "ckpt")
     same = load_init_weights(tmp_path / "ckpt", cfg.policy, spec)
-    assert torch.equal(same["value_head.0.weight"], trained.state_dict()["value_head.0.weight"])
+    assert torch.equal(same["value_head.1.weight"], trained.state_dict()["value_head.1.weight"])
     assert "starts fresh" not in capsys.readouterr().out
     other = load_init_weights(tmp_path / "ckpt", cfg.policy, replace(spec, critic_state_dim=77))
     assert "obs['critic_state'] width 77 (checkpoint: 103); the value head starts fresh" in capsys.readouterr().out
-    assert other["value_head.0.weight"].shape == (256, 77)
+    assert other["value_head.1.weight"].shape == (256, 77)
     kept = [k for k in other if not k.startswith("value_head.")]
     assert kept and all(torch.equal(other[k], trained.state_dict()[k]) for k in kept)
