@@ -124,6 +124,7 @@ PPO_ONLY = {
     "reward_level": ({"logprob_level": "action"}, "action"),
     "critic_warmup_iterations": ({}, 1),
     "critic_lr": ({}, 0.1),
+    "value_after_kl_stop": ({"target_kl": 1e-6}, True),
 }
 GRPO_ONLY = {
     "group_size": ({}, 4),
@@ -230,6 +231,20 @@ def test_critic_warmup_leaves_the_actor_untouched():
         assert same == (not n.startswith("critic")), n
     _, m2 = train_once(PPOConfig(**PPO_BASE, critic_warmup_iterations=1), updates=2)
     assert m2["critic_warmup"] == 0.0
+
+
+def test_value_after_kl_stop_trains_the_critic_alone_for_the_epochs_left():
+    """``target_kl`` ends the policy's epochs after the first; with ``value_after_kl_stop`` the critic goes on
+    for the other two: the actor's weights are those of the stopped update, the critic's moved further."""
+    cfg = PPOConfig(**{**PPO_BASE, "update_epochs": 3, "target_kl": 1e-6})
+    stopped, m0 = train_once(cfg)
+    went_on, m1 = train_once(replace(cfg, value_after_kl_stop=True))
+    assert (m0["epochs"], m0["value_epochs"]) == (1.0, 0.0)
+    assert (m1["epochs"], m1["value_epochs"]) == (1.0, 2.0)
+    assert m1["approx_kl"] == m0["approx_kl"]  # the policy's statistics are those it stopped at
+    a, b = dict(stopped.named_parameters()), dict(went_on.named_parameters())
+    for n in a:
+        assert torch.equal(a[n], b[n]) == (not n.startswith("critic")), n
 
 
 def test_update_metrics_are_reported():

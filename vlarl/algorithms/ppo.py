@@ -27,7 +27,7 @@ from vlarl.algorithms.update import (
     ClippedUpdateConfig,
     UpdateBatch,
     choice_problem,
-    clipped_algorithm_update,
+    clipped_update,
     clipped_update_problem,
     uses_kl_reference,
 )
@@ -59,6 +59,10 @@ class PPOConfig(ClippedUpdateConfig):
     # A VLA's small value head on a pretrained/SFT'd trunk fits returns of size ~5 far too slowly at a
     # policy-sized lr (explained variance stayed ~0 for 40 updates at 1e-4): give it its own.
     critic_lr: float = 0.0
+    # when target_kl ends an update's epochs early, the value head trains alone for the epochs left: a VLA at
+    # lr 1e-4 often passes the KL in the first epoch, and its critic then got one epoch per rollout (explained
+    # variance 0.05-0.2 in the pixel multi-task run, docs/vla_pixels.md)
+    value_after_kl_stop: bool = False
 
 
 def compute_advantages(traj: Trajectory, gamma: float, gae_lambda: float, reward_scale: float = 1.0):
@@ -113,7 +117,15 @@ def ppo_rollout_batch(traj: Trajectory, cfg: PPOConfig, version: int) -> tuple[U
     return ppo_batch(traj, cfg, version), {"critic_warmup": float(warmup)}, warmup
 
 
-ppo_update = clipped_algorithm_update(ppo_rollout_batch)
+def ppo_update(policy: Any, optimizer: torch.optim.Optimizer, traj: Trajectory, cfg: PPOConfig,
+               generator: torch.Generator | None = None, reference: Any | None = None,
+               version: int = 0) -> dict[str, float]:
+    """PPO on one rollout (``ppo_rollout_batch``), then ``clipped_update``, with the value head going on alone
+    after a KL stop under ``value_after_kl_stop``."""
+    batch, info, warmup = ppo_rollout_batch(traj, cfg, version)
+    out = clipped_update(policy, optimizer, batch, cfg, generator, reference, version, value_only=warmup,
+                         value_after_kl_stop=cfg.value_after_kl_stop)
+    return {**out, **info}
 
 
 def validate_ppo(alg: Any, num_envs: int) -> str | None:

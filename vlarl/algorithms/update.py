@@ -118,8 +118,13 @@ def clipped_update(
     reference: Any | None = None,
     version: int = 0,
     value_only: bool = False,
+    value_after_kl_stop: bool = False,
 ) -> dict[str, float]:
-    """``cfg.update_epochs`` epochs of minibatch steps over the valid samples; returns mean metrics."""
+    """``cfg.update_epochs`` epochs of minibatch steps over the valid samples; returns mean metrics.
+
+    ``value_only``: every step trains the value head alone (a critic warm-up). ``value_after_kl_stop``: when
+    ``target_kl`` ends the policy's epochs early, the value head goes on alone for the epochs left (metric
+    ``value_epochs``), so a policy that moves fast does not also starve its critic of steps."""
     device = next(policy.parameters()).device
     level, A = cfg.logprob_level, batch.logprob.shape[-1]
     keep = batch.valid.bool() & staleness_mask(batch.behaviour_version, version, cfg.max_staleness)
@@ -142,7 +147,8 @@ def clipped_update(
     names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "dual_clipfrac", "kl_ref",
              "grad_norm", "value_error", "behaviour_weight_capfrac")
     stats: dict[str, list[float]] = {k: [] for k in names}
-    skipped, epochs_run = 0, 0
+    skipped, epochs_run, value_epochs = 0, 0, 0
+    policy_stopped = False  # target_kl ended the policy's epochs; with value_after_kl_stop the value head goes on
     mb = max(1, -(-M // cfg.num_minibatches)) if M else 1
     params = [p for p in policy.parameters() if p.requires_grad]
     support = policy.value_support  # bins of a binned value head (the value is then logits [B, K]), or None
@@ -188,7 +194,7 @@ def clipped_update(
                 loss = loss + cfg.vf_coef * v_loss
                 v_pred = value.detach() if support is None else bins_to_value(value.detach(), support)
                 stats["value_error"].append(float((v_pred - ret).abs().mean()))
-            if value_only:
+            if value_only or policy_stopped:
                 loss = cfg.vf_coef * v_loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -200,6 +206,9 @@ def clipped_update(
             else:
                 optimizer.step()
                 stats["grad_norm"].append(float(gnorm))
+            if policy_stopped:  # only the value head moved: the policy's statistics are those it stopped at
+                stats["value_loss"].append(float(v_loss.detach()))
+                continue
             lr_ = info["log_ratio"][lmask]
             stats["policy_loss"].append(float(pg_loss.detach()))
             if batch.returns is not None:
@@ -208,11 +217,16 @@ def clipped_update(
             stats["approx_kl"].append(float(((lr_.exp() - 1) - lr_).mean()) if lr_.numel() else 0.0)
             stats["clipfrac"].append(float(info["clipped"][lmask].float().mean()) if lr_.numel() else 0.0)
             stats["dual_clipfrac"].append(float(info["dual_clipped"][lmask].float().mean()) if lr_.numel() else 0.0)
+        if policy_stopped:
+            value_epochs += 1
+            continue
         epochs_run += 1
         if cfg.target_kl > 0 and stats["approx_kl"] and stats["approx_kl"][-1] > cfg.target_kl:
-            break
+            if not (value_after_kl_stop and batch.returns is not None):
+                break
+            policy_stopped = True
     out = {k: sum(v) / len(v) for k, v in stats.items() if v}
-    out.update(epochs=float(epochs_run), skipped_steps=float(skipped), stale_dropped=float(stale_dropped),
+    out.update(epochs=float(epochs_run), value_epochs=float(value_epochs), skipped_steps=float(skipped), stale_dropped=float(stale_dropped),
                samples=float(M), adv_mean=float(adv[idx_all].mean()) if M else 0.0)
     if batch.returns is not None and M:
         ret, old_v = batch.returns[idx_all], batch.old_values[idx_all]
