@@ -7,7 +7,9 @@ realtime thread (``CartesianImpedanceTracker`` for the EE modes, ``JointImpedanc
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -68,6 +70,20 @@ class RobotReading:
     gripper_width: float
 
 
+@contextlib.contextmanager
+def keep_thread_scheduling():
+    """Restore the calling thread's scheduling class and priority on the way out (Linux; elsewhere a no-op)."""
+    if not hasattr(os, "sched_getscheduler"):
+        yield
+        return
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        yield
+    finally:
+        if (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority) != (policy, param.sched_priority):
+            os.sched_setscheduler(0, policy, param)
+
+
 class FrankyDriver:
     """connect / read / start_tracking / track / stop / recover / move_home / close."""
 
@@ -99,7 +115,7 @@ class FrankyDriver:
             raise ValueError(f"robot.franky.realtime='{self.cfg.realtime}' is unknown; choose 'ignore' or 'enforce'")
         self._realtime = rt[self.cfg.realtime]
         try:
-            self.robot = franky.Robot(self.cfg.ip, realtime_config=self._realtime)
+            self.robot = self._new_robot()
             self.robot.recover_from_errors()
             if self.cfg.gripper:
                 self.gripper = franky.Gripper(self.cfg.ip)
@@ -108,6 +124,16 @@ class FrankyDriver:
                 f"cannot connect to the Franka at {self.cfg.ip} ({type(exc).__name__}: {exc}); check robot.franky.ip, "
                 "that FCI is enabled in Desk, and that the brakes are open"
             ) from exc
+
+    def _new_robot(self) -> Any:
+        """``franky.Robot`` made without its side effect on the caller: libfranka's constructor moves the thread
+        that calls it to SCHED_FIFO 99 wherever it may (root, CAP_SYS_NICE), under ``realtime="ignore"`` too.
+        That thread is the policy's (inference, the learner, the recorder), and every thread and process it
+        starts afterwards inherits the class: a torch loop at FIFO 99 is never preempted by the 1 kHz control
+        thread at the same priority, and a test process that made a Robot starved the other tests' simulators.
+        The control loops franky runs keep the priority libfranka gives their own threads."""
+        with keep_thread_scheduling():
+            return self._franky.Robot(self.cfg.ip, realtime_config=self._realtime)
 
     # -- state ------------------------------------------------------------------------------------
     def read(self) -> RobotReading:
@@ -280,7 +306,7 @@ class FrankyDriver:
             log.warning("error recovery failed (%s: %s); connecting to the arm again", type(exc).__name__, exc)
             try:
                 with self._lock:
-                    self.robot = self._franky.Robot(self.cfg.ip, realtime_config=self._realtime)
+                    self.robot = self._new_robot()
                 ok = bool(self.robot.recover_from_errors())
             except Exception as exc2:
                 raise RobotLinkError(f"error recovery failed ({type(exc2).__name__}: {exc2}); the link to "
