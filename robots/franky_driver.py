@@ -103,6 +103,7 @@ class FrankyDriver:
         self._gripper_cv = threading.Condition()
         self._gripper_thread: threading.Thread | None = None
         self._lock = threading.RLock()
+        self._control_sched: tuple[int, Any] | None = None  # the scheduling libfranka gives a control thread
 
     def connect(self) -> None:
         try:
@@ -131,9 +132,21 @@ class FrankyDriver:
         That thread is the policy's (inference, the learner, the recorder), and every thread and process it
         starts afterwards inherits the class: a torch loop at FIFO 99 is never preempted by the 1 kHz control
         thread at the same priority, and a test process that made a Robot starved the other tests' simulators.
-        The control loops franky runs keep the priority libfranka gives their own threads."""
+        The class libfranka gave is kept for the control threads (``_control_scheduling``)."""
         with keep_thread_scheduling():
-            return self._franky.Robot(self.cfg.ip, realtime_config=self._realtime)
+            robot = self._franky.Robot(self.cfg.ip, realtime_config=self._realtime)
+            if hasattr(os, "sched_getscheduler"):
+                self._control_sched = (os.sched_getscheduler(0), os.sched_getparam(0))
+        return robot
+
+    @contextlib.contextmanager
+    def _control_scheduling(self):
+        """Run a motion's start at the class libfranka chose, so the 1 kHz thread franky starts for it inherits
+        real-time priority (as it did before the caller was given back its own); the caller's class after."""
+        with keep_thread_scheduling():
+            if self._control_sched is not None and self._control_sched[0] != os.sched_getscheduler(0):
+                os.sched_setscheduler(0, *self._control_sched)
+            yield
 
     # -- state ------------------------------------------------------------------------------------
     def read(self) -> RobotReading:
@@ -197,7 +210,8 @@ class FrankyDriver:
         self.wait_ready()
         try:
             self.robot.relative_dynamics_factor = self.cfg.home_dynamics_factor
-            self.robot.move(fk.JointMotion(fk.JointState(np.asarray(self.cfg.home_q, float))))
+            with self._control_scheduling():
+                self.robot.move(fk.JointMotion(fk.JointState(np.asarray(self.cfg.home_q, float))))
         except Exception as exc:
             raise RobotLinkError(f"moving home failed ({type(exc).__name__}: {exc})") from exc
         self.set_gripper(False, wait=True)
@@ -213,7 +227,9 @@ class FrankyDriver:
                 return
             try:
                 if mode == "joint":
-                    self._tracker = fk.JointImpedanceTracker(self.robot, stiffness=np.asarray(self.cfg.joint_stiffness))
+                    with self._control_scheduling():
+                        self._tracker = fk.JointImpedanceTracker(self.robot,
+                                                                 stiffness=np.asarray(self.cfg.joint_stiffness))
                 else:
                     extra: dict[str, Any] = {}
                     if self.cfg.nullspace_stiffness > 0:
@@ -229,9 +245,10 @@ class FrankyDriver:
                         from robots.kinematics import FR3_Q_HIGH, FR3_Q_LOW
 
                         extra["lower_joint_limits"], extra["upper_joint_limits"] = FR3_Q_LOW, FR3_Q_HIGH
-                    self._tracker = fk.CartesianImpedanceTracker(
-                        self.robot, translational_stiffness=self.cfg.translational_stiffness,
-                        rotational_stiffness=self.cfg.rotational_stiffness, **extra)
+                    with self._control_scheduling():
+                        self._tracker = fk.CartesianImpedanceTracker(
+                            self.robot, translational_stiffness=self.cfg.translational_stiffness,
+                            rotational_stiffness=self.cfg.rotational_stiffness, **extra)
             except Exception as exc:
                 self._tracker = None
                 raise RobotLinkError(f"starting the {mode} tracker failed ({type(exc).__name__}: {exc})") from exc

@@ -22,7 +22,7 @@ def tiny_policy_dir(tmp_path):
 
 def _die_with_parent() -> None:
     """Linux: the simulator gets SIGTERM if pytest itself is killed, so no orphan keeps the ports. Where allowed
-    (root, CAP_SYS_NICE) it runs a little ahead of the tests (nice -5): it stands in for the arm's controller, a
+    (root, CAP_SYS_NICE) it runs well ahead of the tests (nice -15): it stands in for the arm's controller, a
     computer of its own, and a 1 kHz loop slowed by the other xdist worker's training tests is a simulator
     running behind the wall clock the env paces its steps by."""
     import ctypes
@@ -33,7 +33,7 @@ def _die_with_parent() -> None:
     except OSError:
         pass
     try:
-        os.nice(-5)
+        os.nice(-15)
     except OSError:  # not permitted: the simulator runs at the tests' priority
         pass
 

@@ -139,7 +139,7 @@ def test_step_limit_bounds_one_big_action(franky_sim):
         _settle_until_still(env)
         assert [c.rule for c in env.safety.clamps] == ["step_translation"]
         dx = _ee(env) - p0
-        np.testing.assert_allclose(env.safety.last.pos - p0, [0.02, 0, 0], atol=1e-9)  # the target: clamped to 0.02
+        np.testing.assert_allclose(env.safety.last.pos - p0, [0.02, 0, 0], atol=1e-4)  # the target: clamped to 0.02
         # the arm at rest under the impedance tracker: 0.0125 of the 0.02 (its stiffness against friction and sag)
         assert 0.010 < dx[0] < 0.026 and abs(dx[1]) < 0.005
     finally:
@@ -289,7 +289,8 @@ def test_absolute_pose_mode_reaches_a_target_at_the_velocity_limit(franky_sim):
 @pytest.mark.skipif(not hasattr(os, "sched_getscheduler"), reason="Linux scheduling classes")
 def test_the_env_leaves_the_callers_thread_at_its_scheduling_class(franky_sim):
     """libfranka's Robot() moves the thread that makes it to SCHED_FIFO 99 where it may (root): the env's caller
-    (the policy, the learner, this test process and everything it starts later) must keep its class."""
+    (the policy, the learner, this test process and everything it starts later) must keep its class, and the
+    control thread must get the real-time class."""
     import franky
 
     before = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority)
@@ -298,6 +299,14 @@ def test_the_env_leaves_the_callers_thread_at_its_scheduling_class(franky_sim):
         env.reset()
         _settle(env, 4)
         assert (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority) == before
+        if os.geteuid() == 0:  # ... while the 1 kHz thread franky started for the tracker runs real-time
+            classes = set()
+            for t in (int(t) for t in os.listdir("/proc/self/task") if int(t) != threading.get_native_id()):
+                try:
+                    classes.add(os.sched_getscheduler(t))
+                except OSError:  # a thread that ended since the listing
+                    pass
+            assert os.SCHED_FIFO in classes
     finally:
         env.close()
     if os.geteuid() == 0:  # the side effect the driver undoes is real here: a bare Robot() takes the thread
