@@ -98,6 +98,10 @@ def test_sac_replay_mixes_demonstrations_with_their_critic_states(tmp_path):
     assert rows["critic_state"].shape == (7, C)
     assert rows["critic_state"][:, 0].tolist() == [0, 0, 0, 1, 1, 1, 1]  # each episode's own rows
     assert rows["images"][CAM][:, 0, 0, 0].tolist() == [40] * 3 + [80] * 4  # beside the frames
+    # the critics' statistics start from the demonstration rows (the replay they sample before any online row)
+    norm = st.critic_state_norm
+    assert float(norm.count) == pytest.approx(7, abs=1e-3)
+    torch.testing.assert_close(norm.mean, rows["critic_state"].float().mean(0), atol=1e-4, rtol=0)
     with pytest.raises(ValueError, match=f"holds {C}-dim critic states"):
         SACState(CNNPolicy(TINY, replace(spec, critic_state_dim=C + 1)), cfg, replace(spec, critic_state_dim=C + 1))
     assert T == 2

@@ -102,8 +102,41 @@ def test_a_pixel_actor_learns_from_critics_that_see_only_the_critic_state():
     chunk = torch.full((8, T, SPEC.action_dim), 0.5)
     red, blue = batch["critic_state"].clone(), batch["critic_state"].clone()
     red[:, 0], blue[:, 0] = 1.0, -1.0
-    q_red, q_blue = st.values(st.q, red, chunk).mean(0), st.values(st.q, blue, chunk).mean(0)
+    q_red = st.values(st.q, st.critic_inputs({"critic_state": red}), chunk).mean(0)
+    q_blue = st.values(st.q, st.critic_inputs({"critic_state": blue}), chunk).mean(0)
     assert (q_red - q_blue).min() > 0.3, (q_red, q_blue)
+
+
+def test_the_critics_read_the_critic_state_standardized_by_what_entered_the_replay():
+    """Scene states mix scales (positions ~0.05, velocities ~1.5): the critics read each entry standardized by
+    running statistics of the rows put into the replay, saved and restored with the critics; a state saved before
+    the statistics existed keeps reading the raw vector its critics were trained on."""
+    torch.manual_seed(0)
+    policy = CNNPolicy(TINY, PSPEC)
+    fill = replace(PRIVILEGED, learning_starts=10**6)  # rows in, no gradient step
+    st = SACState(policy, fill, PSPEC)
+    opt = torch.optim.Adam(policy.parameters(), lr=PRIVILEGED.lr)
+    g = torch.Generator().manual_seed(0)
+    scale, shift = torch.tensor([0.01, 100.0, 1.0, 3.0]), torch.tensor([0.0, -50.0, 2.0, 0.0])
+    raw = []
+    for _ in range(6):
+        traj = bandit_traj(policy, g)
+        x = torch.randn(traj.obs["critic_state"].shape, generator=g) * scale + shift
+        traj.obs["critic_state"], traj.next_critic_state = x, x
+        raw.append(x.reshape(-1, C))
+        sac_update(policy, opt, traj, fill, g, state=st)
+    raw = torch.cat(raw)
+    seen = st.critic_inputs({"critic_state": raw})
+    torch.testing.assert_close(seen.mean(0), torch.zeros(C), atol=1e-4, rtol=0)
+    torch.testing.assert_close(seen.std(0, unbiased=False), torch.ones(C), atol=1e-2, rtol=0)  # the 1e-4 prior
+    nxt = st.critic_inputs({"next_critic_state": raw}, next_obs=True)
+    torch.testing.assert_close(nxt, seen)  # the TD target's next states through the same statistics
+    back = SACState(policy, PRIVILEGED, PSPEC)
+    back.load_state_dict(st.state_dict())
+    torch.testing.assert_close(back.critic_inputs({"critic_state": raw}), seen)
+    old = {k: v for k, v in st.state_dict().items() if k != "critic_state_norm"}
+    back.load_state_dict(old)
+    torch.testing.assert_close(back.critic_inputs({"critic_state": raw}), raw)
 
 
 def test_the_refusals_name_the_fix():

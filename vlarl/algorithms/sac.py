@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from policies.capabilities import REPARAMETERIZED, critic_cameras
+from policies.processors.normalize import RunningNormalize
 from vlarl.algorithms.chunk_td import chunk_td_target
 from vlarl.algorithms.critic_files import read_critics, shape_problem
 from vlarl.algorithms.hl_gauss import HLGaussSupport, bins_to_value, hl_gauss_loss
@@ -194,8 +195,12 @@ class SACState:
         if self.encoder is not None:
             self.encoder.to(device)
             D = self.encoder.out_dim
+        # the privileged state is standardized by running statistics of what enters the replay (demonstrations,
+        # then every online transition): its entries span 100x in scale (positions ~0.05, velocities ~1.5)
+        self.critic_state_norm: RunningNormalize | None = None
         if self.privileged:
             D = int(policy.spec.critic_state_dim)
+            self.critic_state_norm = RunningNormalize("critic_state", D, 10.0).to(device)
         self.q = QEnsemble(D + T * A, list(cfg.critic_hidden_sizes), out, cfg.num_critics, cfg.critic_layer_norm)
         self.q.to(device)
         if sac.critics_from:  # e.g. offline IQL's critics, which trained the actor this run starts from
@@ -234,11 +239,21 @@ class SACState:
             if self.privileged and (problem := critic_state_width_problem(sac.demos, D)):
                 raise ValueError(problem)
             episodes = read_demonstrations(sac.demos, max_episodes=sac.num_demos, cameras=self.cameras)
-            self.replay.add_demos(demo_transitions(episodes, T, cameras=self.cameras,
-                                                  instructions=self.replay.instructions,
-                                                  critic_state=self.privileged))
+            demos = demo_transitions(episodes, T, cameras=self.cameras, instructions=self.replay.instructions,
+                                     critic_state=self.privileged)
+            self.replay.add_demos(demos)
+            self.fold_critic_state(demos)
         self.update_credit = 0.0  # fractional gradient steps carried to the next iteration
         self.critic_steps = 0
+
+    def add_online(self, new: Any) -> None:
+        """Put online chunk transitions into the replay (their critic states into the statistics)."""
+        self.replay.online.extend(new)
+        self.fold_critic_state(new)
+
+    def fold_critic_state(self, transitions: Any) -> None:
+        if self.critic_state_norm is not None and len(transitions):
+            self.critic_state_norm.fold(transitions["critic_state"])
 
     def values(self, net: QEnsemble, state: torch.Tensor, actions: torch.Tensor,
                members: torch.Tensor | None = None) -> torch.Tensor:
@@ -253,7 +268,8 @@ class SACState:
         with an encoder its features of the state and camera images [B, F] (``target``: the polyak copy's), or
         with ``algorithm.critic_obs=critic_state`` the env's privileged state [B, C]."""
         if self.privileged:
-            return batch["next_critic_state" if next_obs else "critic_state"]
+            x = batch["next_critic_state" if next_obs else "critic_state"]
+            return x if self.critic_state_norm is None else self.critic_state_norm.normalize(x)
         state = batch["next_state" if next_obs else "state"]
         if self.encoder is None:
             return state
@@ -267,6 +283,8 @@ class SACState:
                "update_credit": self.update_credit, "critic_steps": self.critic_steps}
         if self.encoder is not None:
             out["encoder"], out["encoder_target"] = self.encoder.state_dict(), self.encoder_target.state_dict()
+        if self.critic_state_norm is not None:
+            out["critic_state_norm"] = self.critic_state_norm.state_dict()
         if with_replay:
             out["replay"] = self.replay.state_dict()
         return out
@@ -277,6 +295,11 @@ class SACState:
         if self.encoder is not None:
             self.encoder.load_state_dict(state["encoder"])
             self.encoder_target.load_state_dict(state["encoder_target"])
+        if self.critic_state_norm is not None:  # a state saved before the statistics: its critics read it raw
+            if "critic_state_norm" in state:
+                self.critic_state_norm.load_state_dict(state["critic_state_norm"])
+            else:
+                self.critic_state_norm = None
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
         self.q_opt.load_state_dict(state["q_opt"])
@@ -467,7 +490,7 @@ def replay_update(st: SACState, new: Any, cfg: SoftCriticConfig, take_steps: Any
     """The replay bookkeeping of every soft actor-critic update: put the ``new`` chunk transitions into
     ``st.replay``, then (once ``learning_starts`` rows are in) earn ``utd_ratio`` gradient steps per new row,
     carrying the fraction to the next iteration, and run ``take_steps(steps) -> metrics``."""
-    st.replay.online.extend(new)
+    st.add_online(new)
     out: dict[str, float] = {"replay_size": float(len(st.replay)), "critic_steps": 0.0}
     if len(st.replay) < cfg.learning_starts:
         return out
