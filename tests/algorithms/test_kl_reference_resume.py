@@ -57,3 +57,40 @@ def test_no_reference_file_without_kl(tmp_path):
     assert not load_reference(w, str(tmp_path))
     with_kl = _worker(None)
     assert not load_reference(with_kl, str(tmp_path))  # KL on, old checkpoint: keeps the built one, warns
+
+
+def test_a_resume_with_new_learning_rates_uses_them(tmp_path):
+    """``vlarl-train resume=<run> algorithm.lr=... algorithm.critic_lr=...``: Adam's moments come from the
+    checkpoint, the learning rates from the new config (optimizer.load_state_dict alone restores the saved ones)."""
+    from dataclasses import replace
+
+    cfg = replace(CFG, critic_lr=1e-3)
+    first = _worker(None, cfg)
+    first.train(make_traj(1))
+    first.save(str(tmp_path), {"iteration": 1, "env_steps": 0})
+    resumed = _worker(None, replace(cfg, lr=3e-5, critic_lr=3e-4))
+    resumed.load(str(tmp_path))
+    assert [g["lr"] for g in resumed.optimizer.param_groups] == [3e-5, 3e-4]
+    assert resumed.optimizer.param_groups[1]["lr_scale"] == 3e-4 / 3e-5  # annealing keeps the new ratio
+    moments = [resumed.optimizer.state[p]["exp_avg"] for p in resumed.policy.parameters()]
+    saved = [first.optimizer.state[p]["exp_avg"] for p in first.policy.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(moments, saved, strict=True))
+    same = _worker(None, cfg)
+    same.load(str(tmp_path))
+    assert [g["lr"] for g in same.optimizer.param_groups] == [1e-2, 1e-3]  # the same config: as saved
+
+
+def test_a_resumed_sac_state_takes_the_new_critic_and_temperature_rates():
+    """The soft actor-critics' own optimizers (critics, temperature) follow the same rule on resume."""
+    from dataclasses import replace
+
+    from policies.cnn.modeling import CNNPolicy
+    from tests.algorithms.test_sac_pixels import SMALL, TINY
+    from tests.algorithms.test_sac_pixels import SPEC as PSPEC
+    from vlarl.algorithms.sac import SACState
+
+    policy = CNNPolicy(TINY, PSPEC)
+    saved = SACState(policy, SMALL, PSPEC).state_dict(with_replay=False)
+    back = SACState(policy, replace(SMALL, q_lr=1e-5, alpha_lr=2e-5), PSPEC)
+    back.load_state_dict(saved)
+    assert back.q_opt.param_groups[0]["lr"] == 1e-5 and back.alpha_opt.param_groups[0]["lr"] == 2e-5

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from vlarl.algorithms.chunk_td import chunk_td_target
+from vlarl.algorithms.optim_state import load_keeping_config
 from vlarl.algorithms.q_ensemble import QEnsemble
 from vlarl.algorithms.replay import MixedReplay
 from vlarl.algorithms.spec import AlgorithmConfig
@@ -121,7 +122,7 @@ class AWACState:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.q.load_state_dict(state["q"])
         self.q_target.load_state_dict(state["q_target"])
-        self.q_opt.load_state_dict(state["q_opt"])
+        load_keeping_config(self.q_opt, state["q_opt"])  # a resume's new algorithm.q_lr applies
         if "replay" in state:
             self.replay.load_state_dict(state["replay"])
         self.update_credit = float(state["update_credit"])

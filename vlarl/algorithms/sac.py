@@ -43,6 +43,7 @@ from vlarl.algorithms.chunk_td import chunk_td_target
 from vlarl.algorithms.critic_files import read_critics, shape_problem
 from vlarl.algorithms.hl_gauss import HLGaussSupport, bins_to_value, hl_gauss_loss
 from vlarl.algorithms.image_aug import shift_batch
+from vlarl.algorithms.optim_state import load_keeping_config
 from vlarl.algorithms.q_ensemble import QEnsemble
 from vlarl.algorithms.replay import InstructionIds, MixedReplay, demo_transitions, trajectory_transitions
 from vlarl.algorithms.soft_critic_config import (
@@ -302,8 +303,8 @@ class SACState:
                 self.critic_state_norm = None
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        self.q_opt.load_state_dict(state["q_opt"])
-        self.alpha_opt.load_state_dict(state["alpha_opt"])
+        load_keeping_config(self.q_opt, state["q_opt"])  # a resume's new algorithm.q_lr / alpha_lr apply
+        load_keeping_config(self.alpha_opt, state["alpha_opt"])
         if "replay" in state:
             self.replay.load_state_dict(state["replay"])
         self.update_credit = float(state["update_credit"])

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from vlarl.algorithms.awac import AWACConfig, awac_steps, make_awac_state, validate_awac
+from vlarl.algorithms.optim_state import load_keeping_config
 from vlarl.algorithms.replay import TRANSITION_KEYS
 from vlarl.algorithms.sac import RLPDConfig, SACConfig, make_sac_state, sac_steps, validate_sac
 from vlarl.hil.config import LearnerConfig
@@ -211,7 +212,7 @@ class RobotLearner:
                              f"{self.cfg.name}; resume with the same learner or start a new output")
         self.policy.load_state_dict(sd["policy"])
         self.state.load_state_dict(sd["algorithm"])
-        self.pi_opt.load_state_dict(sd["pi_opt"])
+        load_keeping_config(self.pi_opt, sd["pi_opt"])  # a resume's new learning rate applies
         self.version, self.updates, self.episodes = int(sd["version"]), int(sd["updates"]), int(sd["episodes"])
         self.generator.set_state(sd["generator"])
         torch.set_rng_state(sd["torch_rng"])

@@ -16,6 +16,7 @@ import torch
 from policies.base import PolicySpec
 from policies.registry import make_policy
 from vlarl.algorithms.off_policy import behaviour_version_of
+from vlarl.algorithms.optim_state import load_keeping_config
 from vlarl.algorithms.registry import algorithm_spec
 from vlarl.data.trajectory import Trajectory
 from vlarl.scheduler import collective
@@ -172,7 +173,7 @@ class ActorWorker:
         d = Path(directory)
         self.policy.load_state_dict(load_file(str(d / "model.safetensors"), device=str(self.device)))
         state = torch.load(d / TRAINER_STATE, weights_only=False)
-        self.optimizer.load_state_dict(state.pop("optimizer"))
+        load_keeping_config(self.optimizer, state.pop("optimizer"))  # the new lr of a resume with algorithm.lr=...
         self.generator.set_state(state.pop("generator"))
         torch.set_rng_state(state.pop("torch_rng"))
         self.version = int(state.pop("policy_version", state.get("iteration", 0)))
