@@ -1,0 +1,126 @@
+"""Vision pretraining (``vlarl/vision_pretrain.py``, ``scripts/pretrain_vision.py``): the tiny OFT's towers learn to
+say where things are in a frame; the script's saved policy holds the trained towers, the untouched rest and the
+demonstrations' state statistics, and loads for SFT; bad input is one line, exit 2, nothing written.
+
+The learning check uses synthetic frames (a white square on black; the target is its position), so it is quick and
+its answer is known; the script runs the real ManiSkill language task with its scripted expert's demonstrations."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("mani_skill")
+
+TASK = "PushCubeToColor-v1"
+
+
+def _tiny_oft(experiment: str = "multitask_oft_sft_rl", *more: str):
+    from vlarl.experiments import training_policy
+
+    return training_policy([f"experiment={experiment}", f"env.tasks=[{TASK}]", "env.image_size=32", *more], seed=0)
+
+
+def _squares(n: int, size: int = 32, side: int = 8, seed: int = 0):
+    from vlarl.vision_pretrain import Frames
+
+    g = np.random.default_rng(seed)
+    xy = g.integers(0, size - side, size=(n, 2))
+    im = np.zeros((n, size, size, 3), np.uint8)
+    for i, (x, y) in enumerate(xy):
+        im[i, y:y + side, x:x + side] = 255
+    states = np.concatenate([xy.astype(np.float32), np.full((n, 1), 3.0, np.float32)], 1)  # a constant third dim
+    return Frames(torch.from_numpy(im), torch.from_numpy(states), episodes=n)
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_the_towers_learn_where_a_square_is_and_nothing_else_moves(frozen):
+    """With policy.freeze_vision=true the towers are trained here all the same, and stay frozen for SFT and RL."""
+    from vlarl.vision_pretrain import pretrain_towers
+
+    _, _, policy = _tiny_oft("multitask_oft_sft_rl", f"policy.freeze_vision={str(frozen).lower()}")
+    grad = {n: p.requires_grad for n, p in policy.named_parameters()}
+    assert any(grad.values()) and all(not g for n, g in grad.items() if "vision_backbone" in n) == frozen
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    seen = []
+    rec = pretrain_towers(policy, _squares(640), epochs=12, batch_size=32, lr=2e-3, seed=0,
+                          log=lambda e, loss, r2: seen.append((e, loss, r2)))
+    assert rec["targets"] == 2 and rec["target_dims"] == [0, 1]  # the constant dim is not a target
+    assert rec["val_r2_before"] < 0.2 and rec["val_r2_after"] > 0.6, rec
+    assert [e for e, _, _ in seen] == list(range(12)) and rec["loss"][-1] < rec["loss"][0]
+    after = policy.state_dict()
+    moved = {k for k in after if not torch.equal(after[k], before[k])}
+    assert moved and all(k.startswith("model.vision_backbone.") for k in moved), sorted(moved)[:5]
+    assert not policy.model.vision_backbone.training  # left in eval mode, as the policy was
+    assert {n: p.requires_grad for n, p in policy.named_parameters()} == grad
+
+
+def test_constant_scene_states_and_other_families_are_refused():
+    from vlarl.vision_pretrain import Frames, check_supported, pretrain_towers
+
+    _, _, policy = _tiny_oft()
+    flat = Frames(torch.zeros(8, 32, 32, 3, dtype=torch.uint8), torch.ones(8, 3), episodes=8)
+    with pytest.raises(ValueError, match="constant"):
+        pretrain_towers(policy, flat, epochs=1)
+    _, _, smolvla = _tiny_oft("multitask_smolvla_sft_rl")
+    with pytest.raises(ValueError, match="OpenVLA family"):
+        check_supported(smolvla)
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory):
+    from simulators.maniskill_multitask import ManiSkillMultiTaskConfig
+    from vlarl import system_env
+    from vlarl.multitask_demos import build_multitask_demos
+
+    system_env.apply()
+    root = tmp_path_factory.mktemp("pv")
+    cfg = ManiSkillMultiTaskConfig(tasks=[TASK], control_mode="pd_ee_delta_pos", obs_mode="rgb", image_size=32,
+                                   num_envs=2, reward_mode="normalized_dense")
+    build_multitask_demos(cfg, root / "demos", 2, root=root, seed=0, log=lambda m: None)
+    return root / "demos" / "trajectories.h5"
+
+
+def test_the_script_saves_a_policy_with_trained_towers_and_the_demonstrations_statistics(demos, tmp_path):
+    from policies.base import Policy
+    from scripts import pretrain_vision as script
+    from vlarl.data.demonstrations import read_maniskill_h5
+
+    out = tmp_path / "seen"
+    assert script.main(["--demos", str(demos), "--out", str(out), "--frames", "24", "--epochs", "2",
+                        "--num-envs", "2", "--scene-steps", "8", "--", f"env.tasks=[{TASK}]",
+                        "env.image_size=32"]) == 0
+    rec = json.loads((out / "pretrain.json").read_text())
+    assert (rec["frames"], rec["val_frames"], rec["epochs"]) == (24, 2, 2)
+    # 2 envs, 8-step scenes of 2 chunks: 24 frames are 12 rounds, so about 12 scenes (not 2 long episodes)
+    assert rec["episodes"] >= 8 and rec["targets"] >= 4 and len(rec["val_r2_per_dim"]) == rec["targets"]
+    saved = Policy.from_pretrained(out)
+    _, _, fresh = _tiny_oft()  # what the script built before training (same seed)
+    sd, fd = saved.state_dict(), fresh.state_dict()
+    tower = [k for k in sd if k.startswith("model.vision_backbone.")]
+    assert any(not torch.equal(sd[k], fd[k]) for k in tower)
+    assert all(torch.equal(sd[k], fd[k]) for k in sd if k.startswith("model.language_model."))
+    states = np.concatenate([e.state for e in read_maniskill_h5(demos, cameras=["base_camera"])])
+    np.testing.assert_allclose(saved.state_norm.mean.numpy(), states.mean(0), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--demos", "{tmp}/none.h5"], "is not a file"),
+    (["--frames", "1"], "--frames must be"),
+    (["--experiment", "no_such_experiment"], "no_such_experiment"),
+])
+def test_bad_input_is_one_line_exit_2_and_nothing_written(demos, tmp_path, capsys, args, needle):
+    from scripts import pretrain_vision as script
+
+    out = tmp_path / "seen"
+    args = [a.format(tmp=tmp_path) for a in args]
+    base = ["--demos", str(demos), "--out", str(out)]
+    with pytest.raises(SystemExit) as e:
+        script.main([*base, *args, "--", f"env.tasks=[{TASK}]"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert needle in err and "error:" in err
+    assert not out.exists()
