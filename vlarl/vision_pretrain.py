@@ -13,7 +13,7 @@ the policy is saved with the pretrained towers and the demonstrations' state sta
 training it (``scripts/multitask_sft_rl.py --sft-from``). Built with ``policy.freeze_vision=true`` the towers are
 still trained here and the saved policy keeps them frozen through SFT and RL.
 
-Only the policy's own image path is used (the camera it reads, ``pixel_values`` at its size and statistics), so
+Only the policy's own image path is used (``pixel_inputs``: its camera, image conventions, size and statistics), so
 what the towers learn is what they see in RL. The OpenVLA family (OpenVLA, OpenVLA-OFT) is supported; others are
 refused in one line.
 """
@@ -56,6 +56,9 @@ def check_supported(policy: Any) -> None:
                          "a policy without FiLM")
     if not policy.spec.image_keys:
         raise ValueError("the policy reads no camera (a state-only env): there is nothing to pretrain")
+    if policy.cfg.num_images > 1:
+        raise ValueError(f"the policy reads {policy.cfg.num_images} cameras; vision pretraining collects one: "
+                         f"pretrain a policy with policy.num_images=1")
 
 
 def collect_frames(env: Any, camera: str, frames: int, chunk: int, seed: int,
@@ -94,14 +97,6 @@ class StateHead(nn.Module):
         return self.net(features)
 
 
-def _pixels(policy: Any, images: torch.Tensor) -> torch.Tensor:
-    """The policy's own image path: uint8 [B, H, W, 3] -> pixel values at its size and statistics."""
-    from policies.ar_vla.prismatic_vision import pixel_values
-
-    cfg = policy.cfg
-    return pixel_values(images, cfg.timm_model_ids, cfg.image_sizes[0]).to(next(policy.parameters()).dtype)
-
-
 def r2(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Per-dimension R^2 [K] of targets standardized over all frames: 1 - mean squared error (their variance is 1,
     so a few validation frames whose own spread is small do not blow it up)."""
@@ -135,8 +130,10 @@ def pretrain_towers(policy: Any, data: Frames, epochs: int, batch_size: int = 64
         p.requires_grad_(True)
     opt = torch.optim.Adam([*backbone.parameters(), *head.parameters()], lr=lr)
 
+    camera = policy.spec.image_keys[0]  # read through the policy's own image path (conventions, size, statistics)
+
     def predict(idx: torch.Tensor) -> torch.Tensor:
-        return head(backbone(_pixels(policy, data.images[idx])).float())
+        return head(backbone(policy.pixel_inputs({"images": {camera: data.images[idx]}})).float())
 
     def val_r2() -> torch.Tensor:
         backbone.eval()
@@ -145,7 +142,7 @@ def pretrain_towers(policy: Any, data: Frames, epochs: int, batch_size: int = 64
         backbone.train()
         return r2(got, y[val])
 
-    before = val_r2()
+    before = after = val_r2()
     losses: list[float] = []
     backbone.train()
     for epoch in range(epochs):
@@ -159,9 +156,9 @@ def pretrain_towers(policy: Any, data: Frames, epochs: int, batch_size: int = 64
             opt.step()
             total, n = total + float(loss.detach()) * len(idx), n + len(idx)
         losses.append(total / max(n, 1))
+        after = val_r2()
         if log is not None:
-            log(epoch, losses[-1], float(val_r2().mean()))
-    after = val_r2()
+            log(epoch, losses[-1], float(after.mean()))
     backbone.eval()
     for p, flag in flags:
         p.requires_grad_(flag)

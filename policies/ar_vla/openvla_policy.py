@@ -246,7 +246,9 @@ class OpenVLAPolicy(VLAPolicy):
             cache[instruction] = [BOS, *ids] + ([] if ids and ids[-1] == EMPTY_TOKEN else [EMPTY_TOKEN])
         return cache[instruction]
 
-    def _inputs(self, obs: dict[str, Any]):
+    def pixel_inputs(self, obs: dict[str, Any]) -> torch.Tensor:
+        """The towers' input from ``obs``: the cameras the policy reads (or its black frames), through the
+        checkpoint's image conventions, resized and normalized per tower, in the model's dtype."""
         if self.blank_cameras:  # a state-only env: constant black frames, the state enters as the proprio token
             size, batch = self.cfg.image_sizes[0], len(as_float_tensor(obs["state"], self.device))
             ims = [torch.zeros(batch, size, size, 3, dtype=torch.uint8, device=self.device)] * self.cfg.num_images
@@ -257,13 +259,17 @@ class OpenVLAPolicy(VLAPolicy):
             if self.conventions is not None:  # the checkpoint's own LIBERO image path (TF-exact resize, crop)
                 ims = [self.conventions[0].apply(im) for im in ims]
         pv = torch.cat([pixel_values(im, self.cfg.timm_model_ids, self.cfg.image_sizes[0]) for im in ims], 1)
+        return pv.to(DTYPES[self.config.dtype])
+
+    def _inputs(self, obs: dict[str, Any]):
+        pv = self.pixel_inputs(obs)
         ids, mask = self._text(list(obs.get("instruction", [])), pv.shape[0])
         proprio = None
         if isinstance(self.model, OpenVLAOFT) and self.model.proprio_projector is not None:
             state = as_float_tensor(obs["state"], self.device)
             proprio = self.proprio_stats.normalize(state) if self.proprio_stats is not None else \
                 self.state_norm.normalize(state).clamp(-5, 5)
-        return ids, mask, pv.to(DTYPES[self.config.dtype]), proprio
+        return ids, mask, pv, proprio
 
     # -- the two distributions ----------------------------------------------------------------------------
     def _token_log_probs(self, h: torch.Tensor) -> torch.Tensor:
