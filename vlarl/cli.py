@@ -29,6 +29,8 @@ USAGE_EVAL = """usage: vlarl-eval checkpoint=<policy dir> [env=<config>] [env.ta
   suites (pinned tasks x episodes x seeds x init states): maniskill_pushcube, maniskill_tabletop,
           libero_spatial, libero_object, libero_goal, libero_10, libero_90
   num_workers=N spreads the envs over N simulator processes (same results as N=1)
+  swap_frames=true: each env acts on the next env's camera frames (another scene), its own state and words:
+          the success left is what a pixel policy gets without reading its cameras
   writes  <output>/eval.json, eval.md (table), eval.svg (per-task success) and MP4 videos
 """
 

@@ -154,6 +154,7 @@ class EvalCLIConfig:
     video_episodes: int = 0  # per task: the first N episodes rendered to MP4
     output: str = ""  # "" = <checkpoint>/eval/<task or suite>_seed<seed>
     deterministic: bool = True
+    swap_frames: bool = False  # each env acts on the next env's camera frames (another scene): does it read them?
 
 
 # The Franka env and its tasks (robots/) register as envs (env=franka, env=franka_sim_reach) on import, as the

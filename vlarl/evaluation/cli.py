@@ -4,6 +4,7 @@
     vlarl-eval checkpoint=<dir> suite=libero_spatial [tasks=[0,3]] [num_envs=..] [num_workers=..] [video_episodes=..]
     vlarl-eval checkpoint=ws://<host>:<port> env.task=PushCube-v1 output=<dir>   (a running policy server)
     vlarl-eval --compare a/eval.json b/eval.json [metric=success_at_end]
+    vlarl-eval checkpoint=<dir> swap_frames=true num_envs=6   (each env acts on another scene's frames)
     vlarl-eval checkpoint=<dir> plugins=[my_module] hydra.searchpath=[file://<configs>] env=<plugin env>
 
 ``plugins=[...]`` and ``hydra.searchpath=[...]`` work as for ``vlarl-train``: each module is imported before the
@@ -115,6 +116,7 @@ def main(args: list[str]) -> int:
     from vlarl.checkpoint_files import check_checkpoint
     from vlarl.config import ConfigError, load_eval_config
     from vlarl.config.loader import import_plugins, plugin_modules
+    from vlarl.evaluation.ablation import FramesFromAnotherScene, check_swap_plan
     from vlarl.evaluation.protocol import check_policy_fits_env, evaluate
     from vlarl.evaluation.remote import RemotePolicy, is_server_address
     from vlarl.evaluation.suites import SuiteError, build_env_config, evaluate_suite, get_suite, suite_tasks
@@ -167,14 +169,26 @@ def main(args: list[str]) -> int:
             check_policy_fits_env(policy, probe.spec, f"env {probe.spec.task or probe_cfg.task}")
         finally:
             probe.close()
+        if cfg.swap_frames:  # before any episode runs: the refusal costs nothing
+            if not policy.spec.image_keys:
+                raise ConfigError("swap_frames=true: the policy reads no camera (a state-only checkpoint); it "
+                                  "ablates the frames of a pixel policy")
+            per_task = cfg.episodes if (suite is None or "episodes" in given) else suite.episodes_per_task
+            try:
+                check_swap_plan(per_task, cfg.num_envs)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
     except (ConfigError, EnvError, CheckpointError, SuiteError) as e:
         return _fail(str(e))
     policy.eval()
+    if cfg.swap_frames:
+        policy = FramesFromAnotherScene(policy)
     seed = cfg.seed if (suite is None or "seed" in given) else suite.seed
     if remote and not cfg.output:
         return _fail("evaluating a policy server needs output=<dir> for the results")
     out = Path(cfg.output) if cfg.output else Path(cfg.checkpoint) / "eval" / f"{label}_seed{seed}"
-    extra = {"checkpoint": cfg.checkpoint if remote else str(Path(cfg.checkpoint).resolve())}
+    extra = {"checkpoint": cfg.checkpoint if remote else str(Path(cfg.checkpoint).resolve()),
+             "swap_frames": bool(cfg.swap_frames)}
     try:
         if suite is None:
             summary = evaluate(policy, env_cfg, cfg.episodes, cfg.seed, cfg.num_envs, out, cfg.video_episodes,
