@@ -13,7 +13,8 @@ own demonstrations (``algorithm.demos=<out>/demos/trajectories.h5``) and builds 
    outputs/demos; the scripted expert for PushCubeToColor) -> ``<out>/demos/trajectories.h5``,
 2. SFT of the policy ``vlarl-train experiment=<--experiment>`` builds (``vlarl.data.sft.sft_and_save``),
    each row with its step's frame and its episode's instruction -> ``<out>/sft``,
-3. ``vlarl-eval`` of it on held-out seeds (1,000,000+), each task on its own (eval.json's ``tasks``),
+3. ``vlarl-eval`` of it on held-out seeds (1,000,000+), each task on its own (eval.json's ``tasks``); with
+   ``--swap-frames`` a second time on another scene's frames (does it read its camera?),
 4. with ``--rl-env-steps N``: ``vlarl-train experiment=<--experiment> init_from=<out>/sft`` for N env
    steps, and ``vlarl-eval`` of its last checkpoint the same way,
 5. ``<out>/result.json``: per task success (95% CI), the SFT record, wall times, the commands.
@@ -71,10 +72,15 @@ def main(argv: list[str] | None = None) -> int:
                     "kept) instead of a fresh policy; the policy overrides after -- are then not used for it")
     ap.add_argument("--rl-env-steps", type=int, default=0, help="RL env steps after SFT (the experiment's "
                     "algorithm: PPO by default); 0 = no RL stage")
+    ap.add_argument("--swap-frames", action="store_true", help="evaluate each policy a second time on another "
+                    "scene's frames (vlarl-eval swap_frames=true): the success left is what it gets without its eyes")
     add_sft_arguments(ap, epochs=40)
     add_held_out_arguments(ap, episodes=50)
     args = ap.parse_args(own)
     check_held_out_seed(ap, args.eval_seed)
+    if args.swap_frames and (args.eval_envs < 2 or args.eval_episodes % min(args.eval_envs, args.eval_episodes) == 1):
+        ap.error(f"--swap-frames: {args.eval_episodes} episodes over --eval-envs {args.eval_envs} leave a batch of "
+                 f"one scene; pick --eval-envs >= 2 with episodes % eval-envs != 1 (e.g. --eval-envs 6 for 100)")
     if args.demos < 1 or args.sft_epochs < 1 or args.rl_env_steps < 0:
         ap.error("--demos and --sft-epochs must be >= 1, --rl-env-steps >= 0")
     task_demos = {}
@@ -140,19 +146,25 @@ def main(argv: list[str] | None = None) -> int:
     bar.close()
     log(f"SFT: {sft['episodes']} demos ({sft['demo_steps']} steps) x {args.sft_epochs} epochs, loss "
         f"{sft['loss_first']:.4f} -> {sft['loss_last']:.4f}, {sft['wall_s']:.0f}s -> {sft_dir}")
-    STAGES.evaluate(sft_dir, out / "eval_sft", args.eval_episodes, args.eval_seed, args.eval_envs, "evaluate SFT")
-    result = {"sft": sft, "eval_sft": per_task(out / "eval_sft")}
+    def evaluate(checkpoint: Path, name: str, stage: str) -> None:
+        STAGES.evaluate(checkpoint, out / name, args.eval_episodes, args.eval_seed, args.eval_envs, stage)
+        result[name] = per_task(out / name)
+        if args.swap_frames:
+            STAGES.evaluate(checkpoint, out / f"{name}_swapped", args.eval_episodes, args.eval_seed, args.eval_envs,
+                            f"{stage} on another scene's frames", extra=("swap_frames=true",))
+            result[f"{name}_swapped"] = per_task(out / f"{name}_swapped")
+
+    result: dict = {"sft": sft}
+    evaluate(sft_dir, "eval_sft", "evaluate SFT")
     if args.rl_env_steps:
         run = out / "rl"
         STAGES.run([command("vlarl-train"), f"experiment={args.experiment}", f"init_from={sft_dir}", f"run_dir={run}",
                     f"total_env_steps={args.rl_env_steps}", f"seed={args.seed}", "eval.episodes=10", *rl_overrides],
                    "RL")
-        STAGES.evaluate(run / "checkpoints" / "latest", out / "eval_rl", args.eval_episodes, args.eval_seed,
-                        args.eval_envs, "evaluate SFT + RL")
-        result["eval_rl"] = per_task(out / "eval_rl")
+        evaluate(run / "checkpoints" / "latest", "eval_rl", "evaluate SFT + RL")
     result.update(wall_s=time.time() - t0, command="python scripts/multitask_sft_rl.py " + " ".join(sys.argv[1:] if argv is None else argv))
     (out / "result.json").write_text(json.dumps(result, indent=2))
-    for stage in ("eval_sft", "eval_rl"):
+    for stage in ("eval_sft", "eval_sft_swapped", "eval_rl", "eval_rl_swapped"):
         if stage in result:
             log(f"{stage}: " + ", ".join(f"{t} {r['success_once']:.2f}" for t, r in result[stage]["tasks"].items())
                 + f" ({args.eval_episodes} held-out episodes per task from seed {args.eval_seed})")

@@ -16,6 +16,8 @@ pytest.importorskip("mani_skill")
     (["--task-demos", "PickCube-v1=5"], "does not run"),
     (["--sft-from", "{out}/sft"], "the folder this run writes its SFT policy to"),
     (["--sft-from", "{tmp}/nothing"], "does not exist"),
+    (["--swap-frames", "--eval-episodes", "7", "--eval-envs", "3"], "leave a batch of one scene"),
+    (["--swap-frames", "--eval-envs", "1"], "leave a batch of one scene"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, args, needle):
     out = tmp_path / "run"
@@ -58,3 +60,20 @@ def test_an_rlpd_experiment_gets_the_scripts_own_demonstrations_and_sft_builds_w
     mine = [f"algorithm.demos={tmp_path / 'other.h5'}"]
     assert script.stage_overrides("multitask_oft_rlpd", mine, demos) == (mine, mine)
     assert script.stage_overrides("multitask_smolvla_sft_rl", ["seed=3"], demos) == (["seed=3"], ["seed=3"])
+
+
+@pytest.mark.heavy
+def test_swap_frames_evaluates_each_policy_on_another_scenes_frames_too(tmp_path):
+    """One demonstration, one epoch, two held-out episodes: with --swap-frames result.json holds the SFT policy's
+    evaluation on its own frames and on the neighbouring scene's, over the same seeds."""
+    import json
+
+    out = tmp_path / "run"
+    assert script.main(["--out", str(out), "--experiment", "multitask_oft_sft_rl", "--demos", "1", "--sft-epochs", "1",
+                        "--eval-episodes", "2", "--eval-envs", "2", "--swap-frames",
+                        "--", "env.tasks=[PushCube-v1]"]) == 0
+    result = json.loads((out / "result.json").read_text())
+    own, swapped = result["eval_sft"], result["eval_sft_swapped"]
+    assert own["episodes"] == swapped["episodes"] == 2 and list(swapped["tasks"]) == ["PushCube-v1"]
+    assert json.loads((out / "eval_sft_swapped" / "eval.json").read_text())["swap_frames"] is True
+    assert json.loads((out / "eval_sft" / "eval.json").read_text())["swap_frames"] is False
