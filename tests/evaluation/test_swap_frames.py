@@ -97,9 +97,9 @@ def test_cli_swapped_evaluation_differs_and_is_recorded(oft_checkpoint, tmp_path
 
     common = [f"checkpoint={oft_checkpoint}", "episodes=4", "num_envs=2", "video_episodes=0"]
     assert main([*common, f"output={tmp_path / 'plain'}"]) == 0
-    assert main([*common, "swap_frames=true", f"output={tmp_path / 'swapped'}"]) == 0
+    assert main([*common, "swap_frames=true"]) == 0  # the default folder: beside the plain one, not over it
     plain = json.loads((tmp_path / "plain" / "eval.json").read_text())
-    swapped = json.loads((tmp_path / "swapped" / "eval.json").read_text())
+    swapped = json.loads((oft_checkpoint / "eval" / "PushCube-v1_seed1000000_swapped" / "eval.json").read_text())
     assert plain["swap_frames"] is False and swapped["swap_frames"] is True
     assert swapped["episodes"] == plain["episodes"] == 4
     assert [e["seed"] for e in swapped["per_episode"]] == [e["seed"] for e in plain["per_episode"]]

@@ -34,11 +34,10 @@ class FramesFromAnotherScene:
         if not images:
             raise ValueError("swap_frames=true: the observation holds no camera frames (a state-only env or "
                              "policy); evaluate a pixel policy on its camera env")
+        if len(next(iter(images.values()))) < 2:
+            raise ValueError("swap_frames=true needs at least 2 envs per batch (num_envs >= 2)")
         rolled = {k: torch.roll(v, 1, 0) if isinstance(v, torch.Tensor) else np.roll(np.asarray(v), 1, 0)
                   for k, v in images.items()}
-        first = next(iter(images.values()))
-        if len(first) < 2:
-            raise ValueError("swap_frames=true needs at least 2 envs per batch (num_envs >= 2)")
         return {**obs, "images": rolled}
 
     def act(self, obs: dict[str, Any]) -> torch.Tensor:

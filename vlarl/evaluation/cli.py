@@ -186,7 +186,8 @@ def main(args: list[str]) -> int:
     seed = cfg.seed if (suite is None or "seed" in given) else suite.seed
     if remote and not cfg.output:
         return _fail("evaluating a policy server needs output=<dir> for the results")
-    out = Path(cfg.output) if cfg.output else Path(cfg.checkpoint) / "eval" / f"{label}_seed{seed}"
+    ablated = "_swapped" if cfg.swap_frames else ""  # never over the plain evaluation's folder
+    out = Path(cfg.output) if cfg.output else Path(cfg.checkpoint) / "eval" / f"{label}_seed{seed}{ablated}"
     extra = {"checkpoint": cfg.checkpoint if remote else str(Path(cfg.checkpoint).resolve()),
              "swap_frames": bool(cfg.swap_frames)}
     try:
