@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from policies.inputs import ReadsInstructions
+
 
 class FramesFromAnotherScene:
     """``policy`` acting on the batch's camera frames rolled by one env; everything else is ``policy``'s own.
@@ -24,9 +26,13 @@ class FramesFromAnotherScene:
 
     def __init__(self, policy: Any):
         self.policy = policy
+        self.name = policy.name  # what the evaluation records (with ``swap_frames: true`` beside it)
+        self.spec = policy.spec  # what it is checked against: the wrapped policy's cameras, dims, sizes
 
-    def __getattr__(self, name: str) -> Any:  # name, spec, eval, ...: the wrapped policy's
-        return getattr(self.policy, name)
+    def check_instructions(self, instructions: list[str]) -> None:
+        """The wrapped policy's check where it reads words; the frames, not the words, are what is swapped."""
+        if isinstance(self.policy, ReadsInstructions):
+            self.policy.check_instructions(instructions)
 
     @staticmethod
     def swap(obs: dict[str, Any]) -> dict[str, Any]:
