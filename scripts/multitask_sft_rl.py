@@ -78,9 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     add_held_out_arguments(ap, episodes=50)
     args = ap.parse_args(own)
     check_held_out_seed(ap, args.eval_seed)
-    if args.swap_frames and (args.eval_envs < 2 or args.eval_episodes % min(args.eval_envs, args.eval_episodes) == 1):
-        ap.error(f"--swap-frames: {args.eval_episodes} episodes over --eval-envs {args.eval_envs} leave a batch of "
-                 f"one scene; pick --eval-envs >= 2 with episodes % eval-envs != 1 (e.g. --eval-envs 6 for 100)")
+    if args.swap_frames:
+        from vlarl.evaluation.ablation import check_swap_plan
+
+        try:
+            check_swap_plan(args.eval_episodes, args.eval_envs)
+        except ValueError as e:
+            ap.error(f"--swap-frames (--eval-episodes / --eval-envs): {e}")
     if args.demos < 1 or args.sft_epochs < 1 or args.rl_env_steps < 0:
         ap.error("--demos and --sft-epochs must be >= 1, --rl-env-steps >= 0")
     task_demos = {}

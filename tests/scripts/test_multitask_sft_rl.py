@@ -16,8 +16,8 @@ pytest.importorskip("mani_skill")
     (["--task-demos", "PickCube-v1=5"], "does not run"),
     (["--sft-from", "{out}/sft"], "the folder this run writes its SFT policy to"),
     (["--sft-from", "{tmp}/nothing"], "does not exist"),
-    (["--swap-frames", "--eval-episodes", "7", "--eval-envs", "3"], "leave a batch of one scene"),
-    (["--swap-frames", "--eval-envs", "1"], "leave a batch of one scene"),
+    (["--swap-frames", "--eval-episodes", "7", "--eval-envs", "3"], "leave a last batch of one scene"),
+    (["--swap-frames", "--eval-envs", "1"], "needs num_envs >= 2"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, args, needle):
     out = tmp_path / "run"
