@@ -86,6 +86,8 @@ def test_batches_that_cannot_swap_are_refused():
                                                  "images": {"base": torch.zeros(1, 4, 4, 3, dtype=torch.uint8)}})
     with pytest.raises(ValueError, match=r"num_envs=4"):
         check_swap_plan(7, 3)  # a last batch of one episode
+    with pytest.raises(ValueError, match=r"e\.g\. num_envs=4\)"):
+        check_swap_plan(7, 2)  # the suggestion fits: 7 over 3 would leave one too
     with pytest.raises(ValueError, match="num_envs >= 2"):
         check_swap_plan(100, 1)
     check_swap_plan(100, 6)  # last batch of 4: fine

@@ -60,6 +60,7 @@ def check_swap_plan(episodes: int, num_envs: int) -> None:
         raise ValueError(f"swap_frames=true needs num_envs >= 2 and episodes >= 2 (got {num_envs}): each env acts "
                          f"on another env's frames")
     if episodes % num_envs == 1:
+        fits = next(n for n in range(num_envs + 1, episodes + 1) if episodes % n != 1)  # n = episodes always fits
         raise ValueError(f"swap_frames=true: {episodes} episodes over num_envs={num_envs} leave a last batch of one "
                          f"scene, which would see its own frames; choose num_envs so that episodes % num_envs != 1 "
-                         f"(e.g. num_envs={num_envs + 1})")
+                         f"(e.g. num_envs={fits})")
