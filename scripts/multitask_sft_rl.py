@@ -14,7 +14,8 @@ own demonstrations (``algorithm.demos=<out>/demos/trajectories.h5``) and builds 
 2. SFT of the policy ``vlarl-train experiment=<--experiment>`` builds (``vlarl.data.sft.sft_and_save``),
    each row with its step's frame and its episode's instruction -> ``<out>/sft``,
 3. ``vlarl-eval`` of it on held-out seeds (1,000,000+), each task on its own (eval.json's ``tasks``); with
-   ``--swap-frames`` a second time on another scene's frames (does it read its camera?),
+   ``--swap-frames`` a second time on another scene's frames (does it read its camera?), with ``--other-words``
+   the language task once more under the words that name its other goal (does it read its instruction?),
 4. with ``--rl-env-steps N``: ``vlarl-train experiment=<--experiment> init_from=<out>/sft`` for N env
    steps, and ``vlarl-eval`` of its last checkpoint the same way,
 5. ``<out>/result.json``: per task success (95% CI), the SFT record, wall times, the commands.
@@ -42,6 +43,7 @@ from vlarl.experiments import (
 )
 
 EXPERIMENT = "multitask_smolvla_sft_rl"
+LANGUAGE_TASK = "PushCubeToColor-v1"  # simulators.language_tasks.TASK_ID (not imported here: it needs ManiSkill)
 STAGES = Stages("multitask")
 log = STAGES.log
 
@@ -56,6 +58,11 @@ def stage_overrides(experiment: str, overrides: list[str], demos: Path) -> tuple
             o.startswith("algorithm.demos=") for o in overrides):
         return list(overrides), list(overrides)
     return [*overrides, "algorithm.demos=''", "algorithm.demo_ratio=0"], [*overrides, f"algorithm.demos={demos}"]
+
+
+def other_words_overrides() -> tuple[str, ...]:
+    """``vlarl-eval`` arguments for the language task alone, each episode reporting the words of its other goal."""
+    return (f"env.tasks=[{LANGUAGE_TASK}]", f"+env.task_kwargs.{LANGUAGE_TASK}.instruction=other")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
                     "algorithm: PPO by default); 0 = no RL stage")
     ap.add_argument("--swap-frames", action="store_true", help="evaluate each policy a second time on another "
                     "scene's frames (vlarl-eval swap_frames=true): the success left is what it gets without its eyes")
+    ap.add_argument("--other-words", action="store_true", help=f"evaluate each policy on {LANGUAGE_TASK} once more "
+                    "with the words naming the other goal (success still counts at the drawn one): the gap to its "
+                    "own words is what the instruction is worth to it")
     add_sft_arguments(ap, epochs=40)
     add_held_out_arguments(ap, episodes=50)
     args = ap.parse_args(own)
@@ -129,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
         episodes_per_task(list(cfg.env.tasks), args.demos, task_demos)
     except EnvError as e:
         ap.error(str(e))
+    tasks = list(getattr(cfg.env, "tasks", ()))
+    if args.other_words and LANGUAGE_TASK not in tasks:
+        ap.error(f"--other-words: env.tasks={tasks} does not run {LANGUAGE_TASK}, the task whose words name the "
+                 f"goal; add it to env.tasks or leave --other-words out")
     out.mkdir(parents=True, exist_ok=True)
     if not demos.is_file():
         made = build_multitask_demos(cfg.env, out / "demos", args.demos, seed=args.seed, log=log,
@@ -157,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
             STAGES.evaluate(checkpoint, out / f"{name}_swapped", args.eval_episodes, args.eval_seed, args.eval_envs,
                             f"{stage} on another scene's frames", extra=("swap_frames=true",))
             result[f"{name}_swapped"] = per_task(out / f"{name}_swapped")
+        if args.other_words:
+            STAGES.evaluate(checkpoint, out / f"{name}_other_words", args.eval_episodes, args.eval_seed,
+                            args.eval_envs, f"{stage} on {LANGUAGE_TASK} with the other goal's words",
+                            extra=other_words_overrides())
+            result[f"{name}_other_words"] = per_task(out / f"{name}_other_words")
 
     result: dict = {"sft": sft}
     evaluate(sft_dir, "eval_sft", "evaluate SFT")
@@ -168,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         evaluate(run / "checkpoints" / "latest", "eval_rl", "evaluate SFT + RL")
     result.update(wall_s=time.time() - t0, command="python scripts/multitask_sft_rl.py " + " ".join(sys.argv[1:] if argv is None else argv))
     (out / "result.json").write_text(json.dumps(result, indent=2))
-    for stage in ("eval_sft", "eval_sft_swapped", "eval_rl", "eval_rl_swapped"):
+    for stage in ("eval_sft", "eval_sft_swapped", "eval_sft_other_words", "eval_rl", "eval_rl_swapped",
+                  "eval_rl_other_words"):
         if stage in result:
             log(f"{stage}: " + ", ".join(f"{t} {r['success_once']:.2f}" for t, r in result[stage]["tasks"].items())
                 + f" ({args.eval_episodes} held-out episodes per task from seed {args.eval_seed})")

@@ -77,3 +77,34 @@ def test_swap_frames_evaluates_each_policy_on_another_scenes_frames_too(tmp_path
     assert own["episodes"] == swapped["episodes"] == 2 and list(swapped["tasks"]) == ["PushCube-v1"]
     assert json.loads((out / "eval_sft_swapped" / "eval.json").read_text())["swap_frames"] is True
     assert json.loads((out / "eval_sft" / "eval.json").read_text())["swap_frames"] is False
+
+
+def test_other_words_without_the_language_task_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        script.main(["--out", str(out), "--other-words", "--", "env.tasks=[PushCube-v1,PullCube-v1]"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--other-words" in err and "PushCubeToColor-v1" in err and "error:" in err
+    assert not out.exists()
+
+
+@pytest.mark.heavy
+def test_other_words_evaluates_the_language_task_under_the_other_goals_words(tmp_path):
+    """With --other-words result.json holds a third evaluation of the SFT policy: the language task alone, each
+    episode reporting the words of the goal that does not count, over the same held-out seeds."""
+    import json
+
+    out = tmp_path / "run"
+    assert script.main(["--out", str(out), "--experiment", "multitask_oft_sft_rl", "--demos", "1", "--sft-epochs", "1",
+                        "--eval-episodes", "2", "--eval-envs", "2", "--other-words",
+                        "--", "env.tasks=[PushCubeToColor-v1,PushCube-v1]"]) == 0
+    result = json.loads((out / "result.json").read_text())
+    assert list(result["eval_sft"]["tasks"]) == ["PushCubeToColor-v1", "PushCube-v1"]
+    other = result["eval_sft_other_words"]
+    assert list(other["tasks"]) == ["PushCubeToColor-v1"] and other["episodes"] == 2
+    ev = json.loads((out / "eval_sft_other_words" / "eval.json").read_text())
+    assert ev["env_config"]["task_kwargs"] == {"PushCubeToColor-v1": {"instruction": "other"}}
+    own = json.loads((out / "eval_sft" / "eval.json").read_text())
+    assert ev["seed_start"] == own["seed_start"] == 1_000_000
+    assert own["env_config"]["task_kwargs"] == {}
