@@ -13,6 +13,11 @@ the policy is saved with the pretrained towers and the demonstrations' state sta
 training it (``scripts/multitask_sft_rl.py --sft-from``). Built with ``policy.freeze_vision=true`` the towers are
 still trained here and the saved policy keeps them frozen through SFT and RL.
 
+Towers with FiLM (``policy.arch.use_film=true``, OFT+: the words scale and shift every block's features) are
+pretrained as plain towers: their FiLM maps are set to zero, which makes each FiLM the identity for any words, and
+left out of this stage, so SFT starts from exactly the pretrained features and learns how the words should modulate
+them (with ``policy.freeze_vision=true`` SFT and RL train the FiLM maps only, as OFT+ does).
+
 Only the policy's own image path is used (``pixel_inputs``: its camera, image conventions, size and statistics), so
 what the towers learn is what they see in RL. The OpenVLA family (OpenVLA, OpenVLA-OFT) is supported; others are
 refused in one line.
@@ -51,9 +56,6 @@ def check_supported(policy: Any) -> None:
     if not isinstance(policy, OpenVLAPolicy):
         raise ValueError(f"vision pretraining reads the OpenVLA family's towers (policy=openvla, openvla_oft); "
                          f"{type(policy).__name__} has its own vision path: leave this stage out for it")
-    if policy.model.vision_backbone.film:
-        raise ValueError("the towers have FiLM (policy.arch.use_film): their features depend on the words; pretrain "
-                         "a policy without FiLM")
     if not policy.spec.image_keys:
         raise ValueError("the policy reads no camera (a state-only env): there is nothing to pretrain")
     if policy.cfg.num_images > 1:
@@ -84,6 +86,11 @@ def collect_frames(env: Any, camera: str, frames: int, chunk: int, seed: int,
     im = torch.as_tensor(np.concatenate([np.asarray(i) for i in images]))[:frames]
     st = torch.as_tensor(np.concatenate([np.asarray(s, dtype=np.float32) for s in states]))[:frames]
     return Frames(im, st, episodes)
+
+
+def film_maps(backbone: nn.Module) -> list[nn.Parameter]:
+    """The FiLM projections' parameters of ``backbone`` (every block's ``scale`` / ``shift``; none without FiLM)."""
+    return [p for name, p in backbone.named_parameters() if name.split(".")[-2] in ("scale", "shift")]
 
 
 class StateHead(nn.Module):
@@ -126,14 +133,21 @@ def pretrain_towers(policy: Any, data: Frames, epochs: int, batch_size: int = 64
     # this stage trains the towers even where the policy's config freezes them for SFT and RL
     # (policy.freeze_vision=true: the pretrained features are then kept as they are)
     flags = [(p, p.requires_grad) for p in backbone.parameters()]
-    for p, _ in flags:
+    film = film_maps(backbone)
+    with torch.no_grad():  # FiLM as the identity for any words: SFT learns the modulation from these features
+        for p in film:
+            p.zero_()
+    trained = [p for p in backbone.parameters() if all(p is not f for f in film)]
+    for p in trained:
         p.requires_grad_(True)
-    opt = torch.optim.Adam([*backbone.parameters(), *head.parameters()], lr=lr)
+    opt = torch.optim.Adam([*trained, *head.parameters()], lr=lr)
 
     camera = policy.spec.image_keys[0]  # read through the policy's own image path (conventions, size, statistics)
 
     def predict(idx: torch.Tensor) -> torch.Tensor:
-        return head(backbone(policy.pixel_inputs({"images": {camera: data.images[idx]}})).float())
+        pixels = policy.pixel_inputs({"images": {camera: data.images[idx]}})
+        words = pixels.new_zeros(len(idx), backbone.film_dim) if backbone.film else None  # any words: FiLM is zero
+        return head(backbone(pixels, words).float())
 
     def val_r2() -> torch.Tensor:
         backbone.eval()
@@ -167,5 +181,5 @@ def pretrain_towers(policy: Any, data: Frames, epochs: int, batch_size: int = 64
     return {"frames": len(y), "episodes": data.episodes, "val_frames": n_val, "targets": int(keep.sum()),
             "state_dims": int(keep.numel()), "target_dims": keep.nonzero().flatten().tolist(),
             "val_r2_before": float(before.mean()), "val_r2_after": float(after.mean()),
-            "val_r2_per_dim": [round(float(v), 4) for v in after], "loss": losses, "epochs": epochs, "lr": lr,
+            "val_r2_per_dim": [round(float(v), 4) for v in after], "film_zeroed": len(film), "loss": losses, "epochs": epochs, "lr": lr,
             "batch_size": batch_size, "wall_s": time.time() - t0}

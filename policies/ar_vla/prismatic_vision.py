@@ -181,7 +181,7 @@ class PrismaticVisionBackbone(nn.Module):
     def __init__(self, timm_ids: list[str], image_sizes: list[int], num_images: int = 1, film_dim: int = 0):
         super().__init__()
         self.fused = len(timm_ids) == 2
-        self.film = film_dim > 0
+        self.film, self.film_dim = film_dim > 0, film_dim
         self.featurizer = TimmViT(vit_spec(timm_ids[0]), image_sizes[0], film_dim)
         self.fused_featurizer = TimmViT(vit_spec(timm_ids[1]), image_sizes[1], film_dim) if self.fused else None
         self.embed_dim = sum(t.spec.width for t in (self.featurizer, self.fused_featurizer) if t is not None)

@@ -58,6 +58,30 @@ def test_the_towers_learn_where_a_square_is_and_nothing_else_moves(frozen):
     assert {n: p.requires_grad for n, p in policy.named_parameters()} == grad
 
 
+def test_film_towers_are_pretrained_as_plain_towers_and_left_as_the_identity_for_sft():
+    """OFT+ towers (policy.arch.use_film): the FiLM maps are zeroed and kept out of the stage, so after it the towers
+    see where the square is and their features do not depend on the words yet; with freeze_vision SFT then trains
+    the FiLM maps only."""
+    from vlarl.vision_pretrain import film_maps, pretrain_towers
+
+    _, _, policy = _tiny_oft("multitask_oft_sft_rl", "+policy.arch.use_film=true", "policy.freeze_vision=true")
+    backbone = policy.model.vision_backbone
+    film = film_maps(backbone)
+    assert backbone.film and len(film) == 4 * len(backbone.featurizer.blocks) * (2 if backbone.fused else 1)
+    assert any(bool(p.abs().sum() > 0) for p in film)  # nn.Linear's random start: not the identity before
+    rec = pretrain_towers(policy, _squares(640), epochs=12, batch_size=32, lr=2e-3, seed=0)
+    assert rec["film_zeroed"] == len(film) and rec["val_r2_after"] > 0.6, rec
+    assert all(bool((p == 0).all()) for p in film)
+    frames = policy.pixel_inputs({"images": {policy.spec.image_keys[0]: _squares(4).images}})
+    with torch.no_grad():
+        one = backbone(frames, torch.randn(4, backbone.film_dim))
+        other = backbone(frames, torch.randn(4, backbone.film_dim))
+    assert torch.equal(one, other)
+    trainable = {n for n, p in policy.named_parameters() if p.requires_grad and "vision_backbone" in n}
+    assert trainable == {n for n, _ in policy.named_parameters()
+                         if "vision_backbone" in n and n.split(".")[-2] in ("scale", "shift")}
+
+
 def test_constant_scene_states_and_other_families_are_refused():
     from vlarl.vision_pretrain import Frames, check_supported, pretrain_towers
 
