@@ -10,6 +10,8 @@ on ``--demos`` (what SFT would fit; ``--sft-from`` keeps them), its towers train
 the frame over ``--frames`` frames of random arm motion (env seeds from ``--seed``, below the held-out ones), and
 saved to ``--out`` with ``pretrain.json``: the validation R^2 before and after, per target dim, and the wall time.
 With ``-- policy.freeze_vision=true`` the towers are trained here and kept as they are by SFT and RL after it.
+With ``-- +policy.arch.use_film=true`` (OFT+) the towers are pretrained with their FiLM maps at zero (the identity),
+which SFT then trains to let the words modulate the pretrained features.
 """
 
 from __future__ import annotations
