@@ -88,11 +88,6 @@ def collect_frames(env: Any, camera: str, frames: int, chunk: int, seed: int,
     return Frames(im, st, episodes)
 
 
-def film_maps(backbone: nn.Module) -> list[nn.Parameter]:
-    """The FiLM projections' parameters of ``backbone`` (every block's ``scale`` / ``shift``; none without FiLM)."""
-    return [p for name, p in backbone.named_parameters() if name.split(".")[-2] in ("scale", "shift")]
-
-
 class StateHead(nn.Module):
     """Patch features [B, N, D] -> the standardized varying scene-state dims [B, K]."""
 
@@ -133,7 +128,7 @@ def pretrain_towers(policy: Any, data: Frames, epochs: int, batch_size: int = 64
     # this stage trains the towers even where the policy's config freezes them for SFT and RL
     # (policy.freeze_vision=true: the pretrained features are then kept as they are)
     flags = [(p, p.requires_grad) for p in backbone.parameters()]
-    film = film_maps(backbone)
+    film = backbone.film_parameters()
     with torch.no_grad():  # FiLM as the identity for any words: SFT learns the modulation from these features
         for p in film:
             p.zero_()

@@ -186,9 +186,8 @@ class OpenVLAPolicy(VLAPolicy):
                 part.requires_grad_(False)
         elif cfg.freeze_vision:
             m.vision_backbone.requires_grad_(False)
-            for name, p in m.vision_backbone.named_parameters():  # OFT+ trains FiLM's maps with the towers frozen
-                if name.split(".")[-2] in ("scale", "shift"):
-                    p.requires_grad_(True)
+            for p in m.vision_backbone.film_parameters():  # OFT+ trains FiLM's maps with the towers frozen
+                p.requires_grad_(True)
         if cfg.lora.rank > 0:
             from peft import LoraConfig, inject_adapter_in_model
 

@@ -193,6 +193,10 @@ class PrismaticVisionBackbone(nn.Module):
         """Patch tokens of all images together."""
         return self.featurizer.num_patches * self.num_images
 
+    def film_parameters(self) -> list[nn.Parameter]:
+        """Every block's FiLM ``scale`` / ``shift`` maps (none without FiLM): what OFT+ trains with the towers frozen."""
+        return [p for name, p in self.named_parameters() if name.split(".")[-2] in ("scale", "shift")]
+
     def forward(self, pixel_values: torch.Tensor, language: torch.Tensor | None = None) -> torch.Tensor:
         """``language`` [B, film_dim]: the average language embedding, given exactly when the towers have FiLM."""
         if self.film != (language is not None):

@@ -62,11 +62,11 @@ def test_film_towers_are_pretrained_as_plain_towers_and_left_as_the_identity_for
     """OFT+ towers (policy.arch.use_film): the FiLM maps are zeroed and kept out of the stage, so after it the towers
     see where the square is and their features do not depend on the words yet; with freeze_vision SFT then trains
     the FiLM maps only."""
-    from vlarl.vision_pretrain import film_maps, pretrain_towers
+    from vlarl.vision_pretrain import pretrain_towers
 
     _, _, policy = _tiny_oft("multitask_oft_sft_rl", "+policy.arch.use_film=true", "policy.freeze_vision=true")
     backbone = policy.model.vision_backbone
-    film = film_maps(backbone)
+    film = backbone.film_parameters()
     assert backbone.film and len(film) == 4 * len(backbone.featurizer.blocks) * (2 if backbone.fused else 1)
     assert any(bool(p.abs().sum() > 0) for p in film)  # nn.Linear's random start: not the identity before
     rec = pretrain_towers(policy, _squares(640), epochs=12, batch_size=32, lr=2e-3, seed=0)
