@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         episodes_per_task(list(cfg.env.tasks), args.demos, task_demos)
     except EnvError as e:
         ap.error(str(e))
-    tasks = list(getattr(cfg.env, "tasks", ()))
+    tasks = list(cfg.env.tasks)  # episodes_per_task above read them already
     if args.other_words and LANGUAGE_TASK not in tasks:
         ap.error(f"--other-words: env.tasks={tasks} does not run {LANGUAGE_TASK}, the task whose words name the "
                  f"goal; add it to env.tasks or leave --other-words out")
