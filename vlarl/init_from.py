@@ -9,6 +9,7 @@ they meant when they were trained: every mismatch is refused with one line namin
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,28 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{k}"] = list(v) if isinstance(v, tuple) else v
     return out
+
+
+def _config_difference(saved_config: dict[str, Any], policy_cfg: Any, built_config: Any) -> str:
+    """The policy keys whose checkpoint value differs from the built policy's, as overrides to set. The built
+    config holds every key the family fills in (an ``arch`` dict the command line names only in part); a key the
+    command line does not hold needs Hydra's ``+``."""
+    saved, built, given = _flat(saved_config), _flat(built_config), _flat(policy_cfg)
+    diff = [f"{'' if k in given else '+'}policy.{k}={json.dumps(saved[k])} (now: {json.dumps(built.get(k))})"
+            for k in saved if built.get(k) != saved[k]]
+    return f"differing keys: {', '.join(diff[:4])}" if diff else ""
+
+
+def _key_difference(error: RuntimeError) -> str:
+    """torch's mismatch report cut to its first missing and unexpected key names."""
+    parts = []
+    for line in str(error).splitlines():
+        label, _, keys = line.strip().partition(" in state_dict: ")
+        names = re.findall(r'"([^"]+)"', keys)
+        if names:
+            more = f" and {len(names) - 2} more" if len(names) > 2 else ""
+            parts.append(f"{label.lower()} {', '.join(names[:2])}{more}")
+    return "; ".join(parts) or str(error).splitlines()[0]
 
 
 def check_compatible(ckpt: Path, policy_cfg: Any, spec: PolicySpec, env_cfg: Any = None) -> dict[str, Any]:
@@ -103,9 +126,7 @@ def load_init_weights(path: str | Path, policy_cfg: Any, spec: PolicySpec, env_c
     try:
         probe.load_state_dict(state, strict=True)
     except RuntimeError as e:
-        saved, now = _flat(meta.get("config", {})), _flat(policy_cfg)
-        diff = [f"policy.{k}={saved[k]} (config: {now[k]})" for k in saved if k in now and saved[k] != now[k]]
-        hint = f"differing keys: {', '.join(diff[:4])}" if diff else f"{str(e).splitlines()[0]}"
+        hint = _config_difference(meta.get("config", {}), policy_cfg, probe.config) or _key_difference(e)
         raise CheckpointError(f"init_from='{ckpt}' does not fit policy={policy_cfg.name} as configured; {hint}; "
                               f"set those keys to the checkpoint's values") from None
     return {k: v.detach().clone() for k, v in probe.state_dict().items()}

@@ -95,7 +95,7 @@ def test_mismatches_name_the_key(saved, spec):
         load_init_weights(saved, cfg, replace(spec, state_dim=spec.state_dim + 1))
     with pytest.raises(CheckpointError, match=r"spec.action_dim=.*env.control_mode"):
         load_init_weights(saved, cfg, replace(spec, action_dim=8, action_low=[-1.0] * 8, action_high=[1.0] * 8))
-    with pytest.raises(CheckpointError, match=r"policy.hidden_sizes=\[16, 16\] \(config: \[32, 32\]\)"):
+    with pytest.raises(CheckpointError, match=r"policy.hidden_sizes=\[16, 16\] \(now: \[32, 32\]\)"):
         load_init_weights(saved, MLPPolicyConfig(hidden_sizes=[32, 32]), spec)
 
     class Env:
