@@ -28,6 +28,9 @@ class OpenVLAPolicyConfig(VLAPolicyConfig):
     temperature: float = 1.0  # action tokens: the categorical over the 256 bins is tempered ...
     top_k: int = 0  # ... and cut to the top k (0 = all bins)
     gradient_checkpointing: bool = False  # recompute the Llama layers in backward
+    # with freeze_vision and arch.use_film (OFT+): keep the FiLM maps fixed too, so the words' effect on the
+    # towers' features stays what SFT made it (false: OFT+'s own recipe, the maps train with the towers frozen)
+    freeze_film: bool = False
     # "" = none; "libero_oft": OpenVLA-OFT's LIBERO evaluation conventions around the network
     # (policies/processors/libero.py): TF-exact JPEG + Lanczos resize to 224 and 0.9 center crop of each camera,
     # the gripper from [0, 1] to +-1 and inverted on the way to the env (LIBERO: -1 opens, +1 closes)

@@ -187,7 +187,7 @@ class OpenVLAPolicy(VLAPolicy):
         elif cfg.freeze_vision:
             m.vision_backbone.requires_grad_(False)
             for p in m.vision_backbone.film_parameters():  # OFT+ trains FiLM's maps with the towers frozen
-                p.requires_grad_(True)
+                p.requires_grad_(not cfg.freeze_film)
         if cfg.lora.rank > 0:
             from peft import LoraConfig, inject_adapter_in_model
 

@@ -1,0 +1,31 @@
+"""``policy.freeze_film`` (OFT+ with its towers frozen): the FiLM maps stay fixed too, so RL cannot change how the words
+modulate the towers' features; without it OFT+'s own recipe trains the maps and nothing else of the towers."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("mani_skill")
+
+
+def _trainable_vision(*more: str) -> tuple[set[str], set[str]]:
+    from vlarl.experiments import training_policy
+
+    _, _, policy = training_policy(["experiment=multitask_oft_sft_rl", "env.tasks=[PushCubeToColor-v1]",
+                                    "env.image_size=32", "+policy.arch.use_film=true", "policy.freeze_vision=true",
+                                    *more], seed=0)
+    vision = {n: p for n, p in policy.named_parameters() if "vision_backbone" in n}
+    film = {n for n in vision if n.split(".")[-2] in ("scale", "shift")}
+    trainable_rest = {n for n, p in policy.named_parameters() if p.requires_grad and "vision_backbone" not in n}
+    assert film and trainable_rest  # the action head and the language model still learn either way
+    return {n for n, p in vision.items() if p.requires_grad}, film
+
+
+def test_freeze_film_keeps_the_film_maps_fixed_with_the_towers():
+    trainable, _ = _trainable_vision("policy.freeze_film=true")
+    assert trainable == set()
+
+
+def test_without_it_only_the_film_maps_of_the_towers_train():
+    trainable, film = _trainable_vision()
+    assert trainable == film
