@@ -15,7 +15,8 @@ def _trainable_vision(*more: str) -> tuple[set[str], set[str]]:
                                     "env.image_size=32", "+policy.arch.use_film=true", "policy.freeze_vision=true",
                                     *more], seed=0)
     vision = {n: p for n, p in policy.named_parameters() if "vision_backbone" in n}
-    film = {n for n in vision if n.split(".")[-2] in ("scale", "shift")}
+    film_ids = {id(p) for p in policy.model.vision_backbone.film_parameters()}  # the backbone names its FiLM maps
+    film = {n for n, p in vision.items() if id(p) in film_ids}
     trainable_rest = {n for n, p in policy.named_parameters() if p.requires_grad and "vision_backbone" not in n}
     assert film and trainable_rest  # the action head and the language model still learn either way
     return {n for n, p in vision.items() if p.requires_grad}, film
