@@ -2,7 +2,7 @@
 evaluation per task, and (with --rl-env-steps) RL from the SFT policy, evaluated per task again.
 
     python scripts/multitask_sft_rl.py --out outputs/multitask [--experiment multitask_smolvla_sft_rl] [--demos 20]
-        [--task-demos TASK=N ...] [--sft-epochs 40] [--sft-from DIR] [--rl-env-steps 0]
+        [--task-demos TASK=N ...] [--paired-words] [--sft-epochs 40] [--sft-from DIR] [--rl-env-steps 0]
         [-- key=value ...]   (overrides of the experiment, for SFT's policy and vlarl-train)
 
 ``--experiment multitask_oft_rlpd``: the exact OpenVLA-OFT, whose RL stage is RLPD; the script then gives RLPD its
@@ -10,7 +10,9 @@ own demonstrations (``algorithm.demos=<out>/demos/trajectories.h5``) and builds 
 
 1. demonstrations of every task of ``env=maniskill_multitask_rgb`` with frames, robot state and instructions
    (``vlarl.multitask_demos``: the planner's re-timed episodes for PushCube / PullCube, cached under
-   outputs/demos; the scripted expert for PushCubeToColor) -> ``<out>/demos/trajectories.h5``,
+   outputs/demos; the scripted expert for PushCubeToColor) -> ``<out>/demos/trajectories.h5``; with
+   ``--paired-words`` each language-task seed twice, towards the goal it draws and towards the other one (the
+   same frames, the other words: N demonstrations there are N seeds, 2N episodes),
 2. SFT of the policy ``vlarl-train experiment=<--experiment>`` builds (``vlarl.data.sft.sft_and_save``),
    each row with its step's frame and its episode's instruction -> ``<out>/sft``,
 3. ``vlarl-eval`` of it on held-out seeds (1,000,000+), each task on its own (eval.json's ``tasks``); with
@@ -72,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--demos", type=int, default=20, help="demonstrations per task")
     ap.add_argument("--task-demos", action="append", default=[], metavar="TASK=N",
                     help="a task's own demonstration count (repeatable), e.g. PushCubeToColor-v1=150")
+    ap.add_argument("--paired-words", action="store_true", help=f"record each {LANGUAGE_TASK} seed twice, towards "
+                    "the goal it draws and towards the other one: pairs of demonstrations with the same frames and "
+                    "other words (its count is then seeds, each giving two episodes)")
     ap.add_argument("--experiment", default=EXPERIMENT, help="the experiment config that builds the policy and "
                     "its env (e.g. multitask_oft_rlpd for the exact OpenVLA-OFT)")
     ap.add_argument("--seed", type=int, default=0)
@@ -143,10 +148,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.other_words and LANGUAGE_TASK not in tasks:
         ap.error(f"--other-words: env.tasks={tasks} does not run {LANGUAGE_TASK}, the task whose words name the "
                  f"goal; add it to env.tasks or leave --other-words out")
+    if args.paired_words:
+        from vlarl.multitask_demos import paired_tasks
+
+        try:
+            paired_tasks(cfg.env)
+        except EnvError as e:
+            ap.error(f"--paired-words: {e}")
     out.mkdir(parents=True, exist_ok=True)
     if not demos.is_file():
         made = build_multitask_demos(cfg.env, out / "demos", args.demos, seed=args.seed, log=log,
-                                     task_episodes=task_demos)
+                                     task_episodes=task_demos, paired_words=args.paired_words)
         (out / "demos" / "summary.json").write_text(json.dumps(made, indent=2))
     episodes = read_maniskill_h5(demos, cameras=list(spec.image_keys))
     bar = tqdm(total=args.sft_epochs, desc="sft", unit="epoch")

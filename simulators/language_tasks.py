@@ -37,6 +37,8 @@ def instruction_for_colour(colour: str) -> str:
 
 
 INSTRUCTIONS = tuple(instruction_for_colour(c) for c in COLOURS)
+#: ``target`` modes: the goal each seed draws, or the other one in the same scene (``PushCubeToColorEnv``)
+TARGETS = ("drawn", "flipped")
 
 
 class PushCubeToColorEnv(PushCubeEnv):
@@ -46,12 +48,19 @@ class PushCubeToColorEnv(PushCubeEnv):
     goal_ahead = 0.12  # m in +x from the cube to both goals
     goal_side = 0.09  # m in y from the cube to each goal (the goals are 0.18 m apart, 0.1 m of disc)
 
-    def __init__(self, *args: Any, instruction: str = "named", **kwargs: Any):
+    def __init__(self, *args: Any, instruction: str = "named", target: str = "drawn", **kwargs: Any):
         """``instruction``: "named" reports the instruction naming the goal that counts; "other" reports the one
-        naming the other goal (success still counts at the drawn goal): does a policy follow the words?"""
+        naming the other goal (success still counts at the drawn goal): does a policy follow the words?
+        ``target``: "drawn" counts the goal the episode's seed draws; "flipped" counts the other one, in the same
+        scene (cube, goals and sides as "drawn" places them for that seed), so the words and the goal that counts
+        both change while the frame stays the same: recorded beside "drawn" on the same seeds, the two make
+        demonstration pairs that differ only in their words and what they do (``paired_words``)."""
         if instruction not in ("named", "other"):
             raise ValueError(f"instruction='{instruction}' is not a mode of {TASK_ID}; use 'named' or 'other'")
+        if target not in TARGETS:
+            raise ValueError(f"target='{target}' is not a mode of {TASK_ID}; use 'drawn' or 'flipped'")
         self.instruction_mode = instruction
+        self.target_mode = target
         super().__init__(*args, **kwargs)
 
     def _load_scene(self, options: dict) -> None:
@@ -83,7 +92,8 @@ class PushCubeToColorEnv(PushCubeEnv):
                 self.goals[colour].set_pose(Pose.create_from_pq(p=p, q=upright))
             if not hasattr(self, "target_is_red"):
                 self.target_is_red = torch.zeros(self.num_envs, dtype=torch.bool)
-            self.target_is_red[env_idx] = torch.rand(b) < 0.5
+            drawn = torch.rand(b) < 0.5
+            self.target_is_red[env_idx] = ~drawn if self.target_mode == "flipped" else drawn
 
     def target_goal(self) -> torch.Tensor:
         """The named goal's position per env: [num_envs, 3]."""
@@ -150,5 +160,5 @@ def scripted_push_to_colour_action(u: Any, phase: int, rng: np.random.Generator,
     return torch.cat([step.clamp(-speed, speed), torch.tensor([-1.0])]), phase
 
 
-__all__ = ["COLOURS", "INSTRUCTIONS", "TASK_ID", "InstructedTask", "PushCubeToColorEnv",
+__all__ = ["COLOURS", "INSTRUCTIONS", "TARGETS", "TASK_ID", "InstructedTask", "PushCubeToColorEnv",
            "instruction_for_colour", "scripted_push_to_colour_action"]

@@ -123,3 +123,44 @@ def test_a_count_for_a_task_the_env_does_not_run_is_refused_before_any_work(tmp_
     with pytest.raises(EnvError, match=needle):
         build_multitask_demos(cfg, tmp_path / "out", N, root=tmp_path, task_episodes=own)
     assert not (tmp_path / "out").exists()
+
+
+def test_paired_words_give_each_seed_both_goals_with_the_same_frames(tmp_path):
+    """``paired_words``: a language-task seed is recorded towards the goal it draws and towards the other one, side
+    by side: the same first frame and state, the other goal's words, and a push that ends at that goal."""
+    from simulators.language_tasks import INSTRUCTIONS
+    from simulators.maniskill_multitask import ManiSkillMultiTaskConfig
+    from vlarl import system_env
+    from vlarl.multitask_demos import build_multitask_demos
+
+    system_env.apply()
+    cfg = ManiSkillMultiTaskConfig(tasks=["PushCubeToColor-v1"], control_mode="pd_ee_delta_pos", obs_mode="rgb",
+                                   image_size=SIZE, num_envs=2, reward_mode="sparse")
+    summary = build_multitask_demos(cfg, tmp_path / "out", N, root=tmp_path, seed=0, log=lambda m: None,
+                                    paired_words=True)
+    assert summary["tasks"]["PushCubeToColor-v1"]["paired_words"] is True
+    assert summary["tasks"]["PushCubeToColor-v1"]["kept"] == 2 * N
+    with h5py.File(tmp_path / "out" / "trajectories.h5", "r") as f:
+        names = sorted(f, key=lambda k: int(k.split("_")[1]))
+        rows = [(int(f[k].attrs["seed"]), str(f[k].attrs["instruction"]), np.asarray(f[k]["images/base_camera"]),
+                 np.asarray(f[k]["obs"]), np.asarray(f[k]["actions"])) for k in names]
+    assert [r[0] for r in rows] == [0, 0, 1, 1]
+    for drawn, flipped in zip(rows[0::2], rows[1::2], strict=True):
+        assert {drawn[1], flipped[1]} == set(INSTRUCTIONS)  # one names red, the other blue
+        assert np.array_equal(drawn[2][0], flipped[2][0]) and np.array_equal(drawn[3][0], flipped[3][0])
+        # the two pushes end apart: the goals sit 0.09 m left and right of the cube (state: qpos 9, qvel 9, tcp pose)
+        tcp_y = 18 + 1
+        assert abs(drawn[3][-1, tcp_y] - flipped[3][-1, tcp_y]) > 0.04  # towards one goal: within about 0.01
+
+
+def test_paired_words_without_a_language_task_are_refused_before_any_work(tmp_path):
+    from simulators.base import EnvError
+    from simulators.maniskill_multitask import ManiSkillMultiTaskConfig
+    from vlarl.multitask_demos import build_multitask_demos
+
+    cfg = ManiSkillMultiTaskConfig(tasks=["PushCube-v1"], control_mode="pd_ee_delta_pos", obs_mode="rgb",
+                                   image_size=SIZE, num_envs=2, reward_mode="sparse")
+    with pytest.raises(EnvError, match="has none: add one of") as e:
+        build_multitask_demos(cfg, tmp_path / "out", N, root=tmp_path, paired_words=True)
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "out").exists()

@@ -34,6 +34,8 @@ from simulators.maniskill_experts import EXPERTS
 from simulators.maniskill_traj_file import SolvedEpisode, write_episodes
 
 TRAJECTORY_FILE = "trajectories.h5"
+#: tasks whose words alone name the goal that counts, with a ``target="flipped"`` mode (paired words)
+PAIRED_TASKS = frozenset({"PushCubeToColor-v1"})  # simulators.language_tasks.TASK_ID (that module needs ManiSkill)
 
 
 def expert_for(task: str) -> str | None:
@@ -68,8 +70,9 @@ def source_kind(env_cfg: Any, task: str) -> str:
 
 
 def state_demos(env_cfg: Any, task: str, episodes: int, work: Path, root: str | Path = "outputs", seed: int = 0,
-                log=print) -> Path:
-    """A state trajectory file of ``episodes`` successful ``task`` episodes (module doc, step 1)."""
+                log=print, target: str = "drawn") -> Path:
+    """A state trajectory file of ``episodes`` successful ``task`` episodes (module doc, step 1); a scripted
+    expert records them with the env's own ``task_kwargs`` for the task, and ``target`` for a language task."""
     from vlarl.demos import TRAJECTORY_FILE as PLANNED
     from vlarl.demos import DemosConfig, cache_folder, make_demos, retime_choice
 
@@ -77,8 +80,9 @@ def state_demos(env_cfg: Any, task: str, episodes: int, work: Path, root: str | 
     if kind == "expert":
         from vlarl.data.expert_demos import record_demos
 
-        out = work / f"{task}_expert_{episodes}.h5"
-        record_demos(out, episodes, seed=seed, control_mode=env_cfg.control_mode, task=expert_for(task), log=log)
+        out = work / f"{task}_expert_{episodes}_{target}.h5"
+        record_demos(out, episodes, seed=seed, control_mode=env_cfg.control_mode, task=expert_for(task), log=log,
+                     task_kwargs=targeted(env_cfg.task_kwargs.get(task, {}), task, target))
         return out
     scfg = state_config(env_cfg, task)
     retime = retime_choice(None, scfg)
@@ -90,6 +94,25 @@ def state_demos(env_cfg: Any, task: str, episodes: int, work: Path, root: str | 
         make_demos(DemosConfig(output=str(folder), env=scfg, episodes=episodes, seed=seed, lerobot=False,
                                overwrite=True, retime=retime), log=log)
     return folder / PLANNED
+
+
+def targeted(kwargs: Mapping[str, Any], task: str, target: str) -> dict[str, Any]:
+    """``kwargs`` for ``task``'s constructor with the language task's ``target`` mode ("drawn": as they are)."""
+    if target == "drawn":
+        return dict(kwargs)
+    if task not in PAIRED_TASKS:
+        raise EnvError(f"{task} has no goal named by its words to flip; paired words are for {sorted(PAIRED_TASKS)}")
+    return {**kwargs, "target": target}
+
+
+def paired_tasks(env_cfg: Any) -> list[str]:
+    """The tasks of ``env_cfg`` that paired words record twice; one line naming the fix when there are none."""
+    tasks = [t for t in env_cfg.tasks if t in PAIRED_TASKS]
+    if not tasks:
+        raise EnvError(f"paired words record a language task's seeds twice, with the goal the words name flipped; "
+                       f"env.tasks={list(env_cfg.tasks)} has none: add one of {sorted(PAIRED_TASKS)} or drop "
+                       f"--paired-words")
+    return tasks
 
 
 def recorded_control_mode(h5: Path) -> str:
@@ -133,6 +156,16 @@ def read_rendered(h5: Path, task: str) -> list[SolvedEpisode]:
     return out
 
 
+def pair_by_seed(drawn: list[SolvedEpisode], flipped: list[SolvedEpisode]) -> list[SolvedEpisode]:
+    """Each seed's episode towards the drawn goal, then its episode towards the other goal when both were kept;
+    a seed kept in only one pass follows, on its own (its pair's expert attempt or replay failed)."""
+    other = {e.seed: e for e in flipped}
+    both = [e for e in drawn if e.seed in other]
+    paired = [x for e in both for x in (e, other[e.seed])]
+    alone = [e for e in drawn if e.seed not in other] + [e for e in flipped if e.seed not in {d.seed for d in drawn}]
+    return paired + alone
+
+
 def interleave(per_task: list[list[SolvedEpisode]]) -> list[SolvedEpisode]:
     """Task 0's first episode, task 1's first, ..., then every task's second, ...; a shorter list runs out."""
     longest = max((len(eps) for eps in per_task), default=0)
@@ -155,12 +188,20 @@ def episodes_per_task(tasks: list[str], episodes: int, task_episodes: Mapping[st
 
 
 def build_multitask_demos(env_cfg: Any, out: str | Path, episodes: int, root: str | Path = "outputs", seed: int = 0,
-                          log=print, task_episodes: Mapping[str, int] | None = None) -> dict[str, Any]:
+                          log=print, task_episodes: Mapping[str, int] | None = None,
+                          paired_words: bool = False) -> dict[str, Any]:
     """Write ``out`` (a folder): ``trajectories.h5`` (+ ``.json``) with ``episodes`` demonstrations of every task
     of ``env_cfg`` (a ``maniskill_multitask`` config with ``obs_mode=rgb``; ``task_episodes`` gives a task its own
     count) as the module doc says. Returns a summary: per task the source, the episodes kept after the replay and
     their steps. Refusals (an env that renders no camera, a task without a demonstrator, another control mode, a
-    count for a task the env does not run) are ``EnvError``s before anything is written."""
+    count for a task the env does not run, paired words without a language task) are ``EnvError``s before anything
+    is written.
+
+    ``paired_words``: each language task's seeds are recorded twice, once towards the goal the seed draws and once
+    towards the other one (``target="flipped"``), and the two episodes of a seed sit side by side in the file:
+    the same frames with the other goal's words and the push to it. Without such pairs the words name a goal that
+    is left or right at random, so a policy can only tell what they mean by tying each colour word to where that
+    colour is in the frame, and the demonstrations never show two instructions for one scene."""
     from simulators.maniskill_multitask import ManiSkillMultiTaskEnv
     from simulators.maniskill_rerender import rerender_file
 
@@ -173,6 +214,7 @@ def build_multitask_demos(env_cfg: Any, out: str | Path, episodes: int, root: st
     ManiSkillMultiTaskEnv.validate_config(env_cfg)
     kinds = {t: source_kind(env_cfg, t) for t in env_cfg.tasks}  # a task without a demonstrator: before any work
     counts = episodes_per_task(list(env_cfg.tasks), episodes, task_episodes)
+    paired = paired_tasks(env_cfg) if paired_words else []
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"tasks": {}, "control_mode": env_cfg.control_mode, "image_size": env_cfg.image_size}
@@ -180,16 +222,22 @@ def build_multitask_demos(env_cfg: Any, out: str | Path, episodes: int, root: st
     with tempfile.TemporaryDirectory(prefix=".multitask-demos-", dir=out) as tmp:
         work = Path(tmp)
         for task, one in ManiSkillMultiTaskEnv.task_configs(env_cfg):
-            src = state_demos(env_cfg, task, counts[task], work, root, seed, log)
-            check_control_mode(src, env_cfg, task)
-            rendered = work / f"{task}_rgb.h5"
-            replays = rerender_file(src, rendered, copy.deepcopy(one), log=log)
-            kept = read_rendered(rendered, task)
+            passes, replayed = [], 0
+            for target in ("drawn", "flipped") if task in paired else ("drawn",):
+                src = state_demos(env_cfg, task, counts[task], work, root, seed, log, target=target)
+                check_control_mode(src, env_cfg, task)
+                rendered = work / f"{task}_{target}_rgb.h5"
+                cfg = copy.deepcopy(one)
+                cfg.task_kwargs = {task: targeted(one.task_kwargs.get(task, {}), task, target)}
+                replayed += len(rerender_file(src, rendered, cfg, log=log))
+                passes.append(read_rendered(rendered, task))
+            kept = pair_by_seed(*passes) if len(passes) == 2 else passes[0]
             per_task.append(kept)
             where = str(src) if kinds[task] == "planner" else f"scripted expert '{expert_for(task)}', seeds {seed}+"
-            summary["tasks"][task] = {"source": kinds[task], "from": where, "replayed": len(replays),
+            summary["tasks"][task] = {"source": kinds[task], "from": where, "replayed": replayed,
                                       "kept": len(kept), "steps": int(sum(len(e.actions) for e in kept)),
-                                      "instructions": sorted({e.instruction for e in kept})}
+                                      "instructions": sorted({e.instruction for e in kept}),
+                                      "paired_words": task in paired}
         meta = {"env_info": {"env_id": "multitask", "env_kwargs": {
             "tasks": list(env_cfg.tasks), "control_mode": env_cfg.control_mode, "obs_mode": "rgb",
             "image_size": int(env_cfg.image_size), "cameras": sorted(per_task[0][0].images) if per_task[0] else [],

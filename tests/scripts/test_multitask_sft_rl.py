@@ -108,3 +108,13 @@ def test_other_words_evaluates_the_language_task_under_the_other_goals_words(tmp
     own = json.loads((out / "eval_sft" / "eval.json").read_text())
     assert ev["seed_start"] == own["seed_start"] == 1_000_000
     assert own["env_config"]["task_kwargs"] == {}
+
+
+def test_paired_words_without_a_language_task_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        script.main(["--out", str(out), "--paired-words", "--", "env.tasks=[PushCube-v1,PullCube-v1]"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--paired-words" in err and "add one of ['PushCubeToColor-v1']" in err
+    assert not out.exists()

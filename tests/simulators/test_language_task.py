@@ -122,3 +122,36 @@ def test_other_instruction_mode_reports_the_goal_that_does_not_count():
     with pytest.raises(ValueError, match="use 'named' or 'other'"):
         ManiSkillEnv(ManiSkillConfig(task="PushCubeToColor-v1", control_mode="pd_ee_delta_pos",
                                      task_kwargs={"instruction": "both"}), num_envs=1)
+
+
+def test_flipped_target_counts_the_other_goal_in_the_same_scene():
+    """``target=flipped``: for a seed, the same cube and goal discs as ``drawn`` gives, the other goal named and
+    counted: the expert towards the named goal succeeds, towards the goal ``drawn`` names it does not."""
+    from simulators.language_tasks import INSTRUCTIONS
+    from simulators.maniskill import ManiSkillConfig, ManiSkillEnv
+    from vlarl import system_env
+
+    system_env.apply()
+    scenes = {}
+    for target in ("drawn", "flipped"):
+        cfg = ManiSkillConfig(task="PushCubeToColor-v1", control_mode="pd_ee_delta_pos", obs_mode="state",
+                              reward_mode="normalized_dense", task_kwargs={"target": target})
+        e = ManiSkillEnv(cfg, num_envs=B)
+        try:
+            obs = e.reset(seed=5)
+            tasks = [x.unwrapped for x in e.envs]
+            scenes[target] = ([np.asarray(s) for s in obs["state"]], list(obs["instruction"]),
+                              [bool(t.target_is_red[0]) for t in tasks])
+            if target == "flipped":
+                instructions, named = _play(e, seeds=[5], swap=False)
+                _, other = _play(e, seeds=[5], swap=True)
+                assert named.all() and not other.any()
+        finally:
+            e.close()
+    for i in range(B):
+        assert np.array_equal(scenes["drawn"][0][i], scenes["flipped"][0][i])  # cube, goals, robot: the same
+        assert scenes["drawn"][2][i] != scenes["flipped"][2][i]
+        assert {scenes["drawn"][1][i], scenes["flipped"][1][i]} == set(INSTRUCTIONS)
+    with pytest.raises(ValueError, match="use 'drawn' or 'flipped'"):
+        ManiSkillEnv(ManiSkillConfig(task="PushCubeToColor-v1", control_mode="pd_ee_delta_pos",
+                                     task_kwargs={"target": "left"}), num_envs=1)

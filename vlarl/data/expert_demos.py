@@ -46,7 +46,8 @@ def failures_problem(task: str, failures: int, fmt: str = "h5") -> str | None:
 
 def record_demos(out: str | Path, episodes: int, seed: int = 0, control_mode: str = "pd_ee_delta_pos",
                  max_steps: int = 0, speed: tuple[float, float] = (0.4, 0.8), log=print, fmt: str = "h5",
-                 fps: int = 20, overwrite: bool = False, task: str = "pushcube", failures: int = 0) -> dict:
+                 fps: int = 20, overwrite: bool = False, task: str = "pushcube", failures: int = 0,
+                 task_kwargs: dict | None = None) -> dict:
     """Record ``episodes`` successful expert episodes (state obs) into ``out`` (.h5, or a LeRobot v3.0 dataset
     folder with ``fmt="lerobot"``); returns a summary.
 
@@ -54,7 +55,9 @@ def record_demos(out: str | Path, episodes: int, seed: int = 0, control_mode: st
     the demonstrations ManiSkill ships. Failed attempts are skipped (their seeds are reported). ``task`` names
     the expert (``EXPERTS``). ``failures`` > 0 (PushCube, .h5 only) also records that many episodes of the
     sideways-pushing expert that fail at the time limit, at positions drawn from ``seed``; an attempt that
-    succeeds anyway is skipped. With ``failures`` = 0 the file is the one recorded before failures existed."""
+    succeeds anyway is skipped. With ``failures`` = 0 the file is the one recorded before failures existed.
+    ``task_kwargs`` go to the ManiSkill task's constructor (``env.task_kwargs``), e.g. the language task's
+    ``target="flipped"``."""
     from simulators.maniskill import ManiSkillConfig, ManiSkillEnv
 
     if fmt not in FORMATS:
@@ -74,7 +77,7 @@ def record_demos(out: str | Path, episodes: int, seed: int = 0, control_mode: st
         raise ValueError(f"demonstration seeds from {seed} would reach the evaluation seeds "
                          f"({EVAL_SEED_START}+); choose a smaller --seed")
     cfg = ManiSkillConfig(task=expert.env_id, control_mode=control_mode, obs_mode="state", reward_mode="sparse",
-                          max_episode_steps=max_steps)
+                          max_episode_steps=max_steps, task_kwargs=dict(task_kwargs or {}))
     env = ManiSkillEnv(cfg, num_envs=1)
     u = env.envs[0].unwrapped
     rng = np.random.default_rng(seed)
