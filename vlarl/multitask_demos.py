@@ -160,9 +160,9 @@ def pair_by_seed(drawn: list[SolvedEpisode], flipped: list[SolvedEpisode]) -> li
     """Each seed's episode towards the drawn goal, then its episode towards the other goal when both were kept;
     a seed kept in only one pass follows, on its own (its pair's expert attempt or replay failed)."""
     other = {e.seed: e for e in flipped}
-    both = [e for e in drawn if e.seed in other]
-    paired = [x for e in both for x in (e, other[e.seed])]
-    alone = [e for e in drawn if e.seed not in other] + [e for e in flipped if e.seed not in {d.seed for d in drawn}]
+    drawn_seeds = {e.seed for e in drawn}
+    paired = [x for e in drawn if e.seed in other for x in (e, other[e.seed])]
+    alone = [e for e in drawn if e.seed not in other] + [e for e in flipped if e.seed not in drawn_seeds]
     return paired + alone
 
 
