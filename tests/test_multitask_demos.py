@@ -164,3 +164,17 @@ def test_paired_words_without_a_language_task_are_refused_before_any_work(tmp_pa
         build_multitask_demos(cfg, tmp_path / "out", N, root=tmp_path, paired_words=True)
     assert "\n" not in str(e.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_pair_by_seed_puts_each_seeds_two_episodes_side_by_side_and_keeps_a_lone_one():
+    from simulators.maniskill_traj_file import SolvedEpisode
+    from vlarl.multitask_demos import pair_by_seed
+
+    def ep(seed: int, words: str) -> SolvedEpisode:
+        z = np.zeros(1, np.float32)
+        return SolvedEpisode(seed, z, z, z, z.astype(bool), "test", instruction=words)
+
+    drawn = [ep(0, "red"), ep(1, "blue"), ep(2, "red")]
+    flipped = [ep(0, "blue"), ep(2, "blue"), ep(3, "red")]  # seed 1's flipped attempt failed, seed 3's drawn one
+    got = [(e.seed, e.instruction) for e in pair_by_seed(drawn, flipped)]
+    assert got == [(0, "red"), (0, "blue"), (2, "red"), (2, "blue"), (1, "blue"), (3, "red")]
