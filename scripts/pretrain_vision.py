@@ -11,7 +11,10 @@ the frame over ``--frames`` frames of random arm motion (env seeds from ``--seed
 saved to ``--out`` with ``pretrain.json``: the validation R^2 before and after, per target dim, and the wall time.
 With ``-- policy.freeze_vision=true`` the towers are trained here and kept as they are by SFT and RL after it.
 With ``-- +policy.arch.use_film=true`` (OFT+) the towers are pretrained with their FiLM maps at zero (the identity),
-which SFT then trains to let the words modulate the pretrained features.
+which SFT then trains to let the words modulate the pretrained features. With ``--grounded`` as well, the FiLM maps
+are trained here instead: the language task's frames are also labelled with where the goal their words name is, and
+the towers learn to find it from the frame and the words (``vlarl.vision_pretrain``); keep what they learned through
+SFT and RL with ``policy.freeze_film=true policy.freeze_embeddings=true``.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scene-steps", type=int, default=20, help="env steps per scene while collecting (shorter: "
                     "more scenes, so more cube and goal positions, per frame)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--grounded", action="store_true", help="OFT+ only: also teach the FiLM towers where the goal "
+                    "the words name is (frames of a language task, e.g. PushCubeToColor-v1)")
     args = ap.parse_args(own)
     if not Path(args.demos).is_file():
         ap.error(f"--demos {args.demos} is not a file; run scripts/multitask_sft_rl.py once to record them")
@@ -60,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         check_supported(policy)
     except ValueError as e:
         ap.error(str(e))
+    if args.grounded and not policy.model.vision_backbone.film:
+        ap.error("--grounded teaches the FiLM maps to read the words: add -- +policy.arch.use_film=true (OFT+)")
     camera = list(spec.image_keys)[0]
     fit_state_normalization(policy, read_maniskill_h5(args.demos, cameras=list(spec.image_keys)))
     env = make_env(dataclasses.replace(cfg.env, critic_state=True, max_episode_steps=args.scene_steps),
@@ -77,14 +84,23 @@ def main(argv: list[str] | None = None) -> int:
         ebar.update(1)
         ebar.set_postfix(loss=f"{loss:.4f}", val_r2=f"{val:.3f}")
 
-    record = pretrain_towers(policy, data, args.epochs, lr=args.lr, seed=args.seed, log=progress)
-    ebar.close()
+    try:
+        record = pretrain_towers(policy, data, args.epochs, lr=args.lr, seed=args.seed, grounded=args.grounded,
+                                 log=progress)
+    except ValueError as e:
+        ap.error(str(e))
+    finally:
+        ebar.close()
     out = save_policy_dir(policy, cfg.env, args.out)
     record.update(camera=camera, experiment=args.experiment, overrides=overrides, demos=args.demos, seed=args.seed)
     (out / "pretrain.json").write_text(json.dumps(record, indent=2))
     print(f"[pretrain_vision] {record['frames']} frames ({record['episodes']} scenes), {record['targets']} scene-state "
           f"dims: validation R^2 {record['val_r2_before']:.3f} -> {record['val_r2_after']:.3f} in "
           f"{record['wall_s']:.0f} s; saved {out}")
+    if args.grounded:
+        print(f"[pretrain_vision] where the words point ({record['grounding_frames']} frames): validation R^2 "
+              f"{record['grounding_r2_before']:.3f} -> {record['grounding_r2_after']:.3f}, with the other words "
+              f"{record['grounding_r2_other_words']:.3f}")
     return 0
 
 

@@ -139,5 +139,15 @@ class InstructedTask(Protocol):
     def episode_instructions(self) -> list[str]: ...
 
 
+@runtime_checkable
+class GroundedTask(Protocol):
+    """A language task whose words name one of several things in the scene: ``grounding_target()`` float [num_envs,
+    K] says where the named thing is, relative to what the policy moves (``simulators/language_tasks.py``). Vision
+    pretraining regresses it from the frame and the words (``vlarl.vision_pretrain``, ``grounded``), so the towers
+    learn to find what the words name, as a VLM's grounding pretraining teaches it."""
+
+    def grounding_target(self) -> torch.Tensor: ...
+
+
 class EnvError(ValueError):
     """Bad env configuration: the message names the key and the fix."""

@@ -24,7 +24,7 @@ from mani_skill.utils.building import actors
 from mani_skill.utils.registration import REGISTERED_ENVS, register_env
 from mani_skill.utils.structs import Pose
 
-from simulators.base import InstructedTask
+from simulators.base import GroundedTask, InstructedTask
 from simulators.pushing import push_target
 
 COLOURS = ("red", "blue")
@@ -105,6 +105,11 @@ class PushCubeToColorEnv(PushCubeEnv):
         red, blue = self.goals["red"].pose.p, self.goals["blue"].pose.p
         return torch.where(self.target_is_red.to(red.device)[:, None], blue, red)
 
+    def grounding_target(self) -> torch.Tensor:
+        """Where the named goal is from the cube, in the table's plane: [num_envs, 2] (``GroundedTask``). At a reset
+        it is (0.12, +-0.09): the sign is which side the words name, the one bit a policy must bind to them."""
+        return (self.target_goal() - self.obj.pose.p)[..., :2]
+
     def episode_instructions(self) -> list[str]:
         flip = self.instruction_mode == "other"
         return [INSTRUCTIONS[0] if bool(r) != flip else INSTRUCTIONS[1] for r in self.target_is_red]
@@ -160,5 +165,5 @@ def scripted_push_to_colour_action(u: Any, phase: int, rng: np.random.Generator,
     return torch.cat([step.clamp(-speed, speed), torch.tensor([-1.0])]), phase
 
 
-__all__ = ["COLOURS", "INSTRUCTIONS", "TARGETS", "TASK_ID", "InstructedTask", "PushCubeToColorEnv",
+__all__ = ["COLOURS", "INSTRUCTIONS", "TARGETS", "TASK_ID", "GroundedTask", "InstructedTask", "PushCubeToColorEnv",
            "instruction_for_colour", "scripted_push_to_colour_action"]

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from simulators.assets import load_json
-from simulators.base import EnvError, EnvSpec, InstructedTask
+from simulators.base import EnvError, EnvSpec, GroundedTask, InstructedTask
 from simulators.maniskill_tasks import (  # noqa: F401  (INSTRUCTIONS, check_task: re-exported)
     INSTRUCTIONS,
     _asset_paths,
@@ -202,6 +202,16 @@ class ManiSkillEnv(SerialBatchedEnv):
         if isinstance(task, InstructedTask):  # a language task draws its instruction per episode
             self.instructions[i] = task.episode_instructions()[0]
         return self._critic_frame(i, self._convert(obs))
+
+    def grounding_targets(self) -> np.ndarray | None:
+        """Where each scene's words point now (``GroundedTask.grounding_target``), float32 [num_envs, K], a row of
+        NaN for a scene whose task names nothing; None when no scene's task does (vision pretraining's labels)."""
+        rows = [e.unwrapped.grounding_target().reshape(-1).numpy() if isinstance(e.unwrapped, GroundedTask)
+                else None for e in self.envs]
+        width = next((len(r) for r in rows if r is not None), 0)
+        if not width:
+            return None
+        return np.stack([np.full(width, np.nan, np.float32) if r is None else r.astype(np.float32) for r in rows])
 
     def step_scene(self, i: int, action: np.ndarray) -> SceneStep:
         """One ManiSkill step; its raw observation is converted once per chunk (``scene_obs``): per-step

@@ -31,6 +31,9 @@ class OpenVLAPolicyConfig(VLAPolicyConfig):
     # with freeze_vision and arch.use_film (OFT+): keep the FiLM maps fixed too, so the words' effect on the
     # towers' features stays what SFT made it (false: OFT+'s own recipe, the maps train with the towers frozen)
     freeze_film: bool = False
+    # keep the language model's input embeddings fixed: FiLM's words are their average, so towers whose FiLM was
+    # pretrained to find what the words name (scripts/pretrain_vision.py --grounded) keep reading the same words
+    freeze_embeddings: bool = False
     # "" = none; "libero_oft": OpenVLA-OFT's LIBERO evaluation conventions around the network
     # (policies/processors/libero.py): TF-exact JPEG + Lanczos resize to 224 and 0.9 center crop of each camera,
     # the gripper from [0, 1] to +-1 and inverted on the way to the env (LIBERO: -1 opens, +1 closes)

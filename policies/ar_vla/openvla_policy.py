@@ -188,6 +188,8 @@ class OpenVLAPolicy(VLAPolicy):
             m.vision_backbone.requires_grad_(False)
             for p in m.vision_backbone.film_parameters():  # OFT+ trains FiLM's maps with the towers frozen
                 p.requires_grad_(not cfg.freeze_film)
+        if cfg.freeze_embeddings:
+            m.language_model.get_input_embeddings().requires_grad_(False)
         if cfg.lora.rank > 0:
             from peft import LoraConfig, inject_adapter_in_model
 

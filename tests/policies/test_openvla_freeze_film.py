@@ -30,3 +30,20 @@ def test_freeze_film_keeps_the_film_maps_fixed_with_the_towers():
 def test_without_it_only_the_film_maps_of_the_towers_train():
     trainable, film = _trainable_vision()
     assert trainable == film
+
+
+def test_freeze_embeddings_keeps_the_words_film_reads_fixed():
+    """FiLM's words are the average of the language model's input embeddings: with freeze_embeddings SFT and RL
+    cannot move them away from what grounded pretraining saw; the rest of the language model still trains."""
+    from vlarl.experiments import training_policy
+
+    def embedding_trains(*more: str) -> tuple[bool, bool]:
+        _, _, policy = training_policy(["experiment=multitask_oft_sft_rl", "env.tasks=[PushCubeToColor-v1]",
+                                        "env.image_size=32", "+policy.arch.use_film=true", *more], seed=0)
+        lm = policy.model.language_model
+        table = lm.get_input_embeddings().weight
+        rest = any(p.requires_grad for p in lm.parameters() if p is not table)
+        return table.requires_grad, rest
+
+    assert embedding_trains() == (True, True)
+    assert embedding_trains("policy.freeze_embeddings=true") == (False, True)

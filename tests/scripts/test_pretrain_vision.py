@@ -82,6 +82,73 @@ def test_film_towers_are_pretrained_as_plain_towers_and_left_as_the_identity_for
                          if "vision_backbone" in n and n.split(".")[-2] in ("scale", "shift")}
 
 
+def _two_squares(n: int, size: int = 32, side: int = 8, seed: int = 0):
+    """A red and a blue square, each drawn on either half; the words name one, the grounding target is its x. The
+    scene state is the red square's x only, so the target needs the words (which square) and the frame (where)."""
+    from vlarl.vision_pretrain import Frames
+
+    g = np.random.default_rng(seed)
+    im = np.zeros((n, size, size, 3), np.uint8)
+    red_x = np.zeros(n, np.float32)
+    target = np.zeros((n, 2), np.float32)
+    words = []
+    for i in range(n):
+        left = g.integers(0, size // 2 - side, 2)
+        xs = (left[0], size // 2 + left[1]) if g.random() < 0.5 else (size // 2 + left[1], left[0])
+        y = g.integers(0, size - side)
+        im[i, y:y + side, xs[0]:xs[0] + side, 0] = 255
+        im[i, y:y + side, xs[1]:xs[1] + side, 2] = 255
+        red_x[i] = xs[0]
+        named = int(g.integers(2))
+        words.append(f"push the cube to the {('red', 'blue')[named]} goal")
+        target[i] = (xs[named], y)
+    states = np.stack([red_x, np.full(n, 3.0, np.float32)], 1)
+    return Frames(torch.from_numpy(im), torch.from_numpy(states), episodes=n, words=words,
+                  grounding=torch.from_numpy(target))
+
+
+def test_grounded_film_towers_learn_to_find_what_the_words_name():
+    """--grounded: the FiLM maps train with the towers and the input embeddings, fed each frame's own words; the record
+    says the named square is found with its own words and missed with the other square's. Of the language model
+    only the input embeddings move; with freeze_film and freeze_embeddings all of it stays frozen for SFT."""
+    from vlarl.vision_pretrain import pretrain_towers
+
+    _, _, policy = _tiny_oft("multitask_oft_sft_rl", "+policy.arch.use_film=true", "policy.freeze_vision=true",
+                             "policy.freeze_film=true", "policy.freeze_embeddings=true")
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    rec = pretrain_towers(policy, _two_squares(960), epochs=25, batch_size=32, lr=2e-3, seed=0, grounded=True)
+    assert rec["grounded"] and rec["grounding_dims"] == 2 and rec["grounding_frames"] == 960
+    assert rec["grounding_r2_after"] > 0.6, rec
+    assert rec["grounding_r2_other_words"] < rec["grounding_r2_after"] - 0.5, rec
+    backbone = policy.model.vision_backbone
+    film = {id(p) for p in backbone.film_parameters()}
+    last = {f"{t}.blocks.{len(getattr(backbone, t).blocks) - 1}." for t in ("featurizer", "fused_featurizer")}
+    used = [p for n, p in backbone.named_parameters() if id(p) in film and not any(n.startswith(x) for x in last)]
+    assert used and all(bool(p.abs().sum() > 0) for p in used)  # trained from zero here (the features skip the last block)
+    after = policy.state_dict()
+    moved = {k for k in after if not torch.equal(after[k], before[k])}
+    assert {k for k in moved if k.startswith("model.language_model.")} == {"model.language_model.model.embed_tokens.weight"}
+    frames = policy.pixel_inputs({"images": {policy.spec.image_keys[0]: _two_squares(4).images}})
+    lang = [policy.model.film_language(policy.model.language_model.get_input_embeddings()(ids), mask)
+            for ids, mask in (policy._text([f"push the cube to the {c} goal"] * 4, 4) for c in ("red", "blue"))]
+    with torch.no_grad():
+        assert not torch.allclose(policy.model.vision_backbone(frames, lang[0]),
+                                  policy.model.vision_backbone(frames, lang[1]))
+    assert not any(p.requires_grad for p in policy.model.vision_backbone.parameters())  # frozen again for SFT
+    assert not policy.model.language_model.get_input_embeddings().weight.requires_grad
+
+
+def test_grounded_pretraining_refuses_plain_towers_and_frames_that_name_nothing():
+    from vlarl.vision_pretrain import pretrain_towers
+
+    _, _, plain = _tiny_oft()
+    with pytest.raises(ValueError, match="use_film=true"):
+        pretrain_towers(plain, _two_squares(8), epochs=1, grounded=True)
+    _, _, film = _tiny_oft("multitask_oft_sft_rl", "+policy.arch.use_film=true")
+    with pytest.raises(ValueError, match="GroundedTask"):
+        pretrain_towers(film, _squares(8), epochs=1, grounded=True)
+
+
 def test_constant_scene_states_and_other_families_are_refused():
     from vlarl.vision_pretrain import Frames, check_supported, pretrain_towers
 
@@ -135,6 +202,7 @@ def test_the_script_saves_a_policy_with_trained_towers_and_the_demonstrations_st
     (["--demos", "{tmp}/none.h5"], "is not a file"),
     (["--frames", "1"], "--frames must be"),
     (["--experiment", "no_such_experiment"], "no_such_experiment"),
+    (["--grounded"], "use_film=true"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(demos, tmp_path, capsys, args, needle):
     from scripts import pretrain_vision as script

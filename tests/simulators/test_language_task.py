@@ -155,3 +155,34 @@ def test_flipped_target_counts_the_other_goal_in_the_same_scene():
     with pytest.raises(ValueError, match="use 'drawn' or 'flipped'"):
         ManiSkillEnv(ManiSkillConfig(task="PushCubeToColor-v1", control_mode="pd_ee_delta_pos",
                                      task_kwargs={"target": "left"}), num_envs=1)
+
+
+def test_grounding_target_points_at_the_goal_the_words_name(env):
+    """``GroundedTask``: where the named goal is from the cube, whichever colour is named and on whichever side;
+    a multi-task env gives a NaN row to a scene whose task names nothing."""
+    from simulators.base import GroundedTask
+    from simulators.maniskill_multitask import ManiSkillMultiTaskConfig, ManiSkillMultiTaskEnv
+
+    sides = set()
+    for seed in range(6):
+        obs = env.reset(seed=seed)
+        got = env.grounding_targets()
+        assert got.shape == (B, 2) and got.dtype == np.float32
+        for i, task in enumerate(e.unwrapped for e in env.envs):
+            assert isinstance(task, GroundedTask)
+            goal = task.goals["red" if "red" in obs["instruction"][i] else "blue"].pose.p[0]
+            np.testing.assert_allclose(got[i], (goal - task.obj.pose.p[0])[:2].numpy(), atol=1e-5)
+            np.testing.assert_allclose(abs(got[i]), [0.12, 0.09], atol=1e-4)
+            sides.add(bool(got[i, 1] > 0))
+    assert sides == {True, False}
+    mixed = ManiSkillMultiTaskEnv(ManiSkillMultiTaskConfig(tasks=["PushCube-v1", "PushCubeToColor-v1"],
+                                                           control_mode="pd_ee_delta_pos", obs_mode="state"),
+                                  num_envs=2)
+    try:
+        mixed.reset(seed=0)
+        rows = mixed.grounding_targets()
+        named = [t == "PushCubeToColor-v1" for t in mixed.slot_tasks]
+        assert sorted(named) == [False, True]
+        assert np.isnan(rows[~np.array(named)]).all() and np.isfinite(rows[np.array(named)]).all()
+    finally:
+        mixed.close()
