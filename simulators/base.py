@@ -149,5 +149,13 @@ class GroundedTask(Protocol):
     def grounding_target(self) -> torch.Tensor: ...
 
 
+@runtime_checkable
+class ReportsGrounding(Protocol):
+    """A batched env that says where each scene's words point (``ManiSkillEnv.grounding_targets``): float32
+    [num_envs, K], a NaN row for a scene whose task is not a ``GroundedTask``; None when none is."""
+
+    def grounding_targets(self) -> np.ndarray | None: ...
+
+
 class EnvError(ValueError):
     """Bad env configuration: the message names the key and the fix."""

@@ -87,14 +87,16 @@ def collect_frames(env: Any, camera: str, frames: int, chunk: int, seed: int,
     obs = env.reset(seed=seed)
     if "critic_state" not in obs:
         raise ValueError("the env reports no obs['critic_state'] (the scene state to regress): set env.critic_state=true")
-    grounded = getattr(env, "grounding_targets", None)  # a ManiSkill env: where each scene's words point
+    from simulators.base import ReportsGrounding
 
     def labels(o: dict[str, Any]) -> tuple[list[str], np.ndarray | None]:
-        return list(o.get("instruction") or [""] * env.num_envs), grounded() if grounded is not None else None
+        """The frames' instructions and where their words point (None from an env that does not say)."""
+        where = env.grounding_targets() if isinstance(env, ReportsGrounding) else None
+        return list(o.get("instruction") or [""] * env.num_envs), where
 
     images, states, episodes = [obs["images"][camera]], [obs["critic_state"]], env.num_envs
-    words, grounding = zip(*[labels(obs)], strict=True)
-    words, grounding = list(words), list(grounding)
+    w, g = labels(obs)
+    words, grounding = [w], [g]
     kept = env.num_envs
     while kept < frames:
         a = (torch.rand(env.num_envs, 1, env.spec.action_dim, generator=gen) * 2 - 1).expand(-1, chunk, -1)
