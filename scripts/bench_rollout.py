@@ -18,10 +18,11 @@ rollout-like actor concatenates the halves into one batch and the driver fetches
 
 ``--pixels`` measures what one env step costs a VLA acting from camera images, per family, side by side in one
 process: the tiny exact SmolVLA, pi0 and OpenVLA-OFT on ``--env`` (default ``maniskill_pushcube_rgb``) at each
-``--sizes`` px. Per size, the env alone with zero actions three ways: obs_mode=rgb rendering the cameras once per
-chunk (the default: the frames the policy reads), obs_mode=rgb rendering inside every control step as ManiSkill
-does (``env.render_every_step=true``, the old default), and physics only (obs_mode=state); render = rgb - physics,
-and the line under the table gives every-step / once-per-chunk. Per family, the RGB env (the default) stepped
+``--sizes`` px. Per size, the env alone with zero actions four ways: obs_mode=rgb rendering the cameras once per
+chunk (the default: the frames the policy reads, with the env's ``mesh_detail``: 0.1 in the pixel envs), the same
+with ManiSkill's own meshes (``env.mesh_detail=1.0``), obs_mode=rgb rendering inside every control step as
+ManiSkill does (``env.render_every_step=true``, the old default), and physics only (obs_mode=state); render = rgb -
+physics, and the lines under the table give every-step / once-per-chunk and full / light meshes. Per family, the RGB env (the default) stepped
 with the policy's own actions, preprocessing (env images, state and words -> network inputs) and inference (the
 rest of ``act``); one ``act`` serves ``chunk`` steps of every env, so it is divided by ``num_envs x chunk``.
 
@@ -196,12 +197,13 @@ def _sensors(env) -> list[str]:
 
 #: the env-alone rows of ``pixel_rows``, in table order
 RENDER_ONCE = "env: render once per chunk (obs_mode=rgb)"
+FULL_MESHES = "env: ManiSkill's meshes (mesh_detail=1.0)"
 RENDER_EVERY_STEP = "env: render every step (render_every_step=true)"
 PHYSICS_ONLY = "env: physics only (obs_mode=state)"
 
 
 def pixel_rows(env_name: str, sizes: list[int], families: list[str], num_envs: int, steps: int) -> list[dict]:
-    """One row per (size, what): the env alone three ways, then each family (see the module doc). Times are
+    """One row per (size, what): the env alone four ways, then each family (see the module doc). Times are
     seconds per env step; ``cameras`` lists what the env renders and what the policy reads."""
     from policies import make_policy
     from simulators.registry import make_env
@@ -214,15 +216,18 @@ def pixel_rows(env_name: str, sizes: list[int], families: list[str], num_envs: i
         chunk = 4  # the tiny VLA configs' chunk
         state_env = make_env(dataclasses.replace(base, obs_mode="state"), num_envs=num_envs)
         every_env = make_env(dataclasses.replace(base, render_every_step=True), num_envs=num_envs)
+        full_env = make_env(dataclasses.replace(base, mesh_detail=1.0), num_envs=num_envs)
         env = make_env(base, num_envs=num_envs)
         try:
-            once, every, phys = _env_per_step([env, every_env, state_env], steps, chunk)
+            once, full, every, phys = _env_per_step([env, full_env, every_env, state_env], steps, chunk)
         finally:
-            every_env.close()
-            state_env.close()
+            for other in (full_env, every_env, state_env):
+                other.close()
         try:
             renders = f"renders {_sensors(env)}"
-            rows.append(dict(size=size, what=RENDER_ONCE, env=once, render=once - phys, physics=phys, cameras=renders))
+            rows.append(dict(size=size, what=RENDER_ONCE, env=once, render=once - phys, physics=phys, cameras=renders,
+                             mesh_detail=base.mesh_detail))
+            rows.append(dict(size=size, what=FULL_MESHES, env=full, render=full - phys, physics=phys, cameras=renders))
             rows.append(dict(size=size, what=RENDER_EVERY_STEP, env=every, render=every - phys, physics=phys,
                              cameras=renders))
             rows.append(dict(size=size, what=PHYSICS_ONLY, env=phys, physics=phys))
@@ -279,6 +284,10 @@ def print_pixel_table(rows: list[dict], num_envs: int) -> None:
             once, every = by[RENDER_ONCE]["env"], by[RENDER_EVERY_STEP]["env"]
             print(f"env alone at {size} px: render every step / render once per chunk = {every * 1e3:.2f} / "
                   f"{once * 1e3:.2f} ms = {every / once:.2f}x")
+        if RENDER_ONCE in by and FULL_MESHES in by:
+            once, full = by[RENDER_ONCE]["env"], by[FULL_MESHES]["env"]
+            print(f"env alone at {size} px: ManiSkill's meshes / mesh_detail={by[RENDER_ONCE].get('mesh_detail')} = "
+                  f"{full * 1e3:.2f} / {once * 1e3:.2f} ms = {full / once:.2f}x")
     fams = [r for r in rows if "preprocess" in r]
     if fams:
         print("\nshares of a family's step (render / physics / preprocessing / inference):")

@@ -62,6 +62,11 @@ class ManiSkillConfig(EnvConfig):
     # images are the same (tests/simulators/test_maniskill_render_once.py). True: ManiSkill's every-step
     # rendering, kept to measure the difference (scripts/bench_rollout.py --pixels). CPU backend only.
     render_every_step: bool = False
+    # The share of triangles kept in the scene's large untextured visual meshes (the robot's links): CPU rendering
+    # costs per triangle, and the Panda's ~135k are most of a picture's cost; 0.1 cut a 64 px picture about 5x with
+    # the images 0.46 / 255 apart on average (simulators/light_meshes.py). 1.0: ManiSkill's own meshes, the default,
+    # so checkpoints trained on them see what they saw. CPU backend only.
+    mesh_detail: float = 1.0
     # Keyword arguments of the ManiSkill task's own constructor, e.g. ``env.task_kwargs.instruction=other`` for
     # the language task (simulators/language_tasks.py: report the instruction that names the other goal).
     task_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -127,6 +132,9 @@ class ManiSkillEnv(SerialBatchedEnv):
                 f"env.sim_backend='{cfg.sim_backend}': env=maniskill runs ManiSkill's CPU backend; use "
                 "env.sim_backend=cpu, or env=maniskill_gpu for physx_cuda on a CUDA machine"
             )
+        if not 0.0 < cfg.mesh_detail <= 1.0:
+            raise EnvError(f"env.mesh_detail={cfg.mesh_detail} is the share of triangles kept in the robot's visual "
+                           f"meshes: give a number in (0, 1], e.g. env.mesh_detail=0.1 (1.0 keeps ManiSkill's meshes)")
         check_task_config(cfg)  # task id, reward mode, assets
 
     @staticmethod
@@ -282,6 +290,10 @@ def make_scene_env(gym: Any, cfg: ManiSkillConfig, render: bool, check_cameras: 
     env = _make_quietly(gym, cfg.task, make_kwargs(cfg, sim_backend="cpu", num_envs=1, render=render))
     if check_cameras and cfg.cameras:
         _camera_slices(env, cfg)
+    if cfg.mesh_detail < 1.0:
+        from simulators.light_meshes import lighten_env
+
+        lighten_env(env, cfg.mesh_detail)
     if cfg.obs_mode == "rgb":
         from mani_skill.utils.wrappers.flatten import FlattenRGBDObservationWrapper
 

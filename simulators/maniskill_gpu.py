@@ -87,6 +87,9 @@ class ManiSkillGPUEnv(SteppedEnv):
             raise EnvError(
                 f"env.sim_backend='{cfg.sim_backend}' is unknown; use physx_cuda (or cpu with num_envs=1)"
             )
+        if cfg.mesh_detail != 1.0:
+            raise EnvError(f"env.mesh_detail={cfg.mesh_detail} lightens the meshes of env=maniskill's CPU renderer; "
+                           f"env=maniskill_gpu renders on the GPU, where triangles are cheap: drop env.mesh_detail")
         check_task_config(cfg)  # task id, reward mode, assets
 
     def __init__(self, cfg: ManiSkillGPUConfig, num_envs: int, worker_index: int = 0, render: bool = False):

@@ -1,5 +1,6 @@
-"""``scripts/bench_rollout.py --pixels`` at tiny sizes: the per-family rows from pixels (the env alone three ways:
-rendering once per chunk, the default, beside rendering every step and physics only; then each family stepping
+"""``scripts/bench_rollout.py --pixels`` at tiny sizes: the per-family rows from pixels (the env alone four ways:
+rendering once per chunk with light meshes, the default, beside ManiSkill's meshes, rendering every step and physics
+only; then each family stepping
 the RGB env with its own actions), their table, and the cameras the env renders against those the policy reads.
 No timing is asserted; the rows must be complete, positive and consistent."""
 
@@ -32,22 +33,26 @@ def test_pixel_rows_per_family_at_a_tiny_size(capsys):
     bench = _bench()
     rows = bench.pixel_rows("maniskill_pushcube_rgb", [16], ["smolvla", "openvla_oft"], num_envs=1, steps=1)
     whats = [r["what"] for r in rows]
-    assert whats == ["env: render once per chunk (obs_mode=rgb)", "env: render every step (render_every_step=true)",
-                     "env: physics only (obs_mode=state)", "smolvla", "openvla_oft"]
+    assert whats == ["env: render once per chunk (obs_mode=rgb)", "env: ManiSkill's meshes (mesh_detail=1.0)",
+                     "env: render every step (render_every_step=true)", "env: physics only (obs_mode=state)",
+                     "smolvla", "openvla_oft"]
     assert all(r["size"] == 16 and r["env"] > 0 and r["physics"] > 0 for r in rows)
-    families = rows[3:]
+    families = rows[4:]
     for r in families:
         assert r["preprocess"] > 0 and r["inference"] >= 0 and r["chunk"] == 4
         assert r["cameras"] == "reads ['base_camera']"
-    assert all(r["physics"] == rows[2]["env"] for r in rows)  # every row's physics is the state env's
+    assert all(r["physics"] == rows[3]["env"] for r in rows)  # every row's physics is the state env's
     # PushCube has one sensor camera: the RGB env renders exactly the camera the policies read, nothing more
-    assert rows[0]["cameras"] == rows[1]["cameras"] == "renders ['base_camera']"
+    assert rows[0]["cameras"] == rows[1]["cameras"] == rows[2]["cameras"] == "renders ['base_camera']"
+    assert rows[0]["mesh_detail"] == 0.1  # the pixel env's light meshes, beside ManiSkill's own in row 1
     bench.print_pixel_table(rows, 1)
     out = capsys.readouterr().out
     assert "ms per env step, 1 envs" in out and "load average" in out
     assert out.count("  16 px ") == 2  # one share line per family
-    every_over_once = f"= {rows[1]['env'] / rows[0]['env']:.2f}x"
+    every_over_once = f"= {rows[2]['env'] / rows[0]['env']:.2f}x"
     assert "env alone at 16 px: render every step / render once per chunk" in out and every_over_once in out
+    full_over_light = f"ManiSkill's meshes / mesh_detail=0.1 = {rows[1]['env'] * 1e3:.2f} / {rows[0]['env'] * 1e3:.2f}"
+    assert full_over_light in out
     assert "cost at" not in out  # one size: no ratio between sizes
 
 
