@@ -10,8 +10,8 @@ average (docs/vla_pixels.md, "Lighter meshes").
 
 What is left alone: textured parts (their UV layout would not survive decimation: the table, the floor, scanned
 objects), parts under ``MIN_TRIANGLES`` (primitives, cubes, goal discs), and anything physical (collision shapes
-are separate components; only the render body is replaced). Decimated meshes are cached per process by file,
-part and detail, so every scene of a worker shares one decimation. ``lighten_env`` applies it to a ManiSkill env
+are separate components; only the render body is replaced). Decimated meshes are cached per process by their
+content and detail, so every scene of a worker shares one decimation. ``lighten_env`` applies it to a ManiSkill env
 and again after each reconfiguration (a task that rebuilds its scene on reset gets light meshes every time).
 """
 
@@ -28,9 +28,12 @@ _decimated: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
 
 def check_detail(detail: float) -> None:
+    """One line for a share of triangles that is not one (the env's start-up check calls this)."""
+    from simulators.base import EnvError
+
     if not 0.0 < detail <= 1.0:
-        raise ValueError(f"mesh detail {detail} is the share of triangles kept: give a number in (0, 1] "
-                         f"(1 keeps ManiSkill's meshes, 0.1 a tenth of their triangles)")
+        raise EnvError(f"env.mesh_detail={detail} is the share of triangles kept in the robot's visual meshes: give "
+                       f"a number in (0, 1], e.g. env.mesh_detail=0.1 (1.0 keeps ManiSkill's meshes)")
 
 
 def _textured(material: Any) -> bool:
@@ -40,9 +43,10 @@ def _textured(material: Any) -> bool:
                      "roughness_texture", "metallic_texture", "transmission_texture"))
 
 
-def _decimate(key: tuple, vertices: np.ndarray, triangles: np.ndarray,
-              detail: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(vertices, triangles, vertex normals) of the part with ``detail`` of its triangles, cached under ``key``."""
+def _decimate(vertices: np.ndarray, triangles: np.ndarray, detail: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(vertices, triangles, vertex normals) of the part with ``detail`` of its triangles, cached by the part's
+    content (its vertices and triangles, before the shape's scale), so a link loaded again is not decimated again."""
+    key = (hash(vertices.tobytes()), hash(triangles.tobytes()), len(vertices), len(triangles), detail)
     if key not in _decimated:
         import fast_simplification
         import trimesh
@@ -73,12 +77,11 @@ def _light_body(body: Any, detail: float) -> tuple[Any, int, int] | None:
         if not any(shape is h for h in heavy):
             new.attach(shape.clone())
             continue
-        for k, part in enumerate(shape.parts):
+        for part in shape.parts:
             v = np.asarray(part.vertices, np.float32)
             f = np.asarray(part.triangles, np.uint32)
             if len(f) > MIN_TRIANGLES and not _textured(part.material):
-                key = (shape.filename or id(shape), k, tuple(np.asarray(shape.scale).tolist()), detail)
-                v, f, normals = _decimate(key, v, f, detail)
+                v, f, normals = _decimate(v, f, detail)
                 uv = np.zeros((len(v), 2), np.float32)  # untextured: the UVs are never read
                 before += len(part.triangles)
                 after += len(f)

@@ -21,6 +21,7 @@ import torch
 
 from simulators.assets import load_json
 from simulators.base import EnvError, EnvSpec, GroundedTask, InstructedTask
+from simulators.light_meshes import check_detail
 from simulators.maniskill_tasks import (  # noqa: F401  (INSTRUCTIONS, check_task: re-exported)
     INSTRUCTIONS,
     _asset_paths,
@@ -132,9 +133,7 @@ class ManiSkillEnv(SerialBatchedEnv):
                 f"env.sim_backend='{cfg.sim_backend}': env=maniskill runs ManiSkill's CPU backend; use "
                 "env.sim_backend=cpu, or env=maniskill_gpu for physx_cuda on a CUDA machine"
             )
-        if not 0.0 < cfg.mesh_detail <= 1.0:
-            raise EnvError(f"env.mesh_detail={cfg.mesh_detail} is the share of triangles kept in the robot's visual "
-                           f"meshes: give a number in (0, 1], e.g. env.mesh_detail=0.1 (1.0 keeps ManiSkill's meshes)")
+        check_detail(cfg.mesh_detail)
         check_task_config(cfg)  # task id, reward mode, assets
 
     @staticmethod
