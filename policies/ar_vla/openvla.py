@@ -185,26 +185,30 @@ class OpenVLA(nn.Module):
                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Causal pass -> logits [B, 1 + P + L - 1, V] (fp32)."""
         emb, mask = self.embed(input_ids, pixel_values, attention_mask=attention_mask)
-        return self.language_model(inputs_embeds=emb, attention_mask=mask).logits.float()
+        return self.language_model(inputs_embeds=emb, attention_mask=mask,
+                                   position_ids=real_positions(mask)).logits.float()
 
     def hidden(self, input_ids: torch.Tensor, pixel_values: torch.Tensor,
                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Causal pass -> last-layer hidden states [B, 1 + P + L - 1, H] (after the final norm)."""
         emb, mask = self.embed(input_ids, pixel_values, attention_mask=attention_mask)
-        return self.language_model.model(inputs_embeds=emb, attention_mask=mask).last_hidden_state
+        return self.language_model.model(inputs_embeds=emb, attention_mask=mask,
+                                         position_ids=real_positions(mask)).last_hidden_state
 
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, pixel_values: torch.Tensor, n: int,
                  attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Greedy decoding over the whole vocabulary with a KV cache (``generate(do_sample=False)``) -> ids [B, n]."""
         emb, mask = self.embed(input_ids, pixel_values, attention_mask=attention_mask)
-        out = self.language_model(inputs_embeds=emb, attention_mask=mask, use_cache=True)
+        pos = real_positions(mask)
+        out = self.language_model(inputs_embeds=emb, attention_mask=mask, position_ids=pos, use_cache=True)
         tokens = [out.logits[:, -1].argmax(-1)]
         for _ in range(n - 1):
             if mask is not None:
                 mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
-            out = self.language_model(input_ids=tokens[-1][:, None], attention_mask=mask, cache=out.cache,
-                                      use_cache=True)
+                pos = pos[:, -1:] + 1
+            out = self.language_model(input_ids=tokens[-1][:, None], attention_mask=mask, position_ids=pos,
+                                      cache=out.cache, use_cache=True)
             tokens.append(out.logits[:, -1].argmax(-1))
         return torch.stack(tokens, 1)
 
@@ -213,6 +217,15 @@ class OpenVLA(nn.Module):
         """OpenVLA's ``predict_action``: append 29871 if missing, greedy ``action_dim`` tokens, un-normalize."""
         input_ids = with_empty_token(input_ids)
         return stats.unnormalize(self.bins.decode(self.generate(input_ids, pixel_values, self.config.action_dim)))
+
+
+def real_positions(key_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """Position ids [B, S] that count real tokens only (``cumsum(mask) - 1``; a pad repeats its neighbour's),
+    so a prompt padded to a longer one in its batch keeps the rotary positions it has alone, and a row's output
+    does not depend on what it is batched with. None (no padding): the model's own ``0 .. S - 1``."""
+    if key_mask is None:
+        return None
+    return (key_mask.long().cumsum(1) - 1).clamp(min=0)
 
 
 def with_empty_token(input_ids: torch.Tensor) -> torch.Tensor:

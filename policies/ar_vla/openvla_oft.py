@@ -35,6 +35,7 @@ from policies.ar_vla.openvla import (
     OpenVLAConfig,
     bench_inputs,
     published_config,
+    real_positions,
     tiny_config,
     with_empty_token,
 )
@@ -154,7 +155,8 @@ class OpenVLAOFT(OpenVLA):
         keys = torch.ones(B, emb.shape[1], dtype=torch.bool, device=emb.device) if keys is None else \
             torch.cat([keys, keys.new_ones(B, n + 1)], 1)
         mask = bidirectional_mask(keys, emb.dtype)
-        hidden = self.language_model.model(inputs_embeds=emb, attention_mask=mask).last_hidden_state
+        hidden = self.language_model.model(inputs_embeds=emb, attention_mask=mask,
+                                           position_ids=real_positions(keys)).last_hidden_state
         start = emb.shape[1] - n - 2  # the prompt's last token
         return hidden[:, start : start + n], hidden[:, start]
 

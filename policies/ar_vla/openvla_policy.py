@@ -44,6 +44,7 @@ from policies.ar_vla.openvla import (
     OpenVLAConfig,
     prompt,
     published_config,
+    real_positions,
     tiny_config,
 )
 from policies.ar_vla.openvla_checkpoint import load_openvla
@@ -315,7 +316,8 @@ class OpenVLAPolicy(VLAPolicy):
         ids, mask, pv, _ = self._inputs(obs)
         emb, keys = self.model.embed(ids, pv, attention_mask=mask)
         lm = self.model.language_model
-        out = lm.model(inputs_embeds=emb, attention_mask=keys, use_cache=True)
+        pos = real_positions(keys)
+        out = lm.model(inputs_embeds=emb, attention_mask=keys, position_ids=pos, use_cache=True)
         h = out.last_hidden_state[:, -1:]
         value = self._value_exact(h[:, 0], obs)
         bins, logps = [], []
@@ -327,8 +329,9 @@ class OpenVLAPolicy(VLAPolicy):
             if len(bins) == self.n_tokens:
                 break
             keys = torch.cat([keys, keys.new_ones(keys.shape[0], 1)], 1)
-            out = lm.model(input_ids=self.action_ids[k][:, None], attention_mask=keys, cache=out.cache,
-                           use_cache=True)
+            pos = pos[:, -1:] + 1
+            out = lm.model(input_ids=self.action_ids[k][:, None], attention_mask=keys, position_ids=pos,
+                           cache=out.cache, use_cache=True)
             h = out.last_hidden_state
         return torch.stack(bins, 1), torch.stack(logps, 1), value
 

@@ -1,0 +1,71 @@
+"""A row's output does not depend on what it is batched with: every VLA family that reads words scores a chunk
+alone as it scores it in a batch whose other rows carry longer or shorter instructions (so its prompt is padded
+there, or pads the others).
+
+Why: a multi-task rollout batches every task's words, while an evaluation runs one task at a time. When padding
+moved the rotary positions of OpenVLA-OFT's prompt, the same network acted one way in training (mixed batches)
+and another in evaluation (session 33): the sampled SFT start solved PullCube in 0.75 of training episodes and in
+0.26 of held-out ones, and PPO improved the behaviour the evaluation never saw."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from vla_helpers import make_obs, openvla_config
+
+from policies import make_policy
+from policies.ar_vla import ARVLAConfig
+from policies.flow_vla import FlowVLAConfig
+from policies.vlm import BackboneConfig
+from tests.helpers.recipes import PPO
+from vlarl.config import load_train_config
+
+torch.set_num_threads(1)
+
+#: words of clearly different token counts, so a batch of them pads
+WORDS = ["push it", "push the cube to the blue goal and stop there", "pull the cube back to the goal region now"]
+
+
+def _yaml(name: str, **kw):
+    return replace(load_train_config([PPO, f"policy={name}"]).policy, **kw)
+
+
+FAMILIES = {
+    "openvla": lambda: openvla_config("openvla", chunk_size=2),
+    "openvla_oft_tokens": lambda: openvla_config("openvla_oft", action_head="tokens", chunk_size=2),
+    "openvla_oft_l1": lambda: openvla_config("openvla_oft", action_head="l1", chunk_size=2),
+    "smolvla": lambda: _yaml("smolvla"),
+    "pi0": lambda: _yaml("pi0"),
+    "pi05": lambda: _yaml("pi05"),
+    "pi0fast": lambda: _yaml("pi0fast"),
+    "flow_vla": lambda: FlowVLAConfig(backbone=BackboneConfig(kind="siglip_qwen2"), chunk_size=2),
+    "ar_vla": lambda: ARVLAConfig(n_action_bins=32, chunk_size=2, backbone=BackboneConfig(kind="siglip_llama")),
+}
+
+
+def _row(x, i: int):
+    """Row ``i`` of an observation or replay (nested dicts, tensors, lists) as a batch of one."""
+    if isinstance(x, dict):
+        return {k: _row(v, i) for k, v in x.items()}
+    return x[i : i + 1]
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_a_rows_log_prob_and_action_do_not_depend_on_its_batch(family, vla_spec):
+    torch.manual_seed(0)
+    policy = make_policy(FAMILIES[family](), vla_spec)
+    policy.eval()
+    obs = {**make_obs(3), "instruction": list(WORDS)}
+    sample = policy.sample(obs)
+    with torch.no_grad():
+        batch_lp, _, batch_v = policy.evaluate(obs, sample.replay)
+        batch_act = policy.act(obs)
+        for i in range(3):
+            lp, _, v = policy.evaluate(_row(obs, i), _row(sample.replay, i))
+            torch.testing.assert_close(lp, batch_lp[i : i + 1], atol=2e-4, rtol=1e-4,
+                                       msg=lambda m, i=i: f"row {i} ({WORDS[i]!r}) log-prob: {m}")
+            torch.testing.assert_close(v.reshape(-1), batch_v.reshape(-1)[i : i + 1], atol=2e-4, rtol=1e-4)
+            if family not in ("smolvla", "pi0", "pi05", "flow_vla"):  # their act draws fresh noise per call
+                torch.testing.assert_close(policy.act(_row(obs, i)), batch_act[i : i + 1], atol=2e-4, rtol=1e-4)
