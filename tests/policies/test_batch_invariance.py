@@ -69,3 +69,26 @@ def test_a_rows_log_prob_and_action_do_not_depend_on_its_batch(family, vla_spec)
             torch.testing.assert_close(v.reshape(-1), batch_v.reshape(-1)[i : i + 1], atol=2e-4, rtol=1e-4)
             if family not in ("smolvla", "pi0", "pi05", "flow_vla"):  # their act draws fresh noise per call
                 torch.testing.assert_close(policy.act(_row(obs, i)), batch_act[i : i + 1], atol=2e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("architecture", ["openvla", "openvla_oft"])
+def test_openvla_hidden_states_of_a_padded_prompt_are_its_unpadded_ones(architecture, vla_spec):
+    """The networks themselves (a token head's log-probs over 256 random-weight bins move too little to show it): the
+    last layer's hidden states of a short prompt padded to a long one's length equal those it has alone."""
+    torch.manual_seed(0)
+    policy = make_policy(openvla_config(architecture, chunk_size=2), vla_spec)
+    policy.eval()
+    obs = {**make_obs(2), "instruction": [WORDS[0], WORDS[1]]}
+    ids, mask, pv, proprio = policy._inputs(obs)
+    assert int(mask[0].sum()) < mask.shape[1]  # the short prompt is padded in the batch
+    alone_ids, alone_mask, _, _ = policy._inputs(_row(obs, 0))
+    with torch.no_grad():
+        if architecture == "openvla_oft":
+            batch = policy.model.parallel_hidden(ids, pv, proprio, mask)[0][:1]
+            alone = policy.model.parallel_hidden(alone_ids, pv[:1], proprio[:1], alone_mask)[0]
+        else:
+            batch = policy.model.hidden(ids, pv, mask)[:1, -3:]
+            alone = policy.model.hidden(alone_ids, pv[:1], alone_mask)[:, -3:]
+            torch.testing.assert_close(policy.model.generate(ids, pv, 3, mask)[:1],
+                                       policy.model.generate(alone_ids, pv[:1], 3, alone_mask))
+    torch.testing.assert_close(batch, alone, atol=1e-5, rtol=1e-4)
