@@ -6,7 +6,7 @@ input embeddings are zero ("empty action embeddings") and the stop token </s>::
     [<s> | patches (num_images x N) | proprio | prompt[1:] ... 29871 | 0 x (T * A) | </s>]
 
 Attention is **bidirectional over the whole sequence** (OFT's transformers fork makes Llama's SDPA attention
-non-causal; only padded keys are masked). The hidden state of position ``i - 1`` predicts action position
+non-causal; only padded keys are masked, and positions count real tokens only). The hidden state of position ``i - 1`` predicts action position
 ``i`` (the first one is read at the prompt's last token, as in the reference's slicing), giving
 ``[B, T * A, H]`` action hidden states. Two heads read them:
 

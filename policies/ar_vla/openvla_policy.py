@@ -4,8 +4,9 @@ policies.
 Observation -> model (OpenVLA's own transforms): each camera [B, H, W, 3] uint8 -> both towers' normalization
 at the architecture's image size, cameras stacked along channels (third-person first); the instruction ->
 ``"In: What action should the robot take to {task}?\\nOut:"`` tokens + 29871 (prompts of different lengths
-are padded right after <s>, the pads masked as keys); the state (OFT) -> [-1, 1] with the checkpoint's proprio
-statistics, else running mean / std, -> the proprio token.
+are padded right after <s>, the pads masked as keys and skipped by the position ids, so a row acts alone as in any
+batch); the state (OFT) -> [-1, 1] with the checkpoint's proprio statistics, else running mean / std, -> the
+proprio token.
 
 Distributions (sampling and ``evaluate`` apply the same rule, so a sample re-scores to its own log-prob):
 
