@@ -6,9 +6,9 @@ input embeddings are zero ("empty action embeddings") and the stop token </s>::
     [<s> | patches (num_images x N) | proprio | prompt[1:] ... 29871 | 0 x (T * A) | </s>]
 
 Attention is **bidirectional over the whole sequence** (OFT's transformers fork makes Llama's SDPA attention
-non-causal; only padded keys are masked, and positions count real tokens only). The hidden state of position ``i - 1`` predicts action position
-``i`` (the first one is read at the prompt's last token, as in the reference's slicing), giving
-``[B, T * A, H]`` action hidden states. Two heads read them:
+non-causal; only padded keys are masked, and positions count real tokens only). The hidden state of position
+``i - 1`` predicts action position ``i`` (the first one is read at the prompt's last token, as in the reference's
+slicing), giving ``[B, T * A, H]`` action hidden states. Two heads read them:
 
 * ``l1``: ``L1RegressionActionHead`` - per timestep the A hidden states concatenated ([B, T, A * H]) through
   an MLP-ResNet (LayerNorm, fc, ReLU, 2 pre-LN residual blocks, LayerNorm, fc) -> [B, T, A] in [-1, 1] units;
