@@ -5,7 +5,7 @@ there, or pads the others).
 Why: a multi-task rollout batches every task's words, while an evaluation runs one task at a time. When padding
 moved the rotary positions of OpenVLA-OFT's prompt, the same network acted one way in training (mixed batches)
 and another in evaluation (session 33): the sampled SFT start solved PullCube in 0.75 of training episodes and in
-0.26 of held-out ones, and PPO improved the behaviour the evaluation never saw."""
+0.27 of held-out ones, and PPO improved the behaviour the evaluation never saw."""
 
 from __future__ import annotations
 
