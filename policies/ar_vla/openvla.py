@@ -15,6 +15,7 @@ Checked against OpenVLA's own code: ``tests/policies/test_openvla_parity.py``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,21 +196,36 @@ class OpenVLA(nn.Module):
         return self.language_model.model(inputs_embeds=emb, attention_mask=mask,
                                          position_ids=real_positions(mask)).last_hidden_state
 
+    def decode(self, emb: torch.Tensor, mask: torch.Tensor | None, n: int,
+               choose: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """KV-cache decoding of ``n`` tokens after the embedded prompt ``emb`` [B, S, H] (its key ``mask`` [B, S]
+        or None): ``choose(h)`` gets each step's last hidden state [B, H] (after the final norm) and returns the
+        token ids [B] fed next; the caller keeps what it chose. Positions count real tokens (``real_positions``),
+        so a padded row decodes as it does alone. One loop for greedy decoding and the RL policy's sampling."""
+        lm = self.language_model.model
+        pos = real_positions(mask)
+        out = lm(inputs_embeds=emb, attention_mask=mask, position_ids=pos, use_cache=True)
+        for step in range(n):
+            ids = choose(out.last_hidden_state[:, -1])
+            if step == n - 1:
+                return
+            if mask is not None:
+                mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
+                pos = pos[:, -1:] + 1
+            out = lm(input_ids=ids[:, None], attention_mask=mask, position_ids=pos, cache=out.cache, use_cache=True)
+
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, pixel_values: torch.Tensor, n: int,
                  attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Greedy decoding over the whole vocabulary with a KV cache (``generate(do_sample=False)``) -> ids [B, n]."""
         emb, mask = self.embed(input_ids, pixel_values, attention_mask=attention_mask)
-        pos = real_positions(mask)
-        out = self.language_model(inputs_embeds=emb, attention_mask=mask, position_ids=pos, use_cache=True)
-        tokens = [out.logits[:, -1].argmax(-1)]
-        for _ in range(n - 1):
-            if mask is not None:
-                mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
-                pos = pos[:, -1:] + 1
-            out = self.language_model(input_ids=tokens[-1][:, None], attention_mask=mask, position_ids=pos,
-                                      cache=out.cache, use_cache=True)
-            tokens.append(out.logits[:, -1].argmax(-1))
+        tokens: list[torch.Tensor] = []
+
+        def greedy(h: torch.Tensor) -> torch.Tensor:
+            tokens.append(self.language_model.lm_head(h).argmax(-1))
+            return tokens[-1]
+
+        self.decode(emb, mask, n, greedy)
         return torch.stack(tokens, 1)
 
     def predict_action(self, input_ids: torch.Tensor, pixel_values: torch.Tensor,

@@ -45,7 +45,6 @@ from policies.ar_vla.openvla import (
     OpenVLAConfig,
     prompt,
     published_config,
-    real_positions,
     tiny_config,
 )
 from policies.ar_vla.openvla_checkpoint import load_openvla
@@ -316,25 +315,20 @@ class OpenVLAPolicy(VLAPolicy):
         """OpenVLA: ``T * A`` tokens one by one with a KV cache -> (bins [B, n], log-probs [B, n, 256], value)."""
         ids, mask, pv, _ = self._inputs(obs)
         emb, keys = self.model.embed(ids, pv, attention_mask=mask)
-        lm = self.model.language_model
-        pos = real_positions(keys)
-        out = lm.model(inputs_embeds=emb, attention_mask=keys, position_ids=pos, use_cache=True)
-        h = out.last_hidden_state[:, -1:]
-        value = self._value_exact(h[:, 0], obs)
-        bins, logps = [], []
-        for _ in range(self.n_tokens):
-            logp = self._token_log_probs(h)[:, 0]
-            k = self.token_head.draw(logp, greedy)
-            bins.append(k)
+        bins: list[torch.Tensor] = []
+        logps: list[torch.Tensor] = []
+        values: list[torch.Tensor] = []
+
+        def draw(h: torch.Tensor) -> torch.Tensor:
+            if not values:  # the value reads the hidden state before the first action token
+                values.append(self._value_exact(h, obs))
+            logp = self._token_log_probs(h[:, None])[:, 0]
+            bins.append(self.token_head.draw(logp, greedy))
             logps.append(logp)
-            if len(bins) == self.n_tokens:
-                break
-            keys = torch.cat([keys, keys.new_ones(keys.shape[0], 1)], 1)
-            pos = pos[:, -1:] + 1
-            out = lm.model(input_ids=self.action_ids[k][:, None], attention_mask=keys, position_ids=pos,
-                           cache=out.cache, use_cache=True)
-            h = out.last_hidden_state
-        return torch.stack(bins, 1), torch.stack(logps, 1), value
+            return self.action_ids[bins[-1]]
+
+        self.model.decode(emb, keys, self.n_tokens, draw)
+        return torch.stack(bins, 1), torch.stack(logps, 1), values[0]
 
     def _to_env(self, normalized: torch.Tensor) -> torch.Tensor:
         """Normalized [B, T, A] -> env units (clipped to [-1, 1] first, then the statistics; then the env's
