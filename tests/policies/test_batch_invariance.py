@@ -92,3 +92,32 @@ def test_openvla_hidden_states_of_a_padded_prompt_are_its_unpadded_ones(architec
             torch.testing.assert_close(policy.model.generate(ids, pv, 3, mask)[:1],
                                        policy.model.generate(alone_ids, pv[:1], 3, alone_mask))
     torch.testing.assert_close(batch, alone, atol=1e-5, rtol=1e-4)
+
+
+def test_openvla_cached_decoding_gives_the_full_pass_hidden_states_on_a_padded_batch(vla_spec):
+    """``OpenVLA.decode`` (the KV-cache loop behind greedy ``generate`` and the RL policy's sampling): the hidden
+    state it hands ``choose`` at each step equals a full causal pass over the padded prompt and the tokens chosen
+    so far, so each new token's position continues from its own row's real tokens, not from the padded length."""
+    torch.manual_seed(0)
+    policy = make_policy(openvla_config("openvla", chunk_size=2), vla_spec)
+    policy.eval()
+    obs = {**make_obs(2), "instruction": [WORDS[0], WORDS[1]]}
+    ids, mask, pv, _ = policy._inputs(obs)
+    assert int(mask[0].sum()) < mask.shape[1]  # the short prompt is padded in the batch
+    vocab = policy.model.language_model.config.vocab_size
+    seen: list[torch.Tensor] = []
+    fed: list[torch.Tensor] = []
+
+    def choose(h: torch.Tensor) -> torch.Tensor:
+        seen.append(h)
+        fed.append(torch.randint(0, vocab, (h.shape[0],)))
+        return fed[-1]
+
+    with torch.no_grad():
+        emb, keys = policy.model.embed(ids, pv, attention_mask=mask)
+        policy.model.decode(emb, keys, 4, choose)
+        full_ids = torch.cat([ids, torch.stack(fed[:-1], 1)], 1)
+        full_mask = torch.cat([mask, mask.new_ones(mask.shape[0], 3)], 1)
+        full = policy.model.hidden(full_ids, pv, full_mask)[:, -4:]
+    assert len(seen) == 4
+    torch.testing.assert_close(torch.stack(seen, 1), full, atol=1e-5, rtol=1e-4)
