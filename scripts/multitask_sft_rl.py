@@ -2,7 +2,7 @@
 evaluation per task, and (with --rl-env-steps) RL from the SFT policy, evaluated per task again.
 
     python scripts/multitask_sft_rl.py --out outputs/multitask [--experiment multitask_smolvla_sft_rl] [--demos 20]
-        [--task-demos TASK=N ...] [--paired-words] [--sft-epochs 40] [--sft-from DIR] [--rl-env-steps 0]
+        [--task-demos TASK=N ...] [--paired-words] [--demos-only] [--sft-epochs 40] [--sft-from DIR] [--rl-env-steps 0]
         [-- key=value ...]   (overrides of the experiment, for SFT's policy and vlarl-train)
 
 ``--experiment multitask_oft_rlpd``: the exact OpenVLA-OFT, whose RL stage is RLPD; the script then gives RLPD its
@@ -12,7 +12,8 @@ own demonstrations (``algorithm.demos=<out>/demos/trajectories.h5``) and builds 
    (``vlarl.multitask_demos``: the planner's re-timed episodes for PushCube / PullCube, cached under
    outputs/demos; the scripted expert for PushCubeToColor) -> ``<out>/demos/trajectories.h5``; with
    ``--paired-words`` each language-task seed twice, towards the goal it draws and towards the other one (the
-   same frames, the other words: N demonstrations there are N seeds, 2N episodes),
+   same frames, the other words: N demonstrations there are N seeds, 2N episodes); ``--demos-only`` stops here
+   (the towers of ``scripts/pretrain_vision.py`` read them first; a later run with the same ``--out`` reuses them),
 2. SFT of the policy ``vlarl-train experiment=<--experiment>`` builds (``vlarl.data.sft.sft_and_save``),
    each row with its step's frame and its episode's instruction -> ``<out>/sft``,
 3. ``vlarl-eval`` of it on held-out seeds (1,000,000+), each task on its own (eval.json's ``tasks``); with
@@ -89,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--other-words", action="store_true", help=f"evaluate each policy on {LANGUAGE_TASK} once more "
                     "with the words naming the other goal (success still counts at the drawn one): the gap to its "
                     "own words is what the instruction is worth to it")
+    ap.add_argument("--demos-only", action="store_true", help="record the demonstrations into <out>/demos and stop "
+                    "(no SFT, no evaluation): what scripts/pretrain_vision.py reads before the SFT run")
     add_sft_arguments(ap, epochs=40)
     add_held_out_arguments(ap, episodes=50)
     args = ap.parse_args(own)
@@ -100,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
             check_swap_plan(args.eval_episodes, args.eval_envs)
         except ValueError as e:
             ap.error(f"--swap-frames (--eval-episodes / --eval-envs): {e}")
+    if args.demos_only and (args.rl_env_steps or args.swap_frames or args.other_words or args.sft_from):
+        ap.error("--demos-only records the demonstrations and stops: leave out --rl-env-steps, --swap-frames, "
+                 "--other-words and --sft-from, or drop --demos-only")
     if args.demos < 1 or args.sft_epochs < 1 or args.rl_env_steps < 0:
         ap.error("--demos and --sft-epochs must be >= 1, --rl-env-steps >= 0")
     task_demos = {}
@@ -160,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         made = build_multitask_demos(cfg.env, out / "demos", args.demos, seed=args.seed, log=log,
                                      task_episodes=task_demos, paired_words=args.paired_words)
         (out / "demos" / "summary.json").write_text(json.dumps(made, indent=2))
+    if args.demos_only:
+        log(f"demonstrations: {demos} (--demos-only: no SFT)")
+        return 0
     episodes = read_maniskill_h5(demos, cameras=list(spec.image_keys))
     bar = tqdm(total=args.sft_epochs, desc="sft", unit="epoch")
 

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
                     "the words name is (frames of a language task, e.g. PushCubeToColor-v1)")
     args = ap.parse_args(own)
     if not Path(args.demos).is_file():
-        ap.error(f"--demos {args.demos} is not a file; run scripts/multitask_sft_rl.py once to record them")
+        ap.error(f"--demos {args.demos} is not a file; record them with scripts/multitask_sft_rl.py --demos-only --out <dir>")
     if args.frames < 2 or args.epochs < 1:
         ap.error("--frames must be >= 2 and --epochs >= 1")
     try:

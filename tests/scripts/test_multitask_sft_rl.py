@@ -118,3 +118,30 @@ def test_paired_words_without_a_language_task_is_one_line_exit_2_and_nothing_wri
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--paired-words" in err and "add one of ['PushCubeToColor-v1']" in err
     assert not out.exists()
+
+
+def test_demos_only_records_the_demonstrations_and_stops(tmp_path):
+    """--demos-only writes <out>/demos (what scripts/pretrain_vision.py reads before SFT) and nothing of SFT or
+    evaluation; a later run with the same --out reads those demonstrations instead of recording new ones."""
+    import json
+
+    from vlarl.data.demonstrations import read_maniskill_h5
+
+    out = tmp_path / "run"
+    assert script.main(["--out", str(out), "--experiment", "multitask_oft_sft_rl", "--demos", "2", "--demos-only",
+                        "--", "env.tasks=[PushCubeToColor-v1]"]) == 0
+    demos = out / "demos" / "trajectories.h5"
+    episodes = read_maniskill_h5(demos, cameras=["base_camera"])
+    assert len(episodes) == 2
+    summary = json.loads((out / "demos" / "summary.json").read_text())
+    assert summary["tasks"]["PushCubeToColor-v1"]["kept"] == 2
+    assert sorted(p.name for p in out.iterdir()) == ["demos"]  # no sft/, no evaluation, no result.json
+
+
+def test_demos_only_with_an_rl_stage_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        script.main(["--out", str(out), "--demos-only", "--rl-env-steps", "100"])
+    assert e.value.code == 2
+    assert "--demos-only records the demonstrations and stops" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert not out.exists()
