@@ -122,7 +122,7 @@ def test_paired_words_without_a_language_task_is_one_line_exit_2_and_nothing_wri
 
 def test_demos_only_records_the_demonstrations_and_stops(tmp_path):
     """--demos-only writes <out>/demos (what scripts/pretrain_vision.py reads before SFT) and nothing of SFT or
-    evaluation; a later run with the same --out reads those demonstrations instead of recording new ones."""
+    evaluation."""
     import json
 
     from vlarl.data.demonstrations import read_maniskill_h5
