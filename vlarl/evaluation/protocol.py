@@ -105,6 +105,8 @@ def run_plan(policy: Any, plan: TaskPlan, num_envs: int, deterministic: bool = T
             seeds = _pad(plan.seeds[start : start + n], num_envs)
             ids = _pad(plan.reset_state_ids[start : start + n], num_envs) if plan.reset_state_ids else None
             obs = env.reset(seed=seeds, reset_state_ids=ids)
+            words = obs.get("instruction") or []  # each episode's words, as its first chunk reads them
+            words = [words] if isinstance(words, str) else list(words)
             finished: dict[int, dict[str, Any]] = {}
             while len(finished) < n:
                 res = env.chunk_step(policy_actions(policy, obs, deterministic))
@@ -114,6 +116,8 @@ def run_plan(policy: Any, plan: TaskPlan, num_envs: int, deterministic: bool = T
                         ep.update(task=plan.task, episode=start + i, seed=seeds[i])
                         if ids is not None:
                             ep["reset_state_id"] = ids[i]
+                        if words:
+                            ep["instruction"] = str(words[i % len(words)])
                         finished[i] = ep
                         if bar is not None:
                             bar.update(1)
@@ -152,6 +156,16 @@ def summarize(episodes: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def by_instruction(episodes: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``summarize`` per instruction, for a task whose episodes read different words (the language task's two
+    goals, a LIBERO suite's tasks under one name); empty when they all read the same, or none."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for e in episodes:
+        if "instruction" in e:
+            groups.setdefault(e["instruction"], []).append(e)
+    return {w: summarize(eps) for w, eps in groups.items()} if len(groups) > 1 else {}
+
+
 def _plain(x: Any) -> Any:
     return dataclasses.asdict(x) if dataclasses.is_dataclass(x) else x
 
@@ -181,6 +195,8 @@ def evaluate_tasks(
             eps = run_plan(policy, plan, num_envs, deterministic, bar, num_workers)
             per_episode.extend(eps)
             tasks[plan.task] = {**summarize(eps), "seeds": [plan.seeds[0], plan.seeds[-1]] if plan.seeds else []}
+            if words := by_instruction(eps):
+                tasks[plan.task]["instructions"] = words
         bar.refresh()  # the final count is drawn even when the last update fell inside tqdm's minimum interval
     summary = summarize(per_episode)
     first = plans[0].seeds if plans else []

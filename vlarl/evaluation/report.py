@@ -65,6 +65,9 @@ def markdown_table(summary: dict[str, Any]) -> str:
     for name, s in tasks.items():
         rows.append(f"| {name} | {s['episodes']} | {_rate(s, 'success_once')} | {_rate(s, 'success_at_end')} | "
                     f"{s['return']:.2f} | {s['episode_len']:.1f} |")
+        for words, w in (s.get("instructions") or {}).items():  # a task whose episodes read different words
+            rows.append(f"| &nbsp;&nbsp;\"{words}\" | {w['episodes']} | {_rate(w, 'success_once')} | "
+                        f"{_rate(w, 'success_at_end')} | {w['return']:.2f} | {w['episode_len']:.1f} |")
     if len(tasks) != 1:
         rows.append(f"| **overall** | {summary['episodes']} | {_rate(summary, 'success_once')} | "
                     f"{_rate(summary, 'success_at_end')} | {summary['return']:.2f} | {summary['episode_len']:.1f} |")
