@@ -158,7 +158,7 @@ def summarize(episodes: list[dict[str, Any]]) -> dict[str, Any]:
 
 def by_instruction(episodes: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """``summarize`` per instruction, for a task whose episodes read different words (the language task's two
-    goals, a LIBERO suite's tasks under one name); empty when they all read the same, or none."""
+    goals); empty when they all read the same, or none."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for e in episodes:
         if "instruction" in e:
