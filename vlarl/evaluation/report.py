@@ -58,19 +58,21 @@ def _rate(s: dict[str, Any], key: str) -> str:
     return f"{_pct(s[key])} [{_pct(lo)}, {_pct(hi)}]"
 
 
+def _row(label: str, s: dict[str, Any]) -> str:
+    return (f"| {label} | {s['episodes']} | {_rate(s, 'success_once')} | {_rate(s, 'success_at_end')} | "
+            f"{s['return']:.2f} | {s['episode_len']:.1f} |")
+
+
 def markdown_table(summary: dict[str, Any]) -> str:
     rows = ["| task | episodes | success_once [95% CI] | success_at_end [95% CI] | return | episode_len |",
             "|---|---:|---:|---:|---:|---:|"]
     tasks = summary.get("tasks") or {}
     for name, s in tasks.items():
-        rows.append(f"| {name} | {s['episodes']} | {_rate(s, 'success_once')} | {_rate(s, 'success_at_end')} | "
-                    f"{s['return']:.2f} | {s['episode_len']:.1f} |")
-        for words, w in (s.get("instructions") or {}).items():  # a task whose episodes read different words
-            rows.append(f"| &nbsp;&nbsp;\"{words}\" | {w['episodes']} | {_rate(w, 'success_once')} | "
-                        f"{_rate(w, 'success_at_end')} | {w['return']:.2f} | {w['episode_len']:.1f} |")
+        rows.append(_row(name, s))
+        # a task whose episodes read different words: one indented row per instruction
+        rows.extend(_row(f'&nbsp;&nbsp;"{words}"', w) for words, w in (s.get("instructions") or {}).items())
     if len(tasks) != 1:
-        rows.append(f"| **overall** | {summary['episodes']} | {_rate(summary, 'success_once')} | "
-                    f"{_rate(summary, 'success_at_end')} | {summary['return']:.2f} | {summary['episode_len']:.1f} |")
+        rows.append(_row("**overall**", summary))
     return "\n".join(rows)
 
 
