@@ -13,6 +13,10 @@ computes actions on fixed observations and fixed noise. Written under
 ``tests/fixtures/reference/roundtrip/<family>/``:
 
 * ``inputs.safetensors`` / ``inputs.json``: the observations (uint8 images, state), noise and task strings;
+* ``stats.safetensors``: the changed normalization statistics the export carried. ``perturb`` draws them
+  through float32 ``exp``, whose last bit differs between CPUs' vector math libraries (one element of pi0's
+  action scale did, between the machine that made this fixture and another); the test re-exports with these
+  recorded values (``recorded_stats``) after checking they are that draw within 2 ulp;
 * ``reference.safetensors``: the reference's actions; ``reference.json``: a digest of every file it loaded
   (``digest``: tensors by name, dtype, shape and bytes; JSON canonicalized; other files by bytes) and versions.
 
@@ -200,6 +204,34 @@ def vlarl_actions(policy: Any, tensors: dict, meta: dict) -> Any:
         return policy.unnormalize_actions(chunk.float())
 
 
+def stats_tensors(policy: Any, family: str) -> dict[str, Any]:
+    """The policy's normalization statistics as ``{"<i>.shift", "<i>.scale"}`` (the order of
+    ``_network_and_stats``)."""
+    _, stats = _network_and_stats(policy, family)
+    return {f"{i}.{name}": t.detach().clone().contiguous()
+            for i, pair in enumerate(stats) for name, t in zip(("shift", "scale"), pair, strict=True)}
+
+
+def recorded_stats(policy: Any, family: str) -> Any:
+    """Set the statistics the fixture's export carried (``stats.safetensors``) on a ``perturb``-ed policy; each
+    must be this machine's draw within 2 ulp (an ulp of ``exp`` is all a CPU may change)."""
+    import torch
+    from safetensors.torch import load_file
+
+    recorded = load_file(str(OUT / family / "stats.safetensors"))
+    ours = stats_tensors(policy, family)
+    assert sorted(recorded) == sorted(ours), (sorted(recorded), sorted(ours))
+    _, stats = _network_and_stats(policy, family)
+    with torch.no_grad():
+        for i, pair in enumerate(stats):
+            for name, t in zip(("shift", "scale"), pair, strict=True):
+                r = recorded[f"{i}.{name}"]
+                ulps = (r.view(torch.int32).long() - t.view(torch.int32).long()).abs().max().item()
+                assert r.dtype == t.dtype and r.shape == t.shape and ulps <= 2, (family, i, name, ulps)
+                t.copy_(r)
+    return policy
+
+
 def export(policy: Any, family: str, out: Path) -> Path:
     """``vlarl.export.export_policy`` in the family's reference layout -> the layout's folder."""
     from vlarl.export import export_policy
@@ -221,6 +253,7 @@ def vlarl_side(family: str, work: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "inputs.safetensors"))
     (folder / "inputs.json").write_text(json.dumps(meta, indent=2) + "\n")
+    save_file(stats_tensors(policy, family), str(folder / "stats.safetensors"))
     save_file({"actions": vlarl_actions(policy, tensors, meta).contiguous()}, str(folder / "vlarl_actions.safetensors"))
     return export(policy, family, work / family)
 

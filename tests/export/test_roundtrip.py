@@ -1,7 +1,8 @@
 """The way back out: an RL-changed exact model exported in its reference layout is what the reference ran.
 
 Fixtures (``scripts/reference_fixtures/roundtrip.py``): vlarl loaded each committed tiny reference checkpoint,
-changed every network tensor and the normalization statistics (a seeded ``perturb``), exported it
+changed every network tensor and the normalization statistics (a seeded ``perturb``; the statistics as recorded
+there, since float32 ``exp`` may differ by an ulp between CPUs), exported it
 (``formats=[lerobot]`` / ``[oft]``); the reference code, in its own environment, loaded that export with its own
 ``from_pretrained`` and computed actions on fixed observations and noise. Here vlarl re-exports from the same
 committed inputs: the export must be the one the reference loaded (digest of every tensor and config), and
@@ -45,7 +46,7 @@ def family(request) -> str:
 def exported(family, tmp_path_factory):
     """(perturbed vlarl policy, the export folder) made now, from the committed inputs."""
     torch.manual_seed(0)
-    policy = RT.perturb(RT.vlarl_policy(family), family).eval()
+    policy = RT.recorded_stats(RT.perturb(RT.vlarl_policy(family), family), family).eval()
     folder = RT.export(policy, family, tmp_path_factory.mktemp(family))
     return policy, folder
 
