@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,6 +114,23 @@ def slot_task_ids(cfg: LiberoConfig, num_envs: int, worker_index: int) -> list[i
     ``task_ids[(g // task_block) % len(task_ids)]``."""
     block = max(1, int(cfg.task_block))
     return [cfg.task_ids[((worker_index * num_envs + i) // block) % len(cfg.task_ids)] for i in range(num_envs)]
+
+
+def scene_obs(raw: dict[str, Any], cameras: Sequence[str], image_size: int) -> SceneObs:
+    """robosuite's raw observation -> vlarl's: the 8-dim state (float32) and each camera's frame turned 180
+    degrees (robosuite renders upside down; the published pipelines turn it), resized when it is not
+    ``image_size``. The one place LIBERO's observation conventions live (the parity tests feed it the
+    references' own raw observations)."""
+    state = np.concatenate(
+        [raw["robot0_eef_pos"], quat_to_axis_angle(raw["robot0_eef_quat"]), raw["robot0_gripper_qpos"]]
+    ).astype(np.float32)
+    images = {}
+    for c in cameras:
+        img = raw[f"{c}_image"][::-1, ::-1]
+        if img.shape[0] != image_size:
+            img = resize_square(img, image_size)
+        images[c] = np.ascontiguousarray(img, dtype=np.uint8)
+    return SceneObs(state=state, images=images)
 
 
 def quat_to_axis_angle(q: np.ndarray) -> np.ndarray:
@@ -239,16 +257,7 @@ class LiberoEnv(RobosuiteScenes):
     # -- one scene --------------------------------------------------------------------------------
     def _convert(self, i: int, raw: dict[str, Any]) -> SceneObs:
         self._last_raw[i] = raw
-        state = np.concatenate(
-            [raw["robot0_eef_pos"], quat_to_axis_angle(raw["robot0_eef_quat"]), raw["robot0_gripper_qpos"]]
-        ).astype(np.float32)
-        images = {}
-        for c in self.cameras:
-            img = raw[f"{c}_image"][::-1, ::-1]
-            if img.shape[0] != self.cfg.image_size:
-                img = resize_square(img, self.cfg.image_size)
-            images[c] = np.ascontiguousarray(img, dtype=np.uint8)
-        return SceneObs(state=state, images=images)
+        return scene_obs(raw, self.cameras, self.cfg.image_size)
 
     def reset_scene(self, i: int, seed: int | None, state_id: int | None) -> SceneObs:
         inits = self.init_states[i]

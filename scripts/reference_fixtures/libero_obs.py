@@ -25,8 +25,10 @@ The same scenes for both and for vlarl: (suite, task, init state) from ``SCENES`
 global RNG with the init state id (LeRobot: ``LiberoEnv.reset(seed=id)``; OFT: ``np.random.seed(id)`` where its
 eval calls ``env.seed(0)``), as vlarl's ``LiberoEnv`` does: robosuite draws the joint-less fixtures' placement
 from it, and that draw is not part of LIBERO's init states. Then the references' own reset: ``set_init_state``, 10 no-op steps (both evaluations' ``num_steps_wait``), and ``ACTIONS`` one by one; an
-observation is kept after the wait and after the last action. The fixture holds, per observation, SHA-256
-digests of the processed images (exact comparison; a 16x16 corner of each for a readable failure), the states,
+observation is kept after the wait and after the last action. The fixture holds, per observation, robosuite's
+raw observation as each reference's env returned it (``<ref>.raw.*``: both cameras' frames, eef position and
+quaternion, gripper qpos), SHA-256 digests of the processed images (exact comparison; a 16x16 corner of each for
+a readable failure), the states,
 the normalized state and the pi0.5 prompt tokens, and for fixed model outputs the un-normalized actions and
 OFT's gripper handling. Writes ``tests/fixtures/reference/libero_obs/{obs.npz,meta.json}``.
 """
@@ -158,6 +160,12 @@ def lerobot_part(out: Path) -> None:
             raw, *_ = env.step(np.asarray(a, dtype=np.float32))
         observations.append(raw)
         for raw in observations:
+            # robosuite's raw observation as LeRobot's env passed it on (for the tests' exact convention checks)
+            keep("lerobot.raw.agentview_image", raw["pixels"]["image"])
+            keep("lerobot.raw.robot0_eye_in_hand_image", raw["pixels"]["image2"])
+            keep("lerobot.raw.robot0_eef_pos", raw["robot_state"]["eef"]["pos"])
+            keep("lerobot.raw.robot0_eef_quat", raw["robot_state"]["eef"]["quat"])
+            keep("lerobot.raw.robot0_gripper_qpos", raw["robot_state"]["gripper"]["qpos"])
             batched = {"pixels": {k: v[None] for k, v in raw["pixels"].items()},
                        "robot_state": _batch_nested(raw["robot_state"])}
             obs = preprocess_observation(batched)
@@ -324,7 +332,8 @@ def oft_part(out: Path) -> None:
     unnorm = np.stack([ns["_unnormalize_actions"](model, x, "libero_spatial_no_noops") for x in fixed_outputs()])
     env_actions = np.stack([[ns["process_action"](a, "openvla") for a in chunk] for chunk in unnorm])
     np.savez(out, **{k: np.asarray(v) for k, v in rec.items()}, **{"oft.actions": unnorm,
-                                                                    "oft.env_actions": env_actions})
+                                                                    "oft.env_actions": env_actions},
+             **{f"oft.raw.{k}": raw[k] for k in RAW_KEYS})
 
 
 # ---- the driver ------------------------------------------------------------------------------------------
