@@ -179,6 +179,7 @@ def test_oft_layout_matches_openvla_oft(ref, scene):
     assert set(env_actions[..., -1].unique().tolist()) <= {-1.0, 0.0, 1.0}
 
 
+@needs_libero
 @pytest.mark.parametrize("change", ["turned", "shifted", "channels"])
 def test_a_frame_off_the_convention_is_not_the_same_frame(ref, change):
     """The scene check's bound for CPU rounding still refuses the conventions' mistakes: a frame left upside
